@@ -1,0 +1,1 @@
+"""Triton W4A16 kernels for NVFP4 and MXFP4, their torch references and benchmarks."""

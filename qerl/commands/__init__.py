@@ -1,0 +1,1 @@
+"""Small CLI subcommands that belong to no single stage."""

@@ -1,0 +1,139 @@
+"""Load and validate a harness config against workflow/schemas/config.schema.yaml.
+
+The Snakefile and every `qerl` subcommand validate through the same schema, so an unknown key, a wrong type, an
+unknown method or a missing data file fails at once with the key and the value seen, before any compute is spent.
+
+Run: `python -m qerl.config config/config.yaml` prints the config with every default filled in.
+"""
+from __future__ import annotations
+
+import copy
+import sys
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+__all__ = ["ConfigError", "SCHEMA_PATH", "REPO_ROOT", "load_schema", "validate_config", "load_config", "get"]
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SCHEMA_PATH = REPO_ROOT / "workflow" / "schemas" / "config.schema.yaml"
+
+
+class ConfigError(ValueError):
+    """A config that does not match the schema or names something that does not exist."""
+
+
+def load_schema() -> dict:
+    with open(SCHEMA_PATH) as f:
+        return yaml.safe_load(f)
+
+
+def _fill_defaults(schema: dict, node: Any) -> Any:
+    """Fill schema defaults into `node` (recursively, objects only); returns the filled node."""
+    if schema.get("type") != "object" or not isinstance(node, dict):
+        return node
+    for key, sub in schema.get("properties", {}).items():
+        if key not in node and "default" in sub:
+            node[key] = copy.deepcopy(sub["default"])
+        if key in node:
+            node[key] = _fill_defaults(sub, node[key])
+    return node
+
+
+def _describe(error: jsonschema.ValidationError) -> str:
+    where = ".".join(str(p) for p in error.absolute_path) or "<top level>"
+    if error.validator == "additionalProperties":
+        allowed = sorted(error.schema.get("properties", {}))
+        extra = sorted(set(error.instance) - set(allowed))
+        return f"unknown key(s) {extra} under '{where}'; allowed: {allowed}"
+    if error.validator == "enum":
+        return f"key '{where}': value {error.instance!r} is not one of {error.validator_value}"
+    if error.validator == "type":
+        return f"key '{where}': value {error.instance!r} should be of type {error.validator_value}"
+    return f"key '{where}': value {error.instance!r}: {error.message}"
+
+
+def validate_config(config: dict, source: str = "<config>", check_data: bool = True) -> dict:
+    """Validate `config` and return a copy with every default filled in.
+
+    Args:
+        config: the parsed YAML mapping.
+        source: file name used in error messages.
+        check_data: also require the benchmark files named by data.benchmarks to exist (unless data.download
+            is true, in which case the `data` rule will fetch them).
+
+    Raises:
+        ConfigError: naming the key and the value seen.
+    """
+    if not isinstance(config, dict):
+        raise ConfigError(f"{source}: the config must be a mapping, got {type(config).__name__}")
+    schema = load_schema()
+    validator = jsonschema.Draft202012Validator(schema)
+    errors = sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path)))
+    if errors:
+        lines = "\n  ".join(_describe(e) for e in errors)
+        raise ConfigError(f"{source}: invalid config:\n  {lines}")
+    cfg = _fill_defaults(schema, copy.deepcopy(config))
+    _check_semantics(cfg, source, check_data)
+    return cfg
+
+
+def _check_semantics(cfg: dict, source: str, check_data: bool) -> None:
+    from qerl.methods import METHODS  # local import: methods imports nothing heavy, but keep config import-light
+
+    for key in ("methods",):
+        for name in cfg.get("train", {}).get(key, []) or []:
+            if name not in METHODS:
+                raise ConfigError(
+                    f"{source}: key 'train.{key}': unknown method {name!r}; known methods: {sorted(METHODS)}"
+                )
+    if check_data and cfg["data"]["benchmarks"] and not cfg["data"]["download"]:
+        from qerl.data.benchmarks import missing_files
+
+        missing = missing_files(cfg["data"]["root"], cfg["data"]["benchmarks"])
+        if missing:
+            raise ConfigError(
+                f"{source}: key 'data.root' = {cfg['data']['root']!r}: missing data file(s) {missing} "
+                "(and data.download is false); put the JSONL files there or set data.download: true"
+            )
+
+
+def load_config(path: str | Path, overrides: dict | None = None, check_data: bool = True) -> dict:
+    """Read a YAML config, apply `overrides` (a nested mapping merged on top), validate, fill defaults."""
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError(f"config file {str(path)!r} does not exist")
+    try:
+        with open(path) as f:
+            config = yaml.safe_load(f) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+    if overrides:
+        config = _merge(config, overrides)
+    return validate_config(config, source=str(path), check_data=check_data)
+
+
+def _merge(base: dict, top: dict) -> dict:
+    out = copy.deepcopy(base)
+    for key, value in top.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def get(cfg: dict, dotted: str) -> Any:
+    """`get(cfg, "tiny_model.pretrain.lr")`: a nested value, with a clear error naming the missing key."""
+    node: Any = cfg
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            raise ConfigError(f"config key {dotted!r} is missing (stopped at {part!r})")
+        node = node[part]
+    return node
+
+
+if __name__ == "__main__":  # pragma: no cover
+    yaml.safe_dump(load_config(sys.argv[1]), sys.stdout, sort_keys=False)
