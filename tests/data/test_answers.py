@@ -74,7 +74,10 @@ def test_last_boxed_many_boxes_result():
         ("####   ", None),
         ("#### 0.5", "0.5"),
     ],
-    ids=["plain", "thousands", "millions-period", "negative", "last-marker", "first-line", "absent", "empty", "decimal"],
+    ids=[
+        "plain", "thousands", "millions-period", "negative", "last-marker", "first-line", "absent", "empty",
+        "decimal",
+    ],
 )
 def test_gsm8k_final_answer(text, expected):
     assert gsm8k_final_answer(text) == expected
