@@ -1,0 +1,109 @@
+"""The one entry point through which every 4-bit linear layer computes: `w4a16_linear`.
+
+Why one function: QuantLinear, the measurement scripts and the RL loop all call it, so the Triton W4A16 kernels
+(kernels/, written separately) plug in at exactly one place. Today it dequantizes the packed weight with the torch
+reference (qerl.formats) and calls F.linear; the CUDA branch goes inside `_W4A16Linear.forward` / `.backward`.
+
+Autograd: the frozen 4-bit weight gets no gradient; the input gradient is grad_y @ W_dequant, recomputed from the
+packed weight in backward (nothing of weight size is saved between forward and backward, which is what saves memory
+during LoRA training). A bias that requires grad gets grad_y summed over the leading dimensions. Works under
+torch.compile (dynamo traces the autograd.Function) and under gradient checkpointing (forward is a pure function of
+its inputs).
+
+`w4a16_linear_reference` is the plain-torch specification (dequantize + F.linear, autograd through torch) that the
+entry point and, later, the kernels are tested against.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from qerl.formats import mxfp4, nvfp4
+
+__all__ = ["FORMAT_NAMES", "dequantize_weight", "w4a16_linear", "w4a16_linear_reference"]
+
+FORMAT_NAMES = ("nvfp4", "mxfp4")
+
+
+def dequantize_weight(codes: torch.Tensor, scales: torch.Tensor, global_scale: torch.Tensor | None, fmt: str,
+                      dtype: torch.dtype) -> torch.Tensor:
+    """The dense weight [N, K] of packed `codes` [N, K // 2] in `fmt`, as `dtype`.
+
+    Args:
+        codes: uint8 [N, K // 2], two E2M1 codes per byte.
+        scales: float8_e4m3fn [N, K // 16] (nvfp4) or uint8 E8M0 [N, K // 32] (mxfp4).
+        global_scale: float32 0-dim dequantization multiplier (nvfp4); None for mxfp4.
+        fmt: "nvfp4" or "mxfp4".
+        dtype: output dtype.
+
+    Returns:
+        Tensor [N, K].
+
+    Raises:
+        ValueError: unknown `fmt`.
+    """
+    if fmt == "nvfp4":
+        return nvfp4.dequantize_tensors(codes, scales, global_scale, dtype)
+    if fmt == "mxfp4":
+        return mxfp4.dequantize_tensors(codes, scales, dtype)
+    raise ValueError(f"unknown 4-bit format {fmt!r}; known: {list(FORMAT_NAMES)}")
+
+
+class _W4A16Linear(torch.autograd.Function):
+    """y = x @ W^T + b with W packed; grad_x = grad_y @ W; no gradient for W."""
+
+    @staticmethod
+    def forward(ctx, x, codes, scales, global_scale, bias, fmt):
+        # CUDA kernels (kernels/) plug in here: `if x.is_cuda: return <triton w4a16 gemm>(...)`.
+        w = dequantize_weight(codes, scales, global_scale, fmt, x.dtype)
+        ctx.save_for_backward(codes, scales, global_scale)
+        ctx.fmt = fmt
+        ctx.has_bias = bias is not None
+        return F.linear(x, w, bias)
+
+    @staticmethod
+    def backward(ctx, grad_y):
+        codes, scales, global_scale = ctx.saved_tensors
+        grad_x = grad_b = None
+        if ctx.needs_input_grad[0]:
+            # ... and the transposed kernel here.
+            w = dequantize_weight(codes, scales, global_scale, ctx.fmt, grad_y.dtype)
+            grad_x = grad_y @ w  # [..., N] @ [N, K] -> [..., K]
+        if ctx.has_bias and ctx.needs_input_grad[4]:
+            grad_b = grad_y.reshape(-1, grad_y.shape[-1]).sum(0)
+        return grad_x, None, None, None, grad_b, None
+
+
+def w4a16_linear(x: torch.Tensor, codes: torch.Tensor, scales: torch.Tensor, global_scale: torch.Tensor | None = None,
+                 bias: torch.Tensor | None = None, *, fmt: str) -> torch.Tensor:
+    """y = x @ dequant(W)^T + bias, with a 4-bit packed weight W [N, K] and activations in x's dtype.
+
+    Args:
+        x: activations [..., K] (float32, bfloat16 or float16).
+        codes: uint8 [N, K // 2].
+        scales: float8_e4m3fn [N, K // 16] (nvfp4) or uint8 [N, K // 32] (mxfp4).
+        global_scale: float32 0-dim (nvfp4 only).
+        bias: optional [N], in x's dtype.
+        fmt: "nvfp4" or "mxfp4".
+
+    Returns:
+        [..., N] in x's dtype.
+
+    Raises:
+        ValueError: unknown `fmt`, or x's last dimension differs from the weight's K.
+    """
+    if fmt not in FORMAT_NAMES:
+        raise ValueError(f"unknown 4-bit format {fmt!r}; known: {list(FORMAT_NAMES)}")
+    if x.shape[-1] != codes.shape[-1] * 2:
+        raise ValueError(
+            f"w4a16_linear: input of shape {tuple(x.shape)} does not match a weight of shape "
+            f"({codes.shape[0]}, {codes.shape[-1] * 2})"
+        )
+    return _W4A16Linear.apply(x, codes, scales, global_scale, bias, fmt)
+
+
+def w4a16_linear_reference(x: torch.Tensor, codes: torch.Tensor, scales: torch.Tensor,
+                           global_scale: torch.Tensor | None = None, bias: torch.Tensor | None = None, *,
+                           fmt: str) -> torch.Tensor:
+    """Plain-torch specification of w4a16_linear: dequantize, then F.linear (autograd through torch)."""
+    return F.linear(x, dequantize_weight(codes, scales, global_scale, fmt, x.dtype), bias)

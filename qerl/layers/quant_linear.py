@@ -1,0 +1,273 @@
+"""QuantLinear: a frozen 4-bit (NVFP4 or MXFP4) linear layer, and `quantize_`, the torchao-shaped conversion API.
+
+Why: QeRL trains LoRA adapters on top of a frozen NVFP4 base and uses the same model for rollouts and logits. A plain
+nn.Module holding the packed tensors as buffers keeps that simple: peft's LoRA wraps it (see qerl.layers.lora),
+gradient checkpointing and torch.compile see an ordinary module, and state_dict() holds exactly the packed bytes.
+
+Storage (buffers, all persistent):
+    codes              uint8 [out, in // 2]          two E2M1 codes per byte, element 2j in the low nibble
+    scale_bits         uint8 [out, in // block]      NVFP4: the bytes of float8_e4m3fn; MXFP4: E8M0 exponents
+    global_scale_bits  int32 0-dim (NVFP4 only)      the bits of the float32 global scale
+The `scales` and `global_scale` properties return the contract dtypes (float8_e4m3fn / uint8, float32) as views.
+Scales and the global scale are stored as integer bits because nn.Module.to(dtype) / .half() cast every floating
+buffer: float8 scales and the float32 global scale would otherwise be silently rewritten by model.to(bfloat16).
+
+Usage:
+    quantize_(model, NVFP4Config())                      # q/k/v/o/gate/up/down -> QuantLinear; the rest untouched
+    quantize_(model, MXFP4Config(), filter_fn=lambda m, fqn: "mlp" in fqn and isinstance(m, nn.Linear))
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+from torch import nn
+
+from qerl.formats import BITS_PER_WEIGHT, FORMATS, MXFP4Tensor, NVFP4Tensor, mxfp4, nvfp4
+from qerl.layers.ops import dequantize_weight, w4a16_linear
+
+__all__ = [
+    "DEFAULT_TARGETS",
+    "QuantLinear",
+    "NVFP4Config",
+    "MXFP4Config",
+    "quantize_",
+    "default_filter",
+    "model_nbytes",
+    "expected_nbytes",
+]
+
+DEFAULT_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+class QuantLinear(nn.Module):
+    """A frozen linear layer whose weight is stored packed in NVFP4 or MXFP4 (y = x W^T + b).
+
+    Args:
+        in_features: K (divisible by the format's block size: 16 for nvfp4, 32 for mxfp4).
+        out_features: N.
+        bias: whether the layer has a (frozen) bias.
+        fmt: "nvfp4" or "mxfp4".
+        dtype: compute dtype: what `weight` returns and what the bias is stored in.
+        device: where the buffers live.
+
+    Raises:
+        ValueError: unknown format or in_features not divisible by the block size.
+    """
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, fmt: str = "nvfp4",
+                 dtype: torch.dtype = torch.float32, device=None):
+        super().__init__()
+        if fmt not in FORMATS:
+            raise ValueError(f"unknown 4-bit format {fmt!r}; known: {sorted(FORMATS)}")
+        block = FORMATS[fmt].BLOCK_SIZE
+        if in_features % block:
+            raise ValueError(f"QuantLinear: in_features={in_features} (weight shape ({out_features}, {in_features})) "
+                             f"is not divisible by the {fmt} block size {block}")
+        self.in_features, self.out_features, self.fmt = in_features, out_features, fmt
+        self.compute_dtype = dtype
+        self.register_buffer("codes", torch.zeros(out_features, in_features // 2, dtype=torch.uint8, device=device))
+        self.register_buffer("scale_bits", torch.zeros(out_features, in_features // block, dtype=torch.uint8,
+                                                       device=device))
+        if fmt == "nvfp4":
+            self.register_buffer("global_scale_bits", torch.ones((), device=device).view(torch.int32).clone())
+        else:
+            self.register_buffer("global_scale_bits", None)
+        self.bias = nn.Parameter(torch.zeros(out_features, dtype=dtype, device=device), requires_grad=False) \
+            if bias else None
+
+    # ---- contract views -------------------------------------------------------------------------------------
+    @property
+    def scales(self) -> torch.Tensor:
+        """float8_e4m3fn [out, in // 16] (nvfp4) or uint8 E8M0 [out, in // 32] (mxfp4); a view of scale_bits."""
+        return self.scale_bits.view(torch.float8_e4m3fn) if self.fmt == "nvfp4" else self.scale_bits
+
+    @property
+    def global_scale(self) -> torch.Tensor | None:
+        """float32 0-dim dequantization multiplier (nvfp4), None for mxfp4; a view of global_scale_bits."""
+        return None if self.global_scale_bits is None else self.global_scale_bits.view(torch.float32)
+
+    @property
+    def weight(self) -> torch.Tensor:
+        """The dequantized weight [out, in] in compute_dtype (materialized on each access: for inspection only)."""
+        with torch.no_grad():
+            return dequantize_weight(self.codes, self.scales, self.global_scale, self.fmt, self.compute_dtype)
+
+    def packed(self) -> NVFP4Tensor | MXFP4Tensor:
+        """The weight as a qerl.formats packed tensor (sharing storage with the buffers)."""
+        shape = torch.Size((self.out_features, self.in_features))
+        if self.fmt == "nvfp4":
+            return NVFP4Tensor(self.codes, self.scales, self.global_scale, shape, self.compute_dtype)
+        return MXFP4Tensor(self.codes, self.scales, shape, self.compute_dtype)
+
+    # ---- construction -----------------------------------------------------------------------------------------
+    @classmethod
+    def from_packed(cls, packed: NVFP4Tensor | MXFP4Tensor, bias: torch.Tensor | None = None,
+                    dtype: torch.dtype | None = None) -> "QuantLinear":
+        """A QuantLinear holding `packed` (a 2-D NVFP4Tensor / MXFP4Tensor) and an optional bias.
+
+        Raises:
+            ValueError: packed is not 2-D or not one of the two formats.
+        """
+        if isinstance(packed, NVFP4Tensor):
+            fmt = "nvfp4"
+        elif isinstance(packed, MXFP4Tensor):
+            fmt = "mxfp4"
+        else:
+            raise ValueError(f"QuantLinear.from_packed: expected NVFP4Tensor or MXFP4Tensor, got {type(packed).__name__}")
+        if len(packed.shape) != 2:
+            raise ValueError(f"QuantLinear.from_packed: expected a 2-D weight, got shape {tuple(packed.shape)}")
+        out_features, in_features = packed.shape
+        dtype = dtype or packed.dtype
+        layer = cls(in_features, out_features, bias is not None, fmt, dtype, device=packed.codes.device)
+        layer.codes.copy_(packed.codes)
+        layer.scale_bits.copy_(packed.scales.view(torch.uint8))
+        if fmt == "nvfp4":
+            layer.global_scale_bits.copy_(packed.global_scale.float().reshape(()).view(torch.int32))
+        if bias is not None:
+            layer.bias.data.copy_(bias.detach().to(dtype))
+        return layer
+
+    @classmethod
+    def from_linear(cls, linear: nn.Linear, fmt: str) -> "QuantLinear":
+        """Round-to-nearest quantization of an nn.Linear's weight (AWQ scaling, if any, is applied beforehand).
+
+        Raises:
+            ValueError: unknown format, in_features not divisible by the block size, or non-finite weights.
+        """
+        if fmt not in FORMATS:
+            raise ValueError(f"unknown 4-bit format {fmt!r}; known: {sorted(FORMATS)}")
+        w = linear.weight.detach()
+        block = FORMATS[fmt].BLOCK_SIZE
+        if w.shape[-1] % block:
+            raise ValueError(f"QuantLinear.from_linear: weight shape {tuple(w.shape)}: in_features is not divisible "
+                             f"by the {fmt} block size {block}")
+        return cls.from_packed(FORMATS[fmt].quantize(w), linear.bias, dtype=w.dtype)
+
+    # ---- nn.Module ------------------------------------------------------------------------------------------
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return w4a16_linear(x, self.codes, self.scales, self.global_scale, self.bias, fmt=self.fmt)
+
+    def _apply(self, fn, recurse=True):
+        # Follow dtype casts (model.to(bfloat16)) in compute_dtype; the packed buffers are integers and keep theirs.
+        super()._apply(fn, recurse)
+        self.compute_dtype = fn(torch.empty(0, dtype=self.compute_dtype, device=self.codes.device)).dtype
+        return self
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "
+                f"fmt={self.fmt}, compute_dtype={self.compute_dtype}")
+
+
+# ---- torchao-shaped conversion API ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class NVFP4Config:
+    """Convert matching nn.Linear layers to NVFP4 QuantLinear (round-to-nearest on the current weights).
+
+    Attributes:
+        targets: last name components of the layers to convert (used by the default filter).
+    """
+
+    targets: tuple[str, ...] = DEFAULT_TARGETS
+    fmt = "nvfp4"  # class constant, not a field
+
+    def convert(self, linear: nn.Linear) -> nn.Module:
+        """The replacement module for `linear`."""
+        return QuantLinear.from_linear(linear, "nvfp4")
+
+
+@dataclass(frozen=True)
+class MXFP4Config:
+    """Convert matching nn.Linear layers to MXFP4 QuantLinear (round-to-nearest on the current weights).
+
+    Attributes:
+        targets: last name components of the layers to convert (used by the default filter).
+    """
+
+    targets: tuple[str, ...] = DEFAULT_TARGETS
+    fmt = "mxfp4"  # class constant, not a field
+
+    def convert(self, linear: nn.Linear) -> nn.Module:
+        """The replacement module for `linear`."""
+        return QuantLinear.from_linear(linear, "mxfp4")
+
+
+def default_filter(config) -> Callable[[nn.Module, str], bool]:
+    """The filter quantize_ uses when none is given: an nn.Linear whose name ends in one of config.targets."""
+    targets = set(config.targets)
+
+    def filter_fn(module: nn.Module, fqn: str) -> bool:
+        return isinstance(module, nn.Linear) and fqn.rsplit(".", 1)[-1] in targets
+
+    return filter_fn
+
+
+def quantize_(model: nn.Module, config, filter_fn: Callable[[nn.Module, str], bool] | None = None) -> nn.Module:
+    """Replace, in place, every module for which filter_fn(module, fqn) holds by config.convert(module).
+
+    Embeddings, lm_head and norms stay as they are under the default filter (only q/k/v/o/gate/up/down match).
+
+    Args:
+        model: the model to convert (modified in place).
+        config: NVFP4Config, MXFP4Config, or any object with `convert(module) -> module` and `targets`
+            (baselines.nf4.NF4Config).
+        filter_fn: (module, fully-qualified name) -> bool; default: `default_filter(config)`.
+
+    Returns:
+        The same model.
+
+    Raises:
+        ValueError: a matched layer cannot be converted (the message names the layer and its shape).
+    """
+    filter_fn = filter_fn or default_filter(config)
+    matches = [(fqn, m) for fqn, m in model.named_modules() if fqn and filter_fn(m, fqn)]
+    for fqn, module in matches:
+        parent_name, _, child = fqn.rpartition(".")
+        parent = model.get_submodule(parent_name) if parent_name else model
+        try:
+            new = config.convert(module)
+        except ValueError as exc:
+            raise ValueError(f"quantize_: cannot convert {fqn!r}: {exc}") from exc
+        setattr(parent, child, new)
+    return model
+
+
+# ---- memory accounting ------------------------------------------------------------------------------------------
+def model_nbytes(model: nn.Module) -> int:
+    """Bytes held by a model's parameters and buffers, each storage counted once (tied weights count once)."""
+    seen, total = set(), 0
+    for t in list(model.parameters()) + list(model.buffers()):
+        key = (t.device, t.untyped_storage().data_ptr())
+        if key not in seen:
+            seen.add(key)
+            total += t.untyped_storage().nbytes()
+    return total
+
+
+def expected_nbytes(model: nn.Module, fmt: str, filter_fn: Callable[[nn.Module, str], bool] | None = None,
+                    targets: tuple[str, ...] = DEFAULT_TARGETS) -> int:
+    """Bytes a model WOULD take after quantize_ with `fmt`, from the format's bits per weight alone.
+
+    Computed on the unquantized model: matched linear weights cost BITS_PER_WEIGHT[fmt] / 8 bytes per element
+    (+ 4 bytes of global scale for nvfp4); every other parameter and buffer (embeddings, lm_head, norms, biases)
+    keeps its size; tied storages count once.
+
+    Raises:
+        ValueError: unknown format.
+    """
+    if fmt not in BITS_PER_WEIGHT:
+        raise ValueError(f"unknown 4-bit format {fmt!r}; known: {sorted(BITS_PER_WEIGHT)}")
+    filter_fn = filter_fn or default_filter(NVFP4Config(targets=targets))
+    quantized = {id(m.weight): m.weight.numel() for fqn, m in model.named_modules() if fqn and filter_fn(m, fqn)}
+    seen, total = set(), 0.0
+    for t in list(model.parameters()) + list(model.buffers()):
+        key = (t.device, t.untyped_storage().data_ptr())
+        if key in seen:
+            continue
+        seen.add(key)
+        if id(t) in quantized:
+            total += quantized[id(t)] * BITS_PER_WEIGHT[fmt] / 8 + (4 if fmt == "nvfp4" else 0)
+        else:
+            total += t.untyped_storage().nbytes()
+    return int(round(total))
