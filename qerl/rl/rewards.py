@@ -6,8 +6,9 @@ training reward and the reported pass@1 agree on what "correct" means.
 
 How: `extract_answer` takes the last closed ``<answer>...</answer>`` (and, inside it, the last ``\\boxed{}`` if there
 is one), else the last ``\\boxed{}`` of the text, else GSM8K's ``#### N``; the locating helpers live in
-`qerl.data.answers`. `is_correct` first compares plain numbers exactly (``"$1,000." == "1000"``, no sympy), then
-falls back to math-verify (`math_verify.parse` / `verify`: LaTeX and numeric equivalence, ``\\dfrac12 == 0.5``).
+`qerl.data.answers`. `is_correct` first compares plain numbers exactly (``"$1,000." == "1000"``, ``"18 dollars" == "18"``,
+no sympy), then falls back to math-verify (`math_verify.parse` / `verify` on the answer wrapped in ``\\boxed{}`` and
+the gold wrapped in ``$...$``: LaTeX and numeric equivalence, ``\\dfrac12 == 0.5``).
 Run the tests: `pytest tests/rl/test_rewards.py -q`.
 
 Robustness (a reward never crashes or hangs on model output):
@@ -131,6 +132,25 @@ def _as_plain_number(s: str) -> Fraction | None:
     return Fraction(norm)
 
 
+_UNIT_ANSWER = re.compile(r"(?:\\?\$)?\s*(-?\d[\d,]*(?:\.\d+)?)\s+([A-Za-z][A-Za-z ./-]*?)\s*\.?")
+_MATH_WORDS = {"pi", "sqrt", "ln", "log", "sin", "cos", "tan", "cot", "sec", "csc", "exp", "and", "or", "i", "e"}
+
+
+def _strip_units(s: str) -> str:
+    """``"18 dollars"`` / ``"$5 per hour"`` -> the number; anything else unchanged.
+
+    Only a plain number followed by whitespace and words of two or more letters that are not math names counts as
+    number + unit, so ``"2 x"``, ``"2x"`` or ``"3 pi"`` keep their meaning.
+    """
+    m = _UNIT_ANSWER.fullmatch(s)
+    if m is None:
+        return s
+    words = [w for w in re.split(r"[ ./-]+", m.group(2)) if w]
+    if not words or any(len(w) < 2 or w.lower() in _MATH_WORDS for w in words):
+        return s
+    return m.group(1)
+
+
 def _is_explosive(s: str) -> bool:
     return any(p.search(s) for p in _EXPLOSIVE)
 
@@ -158,8 +178,10 @@ def is_correct(pred: str | None, gold: str | int | float, timeout_s: int | None 
     """Whether the extracted answer `pred` is equivalent to the reference `gold`.
 
     Plain numbers are compared exactly after normalization (``"$1,000."`` == ``"1000"``, ``"27.0"`` == ``27``);
-    anything else goes through math-verify, trying the answer as LaTeX (wrapped in ``\\boxed{}``) and then as free
-    text (math-verify then takes the last expression it finds, so ``"18 dollars"`` grades as 18).
+    a number followed by unit words counts as the number (``"18 dollars"`` == ``"18"``, but ``"2 x"`` != ``"2"``);
+    anything else goes through math-verify, parsing the answer as LaTeX (wrapped in ``\\boxed{}``). The answer is
+    never searched for "some number in it" (math-verify's free-text mode would grade ``"2x"`` or ``"1,-2"`` equal
+    to ``"2"`` and ``"1"``).
 
     Args:
         pred: the model's extracted answer (None or empty: incorrect).
@@ -183,7 +205,7 @@ def is_correct(pred: str | None, gold: str | int | float, timeout_s: int | None 
     if not pred or len(pred) > MAX_ANSWER_CHARS:
         return False
     gold_num = _as_plain_number(gold_s)
-    pred_num = _as_plain_number(pred)
+    pred_num = _as_plain_number(_strip_units(pred))
     if gold_num is not None and pred_num is not None:
         return gold_num == pred_num
     if _is_explosive(pred):
@@ -196,13 +218,10 @@ def _math_verify(pred: str, gold: str, timeout_s: int | None) -> bool:
 
     try:
         gold_parsed = list(_parse_gold(gold, timeout_s))
-        for candidate in (f"\\boxed{{{pred}}}", pred):
-            parsed = parse(candidate, parsing_timeout=timeout_s)
-            if parsed and verify(gold_parsed, parsed, timeout_seconds=timeout_s):
-                return True
+        parsed = parse(f"\\boxed{{{pred}}}", parsing_timeout=timeout_s)
+        return bool(parsed) and verify(gold_parsed, parsed, timeout_seconds=timeout_s)
     except Exception:  # math-verify catches its own errors; this is the last line of defence for model junk
         return False
-    return False
 
 
 def accuracy_reward(completion: str | bytes | None, gold: str | int | float, timeout_s: int | None = DEFAULT_TIMEOUT_S

@@ -56,6 +56,8 @@ def test_extract_answer(text, expected):
         ("$18.00", "18"),
         ("18 dollars", "18"),
         ("18 eggs", "18"),
+        ("$5 per hour.", "5"),
+        ("18 \\text{ dollars}", "18"),
         ("27", "27.0"),
         ("27", 27.0),
         ("-4", "-4"),
@@ -77,7 +79,10 @@ def test_equivalent(pred, gold):
 @pytest.mark.parametrize(
     "pred, gold",
     [("1001", "1000"), ("0.51", "\\frac{1}{2}"), ("\\frac{1}{3}", "\\frac{1}{2}"), ("-18", "18"), ("", "18"),
-     (None, "18"), ("18", "\\frac{1}{2}")],
+     (None, "18"), ("18", "\\frac{1}{2}"),
+     # found by `qerl grade-check` (shuffled answers): a free-text search would pick a number out of these
+     ("1,-2", "1"), ("2^{2005}", "2"), ("\\left( \\frac{15}{4}, \\frac{1}{2}, 0 \\right)", "0"), ("2x", "2"),
+     ("2 x", "2"), ("3 pi", "3"), ("18 dollars and 5 cents", "5")],
     ids=lambda v: str(v),
 )
 def test_not_equivalent(pred, gold):
