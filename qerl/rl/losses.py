@@ -31,7 +31,6 @@ Deviations and choices (documented):
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -46,7 +45,6 @@ __all__ = [
     "dapo_loss",
     "GRPOLoss",
     "DAPOLoss",
-    "LossConfig",
 ]
 
 AGGREGATIONS = ("sequence", "token", "fixed")
@@ -135,27 +133,6 @@ def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     """
     delta = ref_logp - logp  # [N, L]
     return torch.exp(delta) - delta - 1.0  # [N, L]
-
-
-@dataclass(frozen=True)
-class LossConfig:
-    """Hyperparameters of the clipped policy loss.
-
-    Attributes:
-        eps_low: lower clip range (ratio >= 1 - eps_low).
-        eps_high: upper clip range (ratio <= 1 + eps_high).
-        beta: KL coefficient (needs ref_logp when > 0).
-        aggregation: "sequence" (GRPO), "token" (DAPO) or "fixed" (Dr. GRPO; needs max_len).
-    """
-
-    eps_low: float = 0.2
-    eps_high: float = 0.2
-    beta: float = 0.0
-    aggregation: str = "sequence"
-
-
-GRPO = LossConfig(0.2, 0.2, 0.0, "sequence")
-DAPO = LossConfig(0.2, 0.28, 0.0, "token")
 
 
 def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> float:

@@ -6,9 +6,9 @@ training reward and the reported pass@1 agree on what "correct" means.
 
 How: `extract_answer` takes the last closed ``<answer>...</answer>`` (and, inside it, the last ``\\boxed{}`` if there
 is one), else the last ``\\boxed{}`` of the text, else GSM8K's ``#### N``; the locating helpers live in
-`qerl.data.answers`. `is_correct` first compares plain numbers exactly (``"$1,000." == "1000"``, ``"18 dollars" == "18"``,
-no sympy), then falls back to math-verify (`math_verify.parse` / `verify` on the answer wrapped in ``\\boxed{}`` and
-the gold wrapped in ``$...$``: LaTeX and numeric equivalence, ``\\dfrac12 == 0.5``).
+`qerl.data.answers`. `is_correct` first compares plain numbers exactly (``"$1,000." == "1000"``,
+``"18 dollars" == "18"``, no sympy), then falls back to math-verify (`math_verify.parse` / `verify` on the answer
+wrapped in ``\\boxed{}`` and the gold wrapped in ``$...$``: LaTeX and numeric equivalence, ``\\dfrac12 == 0.5``).
 Run the tests: `pytest tests/rl/test_rewards.py -q`.
 
 Robustness (a reward never crashes or hangs on model output):

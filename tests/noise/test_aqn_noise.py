@@ -130,7 +130,8 @@ def test_bfloat16_weights_restore_exactly(ids):
     m = transformers.Qwen2ForCausalLM(config).to(torch.bfloat16).eval()
     before = _state(m)
     with applied(m, 3e-3, torch.Generator().manual_seed(0)):
-        assert not torch.equal(m.model.layers[0].input_layernorm.weight, before["model.layers.0.input_layernorm.weight"])
+        noisy = m.model.layers[0].input_layernorm.weight
+        assert not torch.equal(noisy, before["model.layers.0.input_layernorm.weight"])
     _assert_same_state(m, before)
 
 

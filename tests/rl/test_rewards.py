@@ -137,6 +137,12 @@ def test_huge_answers_graded_wrong_fast(completion):
     assert not r.correct and r.reward in (0.0, 0.5)
 
 
+def test_slow_sympy_is_cut_by_the_timeout():
+    """Not caught by the explosive-pattern guard: math-verify's own (SIGALRM) timeout ends it, graded wrong."""
+    r = _graded_quickly("<answer>\\binom{10^{6}}{5 \\cdot 10^{5}}</answer>", limit_s=4.5)
+    assert not r.correct
+
+
 @pytest.mark.parametrize(
     "completion",
     [
