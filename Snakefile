@@ -1,0 +1,33 @@
+# QeRL reproduction harness -- the whole DAG.
+#
+#   snakemake --cores all                             # the tiny scale (config/config.yaml), CPU, minutes
+#   snakemake --cores all --configfile config/small.yaml
+#   snakemake --cores all results/tiny/models/tiny/base   # any single output, by its path
+#
+# Path grammar (R = <results_dir>/<scale>):
+#   R/data/tiny/{pretrain,rl,test}.jsonl             generated arithmetic problems (tiny scale)
+#   R/data/manifest.json                             real benchmark files checked/downloaded (rule data)
+#   R/models/<model>/base/                           the base checkpoint (pretrain_tiny or prepare_model)
+#   R/quantized/<model>/<format>/                    NVFP4 / MXFP4 (AWQ-calibrated) and NF4 checkpoints
+#   R/runs/<task>/<model>/<method>/<variant>/seed<k>/  one training run (metrics.jsonl, adapter, eval)
+#   R/tables/table<N>.{md,tex,csv}, R/figures/fig<N>.{png,pdf}
+#   R/logs/<rule>/...  and  R/benchmarks/<rule>/...  per-job logs and timings
+from snakemake.utils import validate
+
+
+configfile: "config/config.yaml"
+
+
+validate(config, "workflow/schemas/config.schema.yaml")
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/data.smk"
+include: "workflow/rules/models.smk"
+
+
+
+rule all:
+    input:
+        final_targets(),
+    default_target: True

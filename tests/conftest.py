@@ -1,0 +1,22 @@
+"""Shared fixtures: the real benchmark files (../shared/data beside the checkout, or $QERL_TEST_DATA_ROOT)."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def shared_data_root() -> Path:
+    root = Path(os.environ.get("QERL_TEST_DATA_ROOT", REPO.parent / "shared" / "data"))
+    if not (root / "gsm8k" / "test.jsonl").exists():
+        pytest.skip(f"benchmark files not found under {root} (set QERL_TEST_DATA_ROOT)")
+    return root
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    return REPO
