@@ -229,6 +229,7 @@ def quantize_(model: nn.Module, config, filter_fn: Callable[[nn.Module, str], bo
             new = config.convert(module)
         except ValueError as exc:
             raise ValueError(f"quantize_: cannot convert {fqn!r}: {exc}") from exc
+        new.train(module.training)  # a fresh module starts in training mode; keep the model's mode
         setattr(parent, child, new)
     return model
 
