@@ -1,0 +1,633 @@
+"""FP4 (NVFP4 / MXFP4) W4A16 kernel family: load-time weight layout, E2M1 decoder, fused dequantize-GEMM,
+standalone dequantize, and their launch wrappers. nvfp4.py and mxfp4.py are thin format front ends over this file.
+
+Why this shape (the kernels issue): 4-bit weights pay only if the matmul streams 4.5 bits per weight at close to HBM
+bandwidth. A plain "decode E2M1 with a bit trick, then tl.dot" Triton kernel stalls on decode and data movement far
+below that (0.3-0.9 TB/s measured). What this file does instead, Marlin-style:
+
+1. Weights are re-laid-out ONCE at load time (`prepare_codes`): every 32-bit word holds the 8 codes that one GPU
+   thread needs for its wgmma A-operand fragment (k = 32b + 8q + 2c + r for lane-quad c, word b, q = 0..3,
+   r = 0..1), with the nibble bits placed so that each pair of codes becomes an fp16x2/bf16x2 register in 2-4
+   integer instructions (11 per word for fp16, 13 for bf16, found by exhaustive search over shift/mask layouts).
+   A thread loads its 4 words of a 128-wide k chunk with one 16-byte shared-memory load, and Triton's layout
+   propagation maps the decoded tile onto the MMA operand layout with no data exchange between threads.
+2. "Swap AB": the kernel computes y^T = W @ x^T, so the decoded weight tile is wgmma's A operand straight from
+   registers (never written to shared memory) and the activations, tiny at decode, are the B operand (M padded
+   to 16).
+3. Block scales are applied with one packed multiply per pair of weights, in the MMA's own precision, and the
+   products are exact: e2m1 (2 significant bits) times an E4M3 scale (4 bits) needs 6 bits and stays inside
+   fp16's / bf16's range with the biases chosen below; the per-tensor factor is applied once to the fp32 result.
+   NVFP4 scales are stored re-encoded as "e5m3" bytes (value 2**(e5 - 10) * (1 + m3 / 8)) so that two of them
+   become an fp16x2 or bf16x2 register with one shift-add.
+4. Decode shapes (M <= 64) use stream-K: a persistent grid of about 2 CTAs per SM splits (tile, k-step) work
+   evenly; tiles shared by several CTAs are reduced deterministically by the last CTA to finish (fp32 partials
+   in a workspace, an arrival counter that resets itself), so one launch does the whole product.
+5. Larger M uses the same kernel with one tile per CTA; very large M, and the backward input gradient, use the
+   standalone dequantize kernel followed by cuBLAS, which wins there (the decode cost is amortised over M).
+
+Numerics: dequantized weights are exact (bit-identical to the float32 reference cast to the MMA dtype, up to the
+documented fp16 range limits); products accumulate in fp32 (wgmma); the output is rounded once to x's dtype.
+fp16 activations run the fp16 MMA, bf16 activations the bf16 MMA. MXFP4 with fp16 activations flushes blocks
+whose scale is below 2**-14 times 2**(d) to zero (d: the largest scale exponent minus 1), as fp16 itself would.
+
+CPU: TRITON_INTERPRET=1 runs the same kernels with a pure-Triton decoder instead of the inline PTX (tests/kernels).
+"""
+from __future__ import annotations
+
+import functools
+import os
+import weakref
+from dataclasses import dataclass
+
+import torch
+
+try:  # triton is optional on CPU-only installs; the torch reference path works without it
+    import triton
+    import triton.language as tl
+    HAVE_TRITON = True
+except ImportError:  # pragma: no cover - exercised only where triton is absent
+    HAVE_TRITON = False
+
+__all__ = [
+    "CHUNK", "ROW_ALIGN", "PreparedFP4", "prepare_codes", "fp4_gemm", "fp4_dequantize",
+    "interpret_mode", "FUSED_MAX_M",
+]
+
+CHUNK = 128      # k elements per storage chunk (16 words per row)
+ROW_ALIGN = 128  # rows padded to a multiple of this (largest BN)
+# M above this goes through dequantize + cuBLAS (measured crossover, see results/measured/*/kernels.csv).
+FUSED_MAX_M = int(os.environ.get("QERL_FP4_FUSED_MAX_M", "1024"))
+# Tests set this to False to run the pure-Triton decoder on a GPU (None: inline PTX unless interpreting).
+USE_ASM_OVERRIDE: bool | None = None
+
+# Bit positions of pair q (codes j = 2q and 2q + 1 of a word; +16 for the second of the pair):
+# sign bit and the low bit of the 3-bit exponent/mantissa field. Chosen by exhaustive search (see docstring).
+_SIGN_POS = (15, 14, 13, 12)
+_EM_POS = (9, 3, 0, 6)
+
+
+def interpret_mode() -> bool:
+    """True when Triton runs in its CPU interpreter (TRITON_INTERPRET=1)."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Load-time layout (torch)
+# --------------------------------------------------------------------------------------------------------------
+@dataclass
+class PreparedFP4:
+    """A 4-bit weight in the kernels' layout (built once by nvfp4.prepare / mxfp4.prepare).
+
+    Attributes:
+        words: int32 [N_pad, K_pad // 8], see `prepare_codes`.
+        scales: NVFP4: int16 [N_pad, K_pad // 32] (two e5m3 bytes, group 2b low); MXFP4: uint8 [N_pad, K_pad // 32].
+        out_scales: float32 [2]: the factor applied to the fp32 result for fp16 (index 0) and bf16 (index 1) MMAs.
+        n, k: the logical weight shape [n, k].
+        scale_kind: 0 NVFP4, 1 MXFP4.
+    """
+
+    words: torch.Tensor
+    scales: torch.Tensor
+    out_scales: torch.Tensor
+    n: int
+    k: int
+    scale_kind: int
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in (self.words, self.scales, self.out_scales))
+
+
+class PreparedCache:
+    """Cache of prepared weights keyed on the storage tensors, so callers can keep passing the storage layout.
+
+    An entry is rebuilt when any source tensor is replaced (data pointer) or modified in place (version counter),
+    and dropped when the first source tensor is garbage-collected. The prepared copy costs another 4.5 bits per
+    weight on the device (a layer that holds only the prepared form would avoid it).
+    """
+
+    def __init__(self, build):
+        self._build = build
+        self._entries: dict[int, tuple] = {}
+
+    def get(self, *tensors: torch.Tensor) -> PreparedFP4:
+        key = id(tensors[0])
+        stamp = tuple((t.data_ptr(), t._version, tuple(t.shape), t.device) for t in tensors)
+        hit = self._entries.get(key)
+        if hit is not None and hit[0] == stamp:
+            return hit[1]
+        prepared = self._build(*tensors)
+        if hit is None:
+            weakref.finalize(tensors[0], self._entries.pop, key, None)
+        self._entries[key] = (stamp, prepared)
+        return prepared
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+
+def padded_shape(n: int, k: int) -> tuple[int, int]:
+    """(N_pad, K_pad): rows to a multiple of ROW_ALIGN, columns to a multiple of CHUNK."""
+    return -(-n // ROW_ALIGN) * ROW_ALIGN, -(-k // CHUNK) * CHUNK
+
+
+def prepare_codes(codes: torch.Tensor) -> torch.Tensor:
+    """Re-lay-out packed E2M1 codes for the kernels.
+
+    Args:
+        codes: uint8 [N, K // 2], element 2j in the low nibble (the storage contract).
+
+    Returns:
+        int32 [N_pad, K_pad // 8]. In row n, chunk t (128 columns), word 4c + b (c, b in 0..3) holds the codes of
+        columns 128t + 32b + 8q + 2c + r for q in 0..3, r in 0..1; code (q, r) has its sign bit at
+        _SIGN_POS[q] + 16r and its 3-bit exponent/mantissa field starting at bit _EM_POS[q] + 16r.
+    """
+    n, k = codes.shape[0], codes.shape[1] * 2
+    n_pad, k_pad = padded_shape(n, k)
+    c = torch.stack((codes & 0x0F, codes >> 4), dim=-1).flatten(-2).to(torch.int64)  # [N, K]
+    c = torch.nn.functional.pad(c, (0, k_pad - k, 0, n_pad - n))
+    c = c.view(n_pad, k_pad // CHUNK, 4, 4, 4, 2)  # [n, t, b, q, c, r]
+    sign, em = (c >> 3) & 1, c & 7
+    dev = codes.device
+    r = torch.arange(2, device=dev) * 16
+    sp = (torch.tensor(_SIGN_POS, device=dev)[:, None, None] + r).view(4, 1, 2)  # [q, c(bcast), r]
+    ep = (torch.tensor(_EM_POS, device=dev)[:, None, None] + r).view(4, 1, 2)
+    bits = (sign << sp) | (em << ep)                      # disjoint fields -> sum == or
+    word = bits.sum(dim=(3, 5))                           # [n, t, b, c]
+    word = word.permute(0, 1, 3, 2).reshape(n_pad, k_pad // 8)  # word index 4c + b
+    word = torch.where(word >= 2 ** 31, word - 2 ** 32, word)
+    return word.to(torch.int32).contiguous()
+
+
+def unprepare_codes(words: torch.Tensor, n: int, k: int) -> torch.Tensor:
+    """Inverse of `prepare_codes` (for tests): int32 [N_pad, K_pad // 8] -> uint8 codes [n, k // 2]."""
+    n_pad, k_pad = words.shape[0], words.shape[1] * 8
+    w = words.to(torch.int64) & 0xFFFFFFFF
+    w = w.view(n_pad, k_pad // CHUNK, 4, 4).permute(0, 1, 3, 2)      # [n, t, b, c]
+    dev = words.device
+    r = torch.arange(2, device=dev) * 16
+    sp = torch.tensor(_SIGN_POS, device=dev)[:, None] + r            # [q, r]
+    ep = torch.tensor(_EM_POS, device=dev)[:, None] + r
+    w = w[..., None, :, None]                                         # [n, t, b, q, c, r]
+    codes = (((w >> sp[:, None, :]) & 1) << 3) | ((w >> ep[:, None, :]) & 7)
+    codes = codes.reshape(n_pad, k_pad)[:n, :k].to(torch.uint8)
+    return codes[:, 0::2] | (codes[:, 1::2] << 4)
+
+
+def e4m3_to_e5m3(scales: torch.Tensor) -> torch.Tensor:
+    """float8_e4m3fn scales -> uint8 e5m3 bytes: value 2**(e5 - 10) * (1 + m3 / 8), 0 for a zero scale.
+
+    Exact for every finite E4M3 value (subnormals are normalised: exponents -9..8 give e5 1..18). The byte 0
+    decodes to 2**-10, so callers zero the codes of zero-scale blocks.
+    """
+    v = scales.float()
+    m, e = torch.frexp(v)                                  # v = m * 2**e, m in [0.5, 1)
+    e5 = (e - 1 + 10).clamp(min=0)
+    m3 = ((m * 2 - 1) * 8).round().to(torch.int32)
+    q = (e5 << 3) | m3
+    return torch.where(v > 0, q, torch.zeros_like(q)).to(torch.uint8)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Triton kernels
+# --------------------------------------------------------------------------------------------------------------
+if HAVE_TRITON:
+    def _asm(scale_kind: int, bf16: bool) -> str:
+        """PTX for one 32-bit word -> 8 scaled fp16/bf16 values (code j = 2q + r), as Triton inline asm.
+
+        Operands: $0..$7 the outputs, $8 the word, $9 the raw scale entry (16 bits) of the word's 32 columns (NVFP4: two
+        e5m3 bytes, group 2b in byte 0; MXFP4: the re-biased E8M0 byte). Pair q has its sign bit at
+        _SIGN_POS[q] (+16 for r = 1) and its exponent/mantissa field at _EM_POS[q]. fp16 wants sign at 15 and the
+        field at 9..11, which reads as value * 2**-14; bf16 wants the field at 6..8, value * 2**-126. Subnormal
+        results (code +-0.5) are exact in both. Then one packed multiply by the block scale per pair; the scale
+        pair is built with one byte permute and one multiply-add (two bytes -> two 16-bit floats):
+        NVFP4 fp16 bits (e5m3 << 7) + (5 << 10) equal the scale; bf16 bits (e5m3 << 4) + (181 << 7) the
+        scale * 2**64. MXFP4 bf16: (s' + 126) << 7 = 2**(s' - 1); fp16: max(s' - 98, 0) << 10 = 2**(s' - 113).
+        """
+        if scale_kind == 0:
+            sc = ("cvt.u32.u16 t, $9;\nprmt.b32 s, t, 0, 0x4140;\n" +
+                  ("mad.lo.u32 s, s, 16, 0x5A805A80;" if bf16 else "mad.lo.u32 s, s, 128, 0x14001400;"))
+        elif bf16:
+            sc = "cvt.u32.u16 t, $9;\nprmt.b32 s, t, 0, 0x4040;\nmad.lo.u32 s, s, 128, 0x3F003F00;"
+        else:
+            sc = "cvt.u32.u16 t, $9;\nsub.s32 t, t, 98;\nmax.s32 t, t, 0;\nprmt.b32 s, t, 0, 0x4040;\nshl.b32 s, s, 10;"
+        if bf16:
+            dec = """
+            shr.u32 t, $8, 3;
+            and.b32 t, t, 0x01C001C0;
+            lop3.b32 h0, $8, 0x80008000, t, 0xEA;
+            shl.b32 a1, $8, 1;
+            shl.b32 a3, $8, 3;
+            and.b32 t, a3, 0x01C001C0;
+            lop3.b32 h1, a1, 0x80008000, t, 0xEA;
+            shl.b32 a2, $8, 2;
+            shl.b32 a6, $8, 6;
+            and.b32 t, a6, 0x01C001C0;
+            lop3.b32 h2, a2, 0x80008000, t, 0xEA;
+            and.b32 t, $8, 0x01C001C0;
+            lop3.b32 h3, a3, 0x80008000, t, 0xEA;
+            mov.b32 nz, 0x80008000;
+            fma.rn.bf16x2 h0, h0, s0, nz;
+            fma.rn.bf16x2 h1, h1, s0, nz;
+            fma.rn.bf16x2 h2, h2, s1, nz;
+            fma.rn.bf16x2 h3, h3, s1, nz;"""
+        else:
+            dec = """
+            and.b32 h0, $8, 0x8E008E00;
+            shl.b32 a1, $8, 1;
+            shl.b32 a6, $8, 6;
+            and.b32 t, a6, 0x0E000E00;
+            lop3.b32 h1, a1, 0x80008000, t, 0xEA;
+            shl.b32 a2, $8, 2;
+            shl.b32 a9, $8, 9;
+            and.b32 t, a9, 0x0E000E00;
+            lop3.b32 h2, a2, 0x80008000, t, 0xEA;
+            shl.b32 a3, $8, 3;
+            and.b32 h3, a3, 0x8E008E00;
+            mul.rn.f16x2 h0, h0, s0;
+            mul.rn.f16x2 h1, h1, s0;
+            mul.rn.f16x2 h2, h2, s1;
+            mul.rn.f16x2 h3, h3, s1;"""
+        return ("{\n.reg .b32 a1, a2, a3, a6, a9, t, s, s0, s1, h0, h1, h2, h3, nz;\n.reg .b16 sl, sh;\n" + sc +
+                "\nmov.b32 {sl, sh}, s;\nmov.b32 s0, {sl, sl};\nmov.b32 s1, {sh, sh};" + dec +
+                "\nmov.b32 {$0, $1}, h0;\nmov.b32 {$2, $3}, h1;\nmov.b32 {$4, $5}, h2;\nmov.b32 {$6, $7}, h3;\n}")
+
+    _ASM_NV_F16 = tl.constexpr(_asm(0, False))
+    _ASM_NV_BF16 = tl.constexpr(_asm(0, True))
+    _ASM_MX_F16 = tl.constexpr(_asm(1, False))
+    _ASM_MX_BF16 = tl.constexpr(_asm(1, True))
+
+    @triton.jit
+    def _decode_one(w, s2, SPOS: tl.constexpr, EPOS: tl.constexpr, HALF: tl.constexpr, BF16: tl.constexpr):
+        # Pure-Triton twin of the PTX above for one code (the interpreter's path, and the readable spec).
+        sign = (w >> SPOS) & 1
+        em = (w >> EPOS) & 7
+        if BF16:
+            # float32 stand-in for the bf16 pair (the interpreter has no bf16 arithmetic): same exponent range,
+            # so the field at bits 22..24 gives value * 2**-126 and bf16 bits << 16 are the scale; exact product.
+            val = ((sign << 31) | (em << 22)).to(tl.float32, bitcast=True)
+            sc = (((s2 >> (16 * HALF)) & 0xFFFF) << 16).to(tl.float32, bitcast=True)
+            return val * sc
+        else:
+            bits = (sign << 15) | (em << 9)
+            val = bits.to(tl.int16).to(tl.float16, bitcast=True)
+            sc = ((s2 >> (16 * HALF)) & 0xFFFF).to(tl.int16).to(tl.float16, bitcast=True)
+            return val * sc
+
+    @triton.jit
+    def _decode_words(w, sc, SCALE_KIND: tl.constexpr, BF16: tl.constexpr, USE_ASM: tl.constexpr):
+        """int32 words + their raw scale entries (int32) -> 8 tensors of scaled values (code j = 2q + r)."""
+        if USE_ASM:
+            if SCALE_KIND == 0:
+                if BF16:
+                    o0, o1, o2, o3, o4, o5, o6, o7 = tl.inline_asm_elementwise(
+                        _ASM_NV_BF16, "=h,=h,=h,=h,=h,=h,=h,=h,r,h", [w, sc], dtype=(tl.bfloat16,) * 8,
+                        is_pure=True, pack=1)
+                else:
+                    o0, o1, o2, o3, o4, o5, o6, o7 = tl.inline_asm_elementwise(
+                        _ASM_NV_F16, "=h,=h,=h,=h,=h,=h,=h,=h,r,h", [w, sc], dtype=(tl.float16,) * 8,
+                        is_pure=True, pack=1)
+            else:
+                if BF16:
+                    o0, o1, o2, o3, o4, o5, o6, o7 = tl.inline_asm_elementwise(
+                        _ASM_MX_BF16, "=h,=h,=h,=h,=h,=h,=h,=h,r,h", [w, sc], dtype=(tl.bfloat16,) * 8,
+                        is_pure=True, pack=1)
+                else:
+                    o0, o1, o2, o3, o4, o5, o6, o7 = tl.inline_asm_elementwise(
+                        _ASM_MX_F16, "=h,=h,=h,=h,=h,=h,=h,=h,r,h", [w, sc], dtype=(tl.float16,) * 8,
+                        is_pure=True, pack=1)
+        else:
+            s2 = _scale_pairs(sc, SCALE_KIND, BF16)
+            o0 = _decode_one(w, s2, 15, 9, 0, BF16)
+            o1 = _decode_one(w, s2, 31, 25, 0, BF16)
+            o2 = _decode_one(w, s2, 14, 3, 0, BF16)
+            o3 = _decode_one(w, s2, 30, 19, 0, BF16)
+            o4 = _decode_one(w, s2, 13, 0, 1, BF16)
+            o5 = _decode_one(w, s2, 29, 16, 1, BF16)
+            o6 = _decode_one(w, s2, 12, 6, 1, BF16)
+            o7 = _decode_one(w, s2, 28, 22, 1, BF16)
+        return o0, o1, o2, o3, o4, o5, o6, o7
+
+    @triton.jit
+    def _scale_pairs(sc, SCALE_KIND: tl.constexpr, BF16: tl.constexpr):
+        """Loaded scales (one entry per 32 columns) -> int32 holding the MMA-dtype scale pair for the asm."""
+        if SCALE_KIND == 0:
+            # NVFP4: int16 = two e5m3 bytes (group 2b low, 2b + 1 high). fp16 bits (q << 7) + (5 << 10) are the
+            # scale itself; bf16 bits (q << 4) + (181 << 7) are the scale * 2**64.
+            x = sc.to(tl.int32) & 0xFFFF
+            lo = x & 0xFF
+            hi = x >> 8
+            if BF16:
+                lo = (lo << 4) + (181 << 7)
+                hi = (hi << 4) + (181 << 7)
+            else:
+                lo = (lo << 7) + (5 << 10)
+                hi = (hi << 7) + (5 << 10)
+        else:
+            # MXFP4: uint8 s' = s - d with s' <= 128. bf16 bits of 2**(s' - 1); fp16 bits of 2**(s' - 113)
+            # (flushed to 0 below fp16's normal range).
+            s = sc.to(tl.int32)
+            if BF16:
+                lo = (s + 126) << 7
+            else:
+                lo = tl.where(s >= 99, (s - 98) << 10, 0)
+            hi = lo
+        return lo | (hi << 16)
+
+    @triton.jit
+    def _decode_tile(wq, sc, BN: tl.constexpr, BK: tl.constexpr, SCALE_KIND: tl.constexpr, BF16: tl.constexpr,
+                     USE_ASM: tl.constexpr):
+        """[BN, BK // 8] words + [BN, BK // 32] scales -> [BN, BK] weights times 2**-14 (fp16) / 2**-62 (bf16).
+
+        The pure-Triton path (USE_ASM False) returns float32 in bf16 mode (same values)."""
+        NC: tl.constexpr = BK // 128
+        wq = tl.reshape(wq, [BN, NC, 4, 4])                      # [n, chunk, c, b]
+        sc = tl.broadcast_to(tl.reshape(sc.to(tl.int16), [BN, NC, 1, 4]), [BN, NC, 4, 4])
+        o0, o1, o2, o3, o4, o5, o6, o7 = _decode_words(wq, sc, SCALE_KIND, BF16, USE_ASM)
+        w = tl.join(tl.join(tl.join(o0, o1), tl.join(o2, o3)), tl.join(tl.join(o4, o5), tl.join(o6, o7)))
+        # dims [n, chunk, c, b, r, q0, q1] -> [n, chunk, b, q1, q0, c, r]: column 32b + 8q + 2c + r
+        w = tl.permute(w, (0, 1, 3, 6, 5, 2, 4))
+        return tl.reshape(w, [BN, BK])
+
+    @triton.jit
+    def _epilogue(acc, out_scale, bias_ptr, y_ptr, rn, rm, M, N, stride_ym, HAS_BIAS: tl.constexpr):
+        out = acc * out_scale                                    # [BN, BM] fp32
+        if HAS_BIAS:
+            out += tl.load(bias_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)[:, None]
+        mask = (rn < N)[:, None] & (rm < M)[None, :]
+        tl.store(y_ptr + rm[None, :] * stride_ym + rn[:, None], out.to(y_ptr.dtype.element_ty), mask=mask)
+
+    @triton.jit
+    def _fp4_gemm(
+            # pointers
+            x_ptr, w_ptr, s_ptr, out_scale_ptr, bias_ptr, y_ptr, ws_ptr, cnt_ptr,
+            # sizes (KW: padded K, a multiple of BK; M_BUCKET only keys the autotuner)
+            M, N, K, KW, M_BUCKET,
+            # strides (elements)
+            stride_xm, stride_wn, stride_sn, stride_ym,
+            # meta
+            SCALE_KIND: tl.constexpr, BF16: tl.constexpr, HAS_BIAS: tl.constexpr, USE_ASM: tl.constexpr,
+            STREAM_K: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
+            CPS: tl.constexpr, EVEN_K: tl.constexpr):
+        """y[M, N] = x[M, K] @ W[N, K]^T * out_scale (+ bias), computed as y^T tiles [BN, BM] = W_tile @ x^T."""
+        pid = tl.program_id(0)
+        tiles_m = tl.cdiv(M, BM)
+        tiles_n = tl.cdiv(N, BN)
+        k_steps = KW // BK
+        total = tiles_m * tiles_n * k_steps
+        if STREAM_K:
+            per = tl.cdiv(total, tl.num_programs(0))
+        else:
+            per = k_steps
+        u0 = pid * per
+        u1 = tl.minimum(u0 + per, total)
+        t_first = u0 // k_steps
+        t_last = (u1 - 1) // k_steps
+        out_scale = tl.load(out_scale_ptr + BF16)
+        rbn = tl.arange(0, BN)
+        rbm = tl.arange(0, BM)
+        rw = tl.arange(0, BK // 8)
+        rs = tl.arange(0, BK // 32)
+        rk = tl.arange(0, BK)
+        for t in range(t_first, t_last + 1):
+            ks0 = tl.maximum(u0 - t * k_steps, 0)
+            ks1 = tl.minimum(u1 - t * k_steps, k_steps)
+            # grouped tile order: GROUP_M m-tiles share each W tile while it is in L2
+            in_group = GROUP_M * tiles_n
+            first_m = (t // in_group) * GROUP_M
+            group_m = tl.minimum(tiles_m - first_m, GROUP_M)
+            pid_m = first_m + (t % in_group) % group_m
+            pid_n = (t % in_group) // group_m
+            rn = pid_n * BN + rbn
+            rm = pid_m * BM + rbm
+            w_ptrs = w_ptr + rn[:, None] * stride_wn + rw[None, :]
+            s_ptrs = s_ptr + rn[:, None] * stride_sn + rs[None, :]
+            x_ptrs = x_ptr + rm[None, :] * stride_xm + rk[:, None]
+            m_ok = rm[None, :] < M
+            acc = tl.zeros([BN, BM], dtype=tl.float32)
+            for ks in range(ks0, ks1):
+                k0 = ks * BK
+                wq = tl.load(w_ptrs + k0 // 8)
+                sc = tl.load(s_ptrs + k0 // 32)
+                if EVEN_K:  # K % BK == 0: only the (loop-invariant) row mask
+                    xt = tl.load(x_ptrs + k0, mask=m_ok, other=0.0)
+                else:
+                    xt = tl.load(x_ptrs + k0, mask=m_ok & (rk[:, None] < K - k0), other=0.0)
+                w = _decode_tile(wq, sc, BN, BK, SCALE_KIND, BF16, USE_ASM)
+                if USE_ASM:
+                    acc = tl.dot(w, xt, acc)
+                else:  # reference path (interpreter: no bf16 matmul); exact operands, fp32 products
+                    acc = tl.dot(w.to(tl.float32), xt.to(tl.float32), acc, input_precision="ieee")
+            if (ks0 == 0) & (ks1 == k_steps):
+                _epilogue(acc, out_scale, bias_ptr, y_ptr, rn, rm, M, N, stride_ym, HAS_BIAS)
+            else:
+                # Stream-K partial tile: park it, count arrivals; the last arrival sums all parts in CTA order.
+                slot = pid * 2 + (t != t_first).to(tl.int32)
+                ws_tile = rbn[:, None] * BM + rbm[None, :]
+                tl.store(ws_ptr + slot * (BN * BM) + ws_tile, acc, mask=m_ok)
+                tl.debug_barrier()
+                arrived = tl.atomic_add(cnt_ptr + t, 1, sem="acq_rel", scope="gpu")
+                first_cta = (t * k_steps) // per
+                last_cta = ((t + 1) * k_steps - 1) // per
+                if arrived == last_cta - first_cta:
+                    tot = tl.zeros([BN, BM], dtype=tl.float32)
+                    for p in range(first_cta, last_cta + 1):
+                        p_slot = p * 2 + (t != (p * per) // k_steps).to(tl.int32)
+                        tot += tl.load(ws_ptr + p_slot * (BN * BM) + ws_tile, mask=m_ok, other=0.0,
+                                       cache_modifier=".cg")
+                    _epilogue(tot, out_scale, bias_ptr, y_ptr, rn, rm, M, N, stride_ym, HAS_BIAS)
+                    tl.atomic_xchg(cnt_ptr + t, 0)
+
+    @triton.jit
+    def _fp4_dequant(
+            # pointers
+            w_ptr, s_ptr, out_scale_ptr, o_ptr,
+            # sizes
+            N, K,
+            # strides
+            stride_wn, stride_sn, stride_on,
+            # meta
+            SCALE_KIND: tl.constexpr, BF16: tl.constexpr, USE_ASM: tl.constexpr, BN: tl.constexpr,
+            BK: tl.constexpr):
+        """W[N, K] (fp16/bf16, natural layout) from the prepared weight."""
+        pid_n = tl.program_id(0)
+        pid_k = tl.program_id(1)
+        rn = pid_n * BN + tl.arange(0, BN)
+        wq = tl.load(w_ptr + rn[:, None] * stride_wn + pid_k * (BK // 8) + tl.arange(0, BK // 8)[None, :])
+        sc = tl.load(s_ptr + rn[:, None] * stride_sn + pid_k * (BK // 32) + tl.arange(0, BK // 32)[None, :])
+        w = _decode_tile(wq, sc, BN, BK, SCALE_KIND, BF16, USE_ASM)
+        w = (w.to(tl.float32) * tl.load(out_scale_ptr + BF16)).to(o_ptr.dtype.element_ty)
+        rk = pid_k * BK + tl.arange(0, BK)
+        tl.store(o_ptr + rn[:, None] * stride_on + rk[None, :], w, mask=(rn < N)[:, None] & (rk < K)[None, :])
+
+    # ----------------------------------------------------------------------------------------------------------
+    # Tuning
+    # ----------------------------------------------------------------------------------------------------------
+    def _gemm_configs():
+        """Candidate configs for every M bucket; `_prune` keeps those that fit the call.
+
+        Why these values (H100/H200, 132 SMs, 228 KB shared memory per SM):
+        - Decode (STREAM_K, BM = M rounded up to 16/32/64): memory bound, so the goal is >= ~32 KB of weight
+          loads in flight per SM with <= ~2.5 decode instructions per weight. BN 64/128 rows x BK 128/256
+          columns, 3-4 cp.async stages, 2-4 CTAs per SM (CPS) keep 48-96 KB in flight within shared memory.
+          One warpgroup (4 warps): wgmma m64nBMk16 with A (the decoded weights) from registers.
+        - Tiled (M > 64): compute bound; 128x128 or 128x64 output tiles with 8 warps (two warpgroups), BK 128
+          (one storage chunk), 3-4 stages, GROUP_M 8 for L2 reuse of W tiles.
+        """
+        cfgs = []
+        for bm in (16, 32, 64):
+            for bn, bk, st, cps in ((64, 128, 4, 4), (128, 128, 4, 2), (64, 256, 3, 3), (128, 256, 3, 2)):
+                cfgs.append(triton.Config(dict(STREAM_K=True, BM=bm, BN=bn, BK=bk, GROUP_M=1, CPS=cps),
+                                          num_warps=4, num_stages=st))
+        for bn, bm, nw, st in ((128, 128, 8, 3), (128, 64, 8, 4), (64, 128, 4, 4), (128, 256, 8, 2)):
+            cfgs.append(triton.Config(dict(STREAM_K=False, BM=bm, BN=bn, BK=128, GROUP_M=8, CPS=1),
+                                      num_warps=nw, num_stages=st))
+        return cfgs
+
+    def _bucket_bm(m: int) -> int:
+        return 16 if m <= 16 else 32 if m <= 32 else 64 if m <= 64 else 128
+
+    def _prune(configs, named_args, **kwargs):
+        m, kw = named_args["M"], named_args["KW"]
+        bucket = _bucket_bm(m)
+        keep = []
+        for c in configs:
+            kv = c.kwargs
+            if kw % kv["BK"]:
+                continue
+            if bucket <= 64 and kv["STREAM_K"] and kv["BM"] == bucket:
+                keep.append(c)
+            elif bucket > 64 and not kv["STREAM_K"]:
+                keep.append(c)
+        return keep
+
+    def _bench(fn, quantiles):
+        return triton.testing.do_bench(fn, warmup=5, rep=20, quantiles=quantiles)
+
+    _fp4_gemm_tuned = triton.autotune(
+        configs=_gemm_configs(), key=["M_BUCKET", "N", "K", "SCALE_KIND", "BF16", "HAS_BIAS"],
+        prune_configs_by={"early_config_prune": _prune}, do_bench=_bench)(
+            triton.heuristics({"EVEN_K": lambda a: a["K"] % a["BK"] == 0})(_fp4_gemm))
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Wrappers
+# --------------------------------------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=None)
+def _num_sms(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+_WORKSPACE: dict = {}
+
+
+def _workspace(device: torch.device, floats: int, counters: int):
+    """Per-device stream-K workspace (fp32 partials) and self-resetting arrival counters (zeroed once)."""
+    key = (device.type, device.index)
+    ws, cnt = _WORKSPACE.get(key, (None, None))
+    if ws is None or ws.numel() < floats:
+        ws = torch.empty(max(floats, 1 << 20), dtype=torch.float32, device=device)
+    if cnt is None or cnt.numel() < counters:
+        cnt = torch.zeros(max(counters, 1 << 16), dtype=torch.int32, device=device)
+    _WORKSPACE[key] = (ws, cnt)
+    return ws, cnt
+
+
+def _check_2d(x: torch.Tensor, w: PreparedFP4) -> None:
+    if x.dim() != 2 or x.shape[1] != w.k:
+        raise ValueError(f"fp4_gemm: expected x of shape [M, {w.k}], got {tuple(x.shape)}")
+    if x.dtype not in (torch.float16, torch.bfloat16):
+        raise ValueError(f"fp4_gemm: x must be float16 or bfloat16, got {x.dtype}")
+    if x.device != w.words.device:
+        raise ValueError(f"fp4_gemm: x on {x.device} but the weight on {w.words.device}")
+
+
+def fp4_gemm(x: torch.Tensor, w: PreparedFP4, bias: torch.Tensor | None = None, *, config: dict | None = None,
+             fused: bool | None = None) -> torch.Tensor:
+    """y = x @ W^T (+ bias) with fp32 accumulation, output in x's dtype.
+
+    Args:
+        x: [M, K] float16/bfloat16, on the weight's device (CUDA, or CPU under TRITON_INTERPRET=1).
+        w: the prepared weight.
+        bias: optional [N].
+        config: force one kernel config (dict of STREAM_K, BM, BN, BK, GROUP_M, CPS, num_warps, num_stages)
+            instead of autotuning; the interpreter always uses a small fixed one.
+        fused: force the fused kernel (True) or dequantize + cuBLAS (False); default: fused iff M <= FUSED_MAX_M.
+
+    Returns:
+        [M, N] tensor.
+
+    Raises:
+        ValueError: shape, dtype or device mismatch.
+    """
+    _check_2d(x, w)
+    m = x.shape[0]
+    if fused is None:
+        fused = m <= FUSED_MAX_M
+    if not fused:
+        return torch.nn.functional.linear(x, fp4_dequantize(w, x.dtype), bias)
+    x = x.contiguous()
+    y = torch.empty((m, w.n), dtype=x.dtype, device=x.device)
+    if m == 0:
+        return y
+    kw = w.words.shape[1] * 8
+    bf16 = x.dtype == torch.bfloat16
+    interp = interpret_mode()
+    bias_arg = bias.contiguous() if bias is not None else w.out_scales  # dummy pointer when HAS_BIAS is False
+    if interp and config is None:
+        config = dict(STREAM_K=True, BM=16, BN=64, BK=128, GROUP_M=1, CPS=1, num_warps=4, num_stages=1)
+    n_sm = 2 if interp else _num_sms(x.device.index or 0)
+    # workspace for the largest stream-K config: grid <= 4 CTAs/SM, two partial slots each of BN*BM floats
+    ws, cnt = _workspace(x.device, n_sm * 4 * 2 * 128 * 64, _tiles_upper_bound(m, w.n))
+    args = (x, w.words, w.scales, w.out_scales, bias_arg, y, ws, cnt, m, w.n, w.k, kw, _bucket_m(m),
+            x.stride(0), w.words.stride(0), w.scales.stride(0), y.stride(0))
+    use_asm = (not interp) if USE_ASM_OVERRIDE is None else USE_ASM_OVERRIDE
+    meta = dict(SCALE_KIND=w.scale_kind, BF16=bf16, HAS_BIAS=bias is not None, USE_ASM=use_asm)
+
+    def grid(c):
+        units = -(-m // c["BM"]) * -(-w.n // c["BN"]) * (kw // c["BK"])
+        if c["STREAM_K"]:
+            return (min(units, n_sm * c["CPS"]),)
+        return (units // (kw // c["BK"]),)
+
+    if config is not None:
+        c = dict(config)
+        nw, ns = c.pop("num_warps", 4), c.pop("num_stages", 3)
+        _fp4_gemm[grid(c)](*args, **meta, **c, EVEN_K=w.k % c["BK"] == 0, num_warps=nw, num_stages=ns)
+    else:
+        _fp4_gemm_tuned[grid](*args, **meta)
+    return y
+
+
+def _bucket_m(m: int) -> int:
+    """Autotuning key for M: 16, 32, 64, then powers of two."""
+    return max(16, 1 << (max(m, 1) - 1).bit_length())
+
+
+def _tiles_upper_bound(m: int, n: int) -> int:
+    return -(-m // 16) * -(-n // 64)
+
+
+def fp4_dequantize(w: PreparedFP4, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+    """The dense weight [N, K] in `dtype` (float16 or bfloat16), exact (one rounding of the float32 value).
+
+    Args:
+        w: the prepared weight.
+        dtype: torch.float16 or torch.bfloat16.
+
+    Returns:
+        [N, K] tensor on the weight's device.
+
+    Raises:
+        ValueError: unsupported dtype.
+    """
+    if dtype not in (torch.float16, torch.bfloat16):
+        raise ValueError(f"fp4_dequantize: dtype must be float16 or bfloat16, got {dtype}")
+    out = torch.empty((w.n, w.k), dtype=dtype, device=w.words.device)
+    interp = interpret_mode()
+    bn, bk = (64, 128) if interp else (64, 256 if (w.words.shape[1] * 8) % 256 == 0 else 128)
+    grid = (w.words.shape[0] // bn, (w.words.shape[1] * 8) // bk)
+    _fp4_dequant[grid](w.words, w.scales, w.out_scales, out, w.n, w.k, w.words.stride(0), w.scales.stride(0),
+                       out.stride(0), SCALE_KIND=w.scale_kind, BF16=dtype == torch.bfloat16, USE_ASM=not interp,
+                       BN=bn, BK=bk, num_warps=4, num_stages=1)
+    return out

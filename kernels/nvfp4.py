@@ -1,0 +1,126 @@
+"""NVFP4 W4A16 kernels: fused dequantize-GEMM y = x @ W^T and a standalone dequantize, for torch and Triton.
+
+Why: QeRL's rollouts and training keep the frozen weights in NVFP4 (E2M1 codes, an E4M3 scale per 16, an fp32
+per-tensor scale). The released training path dequantizes to bf16 on every call; these kernels read the 4.5-bit
+weight directly. The kernels themselves live in kernels/_common.py (shared with MXFP4); this module holds the NVFP4
+load-time preparation, the torch.library ops and the torch reference they are tested against.
+
+API:
+    prepare(codes, scales, global_scale) -> PreparedFP4     # once per weight (cached by `prepared`)
+    nvfp4_linear(x, codes, scales, global_scale, bias=None) # torch.ops.qerl_kernels.nvfp4_linear
+    nvfp4_dequantize(codes, scales, global_scale, dtype)    # torch.ops.qerl_kernels.nvfp4_dequantize
+    nvfp4_linear_reference / nvfp4_dequantize_reference     # plain torch (kernels/reference.py)
+CUDA inputs run the Triton kernels; CPU inputs run the torch reference (same numerics: exact weights, fp32 sums).
+
+Run: `TRITON_INTERPRET=1 pytest tests/kernels -q` (CPU), `pytest tests/kernels -q` on a GPU,
+`python -m kernels.bench` for speed.
+"""
+from __future__ import annotations
+
+import torch
+
+from kernels import _common
+from kernels._common import PreparedFP4, fp4_dequantize, fp4_gemm, padded_shape, prepare_codes, e4m3_to_e5m3
+from kernels.reference import nvfp4_dequantize_reference, nvfp4_linear_reference, nvfp4_quantize_reference
+
+__all__ = ["prepare", "prepared", "nvfp4_linear", "nvfp4_dequantize", "nvfp4_linear_reference",
+           "nvfp4_dequantize_reference", "nvfp4_quantize_reference"]
+
+
+def _check(codes: torch.Tensor, scales: torch.Tensor, global_scale: torch.Tensor) -> tuple[int, int]:
+    if codes.dim() != 2 or codes.dtype != torch.uint8:
+        raise ValueError(f"nvfp4: codes must be uint8 [N, K // 2], got {codes.dtype} {tuple(codes.shape)}")
+    n, k = codes.shape[0], codes.shape[1] * 2
+    if k % 16 or tuple(scales.shape) != (n, k // 16) or scales.dtype != torch.float8_e4m3fn:
+        raise ValueError(f"nvfp4: scales must be float8_e4m3fn [{n}, {k // 16}] for codes {tuple(codes.shape)}, "
+                         f"got {scales.dtype} {tuple(scales.shape)}")
+    if global_scale.numel() != 1:
+        raise ValueError(f"nvfp4: global_scale must hold one value, got shape {tuple(global_scale.shape)}")
+    return n, k
+
+
+def prepare(codes: torch.Tensor, scales: torch.Tensor, global_scale: torch.Tensor) -> PreparedFP4:
+    """Re-lay-out an NVFP4 weight for the kernels (see _common.prepare_codes), once, on its device.
+
+    Args:
+        codes: uint8 [N, K // 2] (storage contract: element 2j in the low nibble).
+        scales: float8_e4m3fn [N, K // 16].
+        global_scale: float32 with one value (dequantization multiplier).
+
+    Returns:
+        PreparedFP4 with 4.5 bits per weight plus padding of rows to 128 and columns to 128.
+
+    Raises:
+        ValueError: bad shapes or dtypes (the message names them).
+    """
+    n, k = _check(codes, scales, global_scale)
+    n_pad, k_pad = padded_shape(n, k)
+    zero = (scales.float() == 0).repeat_interleave(8, dim=1)        # blocks with scale 0 decode to 0: zero codes
+    codes = codes.masked_fill(zero, 0)
+    q = e4m3_to_e5m3(scales)
+    q = torch.nn.functional.pad(q, (0, k_pad // 16 - k // 16, 0, n_pad - n)).contiguous()
+    gs = global_scale.detach().float().reshape(1)
+    # fp16 MMA: weights decode as w * 2**-14; bf16 MMA: as w * 2**-62 (see _common._scale_pairs).
+    out_scales = torch.cat((gs * 2.0 ** 14, gs * 2.0 ** 62)).contiguous()
+    return PreparedFP4(prepare_codes(codes), q.view(torch.int16), out_scales, n, k, scale_kind=0)
+
+
+_CACHE = _common.PreparedCache(prepare)
+
+
+def prepared(codes: torch.Tensor, scales: torch.Tensor, global_scale: torch.Tensor) -> PreparedFP4:
+    """`prepare` with a cache keyed on the tensors (rebuilt if any of them is modified in place or replaced)."""
+    return _CACHE.get(codes, scales, global_scale)
+
+
+@torch.library.custom_op("qerl_kernels::nvfp4_linear", mutates_args=())
+def nvfp4_linear(x: torch.Tensor, codes: torch.Tensor, scales: torch.Tensor, global_scale: torch.Tensor,
+                 bias: torch.Tensor | None = None) -> torch.Tensor:
+    """y = x @ W^T (+ bias) for an NVFP4 weight W [N, K]; x [..., K] float16/bfloat16 (CUDA) or any float (CPU).
+
+    Returns:
+        [..., N] in x's dtype.
+    """
+    n, k = _check(codes, scales, global_scale)
+    if x.shape[-1] != k:
+        raise ValueError(f"nvfp4_linear: x of shape {tuple(x.shape)} does not match a weight [{n}, {k}]")
+    if x.is_cuda and x.dtype in (torch.float16, torch.bfloat16):
+        y = fp4_gemm(x.reshape(-1, k), prepared(codes, scales, global_scale), bias)
+        return y.reshape(*x.shape[:-1], n)
+    return nvfp4_linear_reference(x, codes, scales, global_scale, bias)
+
+
+@nvfp4_linear.register_fake
+def _(x, codes, scales, global_scale, bias=None):
+    return x.new_empty((*x.shape[:-1], codes.shape[0]))
+
+
+@torch.library.custom_op("qerl_kernels::nvfp4_dequantize", mutates_args=())
+def nvfp4_dequantize(codes: torch.Tensor, scales: torch.Tensor, global_scale: torch.Tensor,
+                     dtype: torch.dtype) -> torch.Tensor:
+    """The dense weight [N, K] as `dtype` (Triton on CUDA for float16/bfloat16, torch otherwise)."""
+    _check(codes, scales, global_scale)
+    if codes.is_cuda and dtype in (torch.float16, torch.bfloat16):
+        return fp4_dequantize(prepared(codes, scales, global_scale), dtype)
+    return nvfp4_dequantize_reference(codes, scales, global_scale, dtype)
+
+
+@nvfp4_dequantize.register_fake
+def _(codes, scales, global_scale, dtype):
+    return codes.new_empty((codes.shape[0], codes.shape[1] * 2), dtype=dtype)
+
+
+def _setup(ctx, inputs, output):
+    x, codes, scales, global_scale, bias = inputs
+    ctx.save_for_backward(codes, scales, global_scale)
+    ctx.has_bias = bias is not None
+
+
+def _backward(ctx, grad_y):
+    codes, scales, global_scale = ctx.saved_tensors
+    w = nvfp4_dequantize(codes, scales, global_scale, grad_y.dtype)
+    grad_b = grad_y.reshape(-1, grad_y.shape[-1]).sum(0) if ctx.has_bias else None
+    return grad_y @ w, None, None, None, grad_b
+
+
+nvfp4_linear.register_autograd(_backward, setup_context=_setup)
