@@ -15,10 +15,15 @@ __all__ = ["SUBCOMMANDS", "main"]
 # name -> (module, one-line help). Add a stage by adding one line here.
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "check-config": ("qerl.commands.check_config", "validate a config file and print it with defaults filled in"),
+    "config-docs": ("qerl.commands.config_docs", "write config/README.md from the config schema"),
     "data": ("qerl.data.fetch", "make sure the benchmark files exist (download from the hub when missing and online)"),
     "gen-tiny": ("qerl.data.tiny", "generate the tiny scale's arithmetic word problems"),
     "pretrain-tiny": ("qerl.models.pretrain", "build the tiny tokenizer and Qwen2 model and pretrain it"),
+    "train": ("qerl.rl.trainer", "RL-train one run (task, method, variant, seed) with GRPO or DAPO"),
     "grade-check": ("qerl.evaluate.grade_check", "grader self-check: gold answers must grade 100, shuffled about 0"),
+    "render": ("qerl.report.render", "render one paper table or figure (or all) beside the paper's numbers"),
+    "evaluate": ("qerl.evaluate.run", "pass@1 of a model (any weight format, optional LoRA adapter) through lm-eval"),
+    "prepare-model": ("qerl.models.prepare", "convert the small scale's GGUF model into a transformers checkpoint"),
 }
 
 

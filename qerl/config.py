@@ -83,12 +83,15 @@ def validate_config(config: dict, source: str = "<config>", check_data: bool = T
 def _check_semantics(cfg: dict, source: str, check_data: bool) -> None:
     from qerl.methods import METHODS  # local import: methods imports nothing heavy, but keep config import-light
 
-    for key in ("methods",):
-        for name in cfg.get("train", {}).get(key, []) or []:
-            if name not in METHODS:
-                raise ConfigError(
-                    f"{source}: key 'train.{key}': unknown method {name!r}; known methods: {sorted(METHODS)}"
-                )
+    train = cfg.get("train", {})
+    named = [("train.methods", n) for n in train.get("methods", [])]
+    named += [("train.lr_by_method", n) for n in train.get("lr_by_method", {})]
+    ablations = train.get("ablations", {})
+    named += [("train.ablations.method", ablations["method"])] if "method" in ablations else []
+    named += [("train.ablations.lr_methods", n) for n in ablations.get("lr_methods", [])]
+    for key, name in named:
+        if name not in METHODS:
+            raise ConfigError(f"{source}: key '{key}': unknown method {name!r}; known methods: {sorted(METHODS)}")
     if check_data and cfg["data"]["benchmarks"] and not cfg["data"]["download"]:
         from qerl.data.benchmarks import missing_files
 

@@ -106,3 +106,13 @@ def test_methods_registry():
     assert get_method("qerl").aqn and not get_method("nvfp4_lora").aqn
     with pytest.raises(ValueError, match="known methods"):
         get_method("nope")
+
+
+def test_unknown_method_in_ablations_named():
+    with pytest.raises(ConfigError, match=r"train.ablations.lr_methods': unknown method 'qlroa'"):
+        validate_config({"train": {"ablations": {"lr_methods": ["qlroa"]}}})
+
+
+def test_unknown_task_key_named():
+    with pytest.raises(ConfigError, match=r"unknown key\(s\) \['groups'\] under 'train.tasks.t'"):
+        validate_config({"train": {"tasks": {"t": {"source": "tiny", "algorithm": "grpo", "groups": 3}}}})

@@ -1,0 +1,188 @@
+"""Rollouts and log-probs from one model instance: batched sampling with a KV cache, and teacher-forced log-probs.
+
+Why our own loop rather than a second inference engine: the paper's speed comes from the 4-bit weights, and QeRL
+serves rollouts and log-probs from the same quantized model; here the policy that samples is literally the module
+whose log-probs are trained, so there is no second copy of the weights to keep in sync (and AQN, applied to that
+module around `sample`, provably changes the rollout policy). The loop records the entropy of each sampling
+distribution (after temperature and top-p), the quantity of the paper's Fig. 3/5/14.
+
+    batch = sample(model, tokenizer, prompts, group_size=8, max_new_tokens=96, temperature=1.0, top_p=1.0,
+                   generator=torch.Generator().manual_seed(0))
+    logp, entropy = sequence_logprobs(model, batch.input_ids, batch.attention_mask, batch.completion_mask)
+
+Stopping: a sequence ends at EOS or after the token sequence of `</answer>` (its completion keeps the stop tokens
+and the EOS; `truncated` marks the ones cut by max_new_tokens, for DAPO's overlong filter).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+__all__ = ["RolloutBatch", "sample", "sequence_logprobs", "stop_sequences"]
+
+
+@dataclass
+class RolloutBatch:
+    """B prompts x G samples, left-padded prompts followed by right-padded completions.
+
+    Attributes:
+        input_ids: [N, P + L] prompt and completion tokens (N = B * G; row i belongs to prompt i // G).
+        attention_mask: [N, P + L] 1 on real tokens.
+        completion_mask: [N, P + L] 1 on the completion tokens that were sampled (stop tokens and EOS included).
+        prompt_len: P, the padded prompt width.
+        texts: the decoded completions (special tokens removed).
+        lengths: [N] completion lengths in tokens.
+        truncated: [N] True where max_new_tokens cut the completion.
+        entropy: [N, L] entropy (nats) of the distribution each completion token was sampled from, 0 on padding.
+    """
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    completion_mask: torch.Tensor
+    prompt_len: int
+    texts: list[str]
+    lengths: torch.Tensor
+    truncated: torch.Tensor
+    entropy: torch.Tensor
+
+    @property
+    def completion_ids(self) -> torch.Tensor:
+        return self.input_ids[:, self.prompt_len :]
+
+
+def stop_sequences(tokenizer, stop_strings: tuple[str, ...] = ("</answer>",)) -> list[list[int]]:
+    """Token-id sequences that end a completion (as they are tokenized after a space and without one)."""
+    seqs = []
+    for s in stop_strings:
+        for text in (s, " " + s):
+            ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+            if ids and ids not in seqs:
+                seqs.append(ids)
+    return seqs
+
+
+def _top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
+    if top_p >= 1.0:
+        return logits
+    sorted_logits, order = torch.sort(logits, descending=True, dim=-1)  # [N, V]
+    probs = torch.softmax(sorted_logits, dim=-1)  # [N, V]
+    drop = probs.cumsum(-1) - probs > top_p  # [N, V] keep the smallest prefix whose mass reaches top_p
+    sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
+    return torch.empty_like(logits).scatter_(-1, order, sorted_logits)
+
+
+@torch.no_grad()
+def sample(model, tokenizer, prompts: list[str], *, group_size: int, max_new_tokens: int, temperature: float = 1.0,
+           top_p: float = 1.0, generator: torch.Generator | None = None,
+           stop_strings: tuple[str, ...] = ("</answer>",)) -> RolloutBatch:
+    """Sample `group_size` completions for each prompt.
+
+    Args:
+        model: a causal LM (transformers, optionally peft-wrapped, quantized or not).
+        tokenizer: its tokenizer (pad and eos tokens set).
+        prompts: B prompt texts, already chat-formatted.
+        group_size: G samples per prompt.
+        max_new_tokens: completion budget.
+        temperature: > 0 samples from softmax(logits / T); 0 is greedy.
+        top_p: nucleus sampling mass (1.0 = off).
+        generator: torch RNG for the sampling (on the model's device).
+        stop_strings: strings whose tokens end a completion (besides EOS).
+
+    Returns:
+        A RolloutBatch with N = B * G rows.
+
+    Raises:
+        ValueError: on an empty prompt list, group_size < 1, max_new_tokens < 1 or top_p outside (0, 1].
+    """
+    if not prompts or group_size < 1 or max_new_tokens < 1:
+        raise ValueError(f"sample: need prompts, group_size >= 1 and max_new_tokens >= 1 "
+                         f"(got {len(prompts)} prompts, G={group_size}, max_new_tokens={max_new_tokens})")
+    if not 0 < top_p <= 1:
+        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    enc = tokenizer([p for p in prompts for _ in range(group_size)], return_tensors="pt", padding=True,
+                    padding_side="left", add_special_tokens=False)
+    prompt_ids = enc["input_ids"].to(device)  # [N, P]
+    attn = enc["attention_mask"].to(device)  # [N, P]
+    n, plen = prompt_ids.shape
+    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
+    stops = [torch.tensor(s, device=device) for s in stop_sequences(tokenizer, stop_strings)]
+
+    tokens = torch.full((n, max_new_tokens), pad, dtype=torch.long, device=device)  # [N, L]
+    entropy = torch.zeros((n, max_new_tokens), dtype=torch.float32, device=device)  # [N, L]
+    done = torch.zeros(n, dtype=torch.bool, device=device)  # [N]
+    lengths = torch.zeros(n, dtype=torch.long, device=device)  # [N]
+    position = attn.long().cumsum(-1) - 1  # [N, P]
+    position.masked_fill_(attn == 0, 1)
+    out = model(input_ids=prompt_ids, attention_mask=attn, position_ids=position, use_cache=True)
+    past, logits = out.past_key_values, out.logits[:, -1, :].float()  # [N, V]
+    next_pos = position[:, -1:] + 1  # [N, 1]
+    for t in range(max_new_tokens):
+        if temperature > 0:
+            scaled = _top_p_filter(logits / temperature, top_p)  # [N, V]
+            logp_all = torch.log_softmax(scaled, dim=-1)  # [N, V]
+            probs = logp_all.exp()
+            tok = torch.multinomial(probs, 1, generator=generator).squeeze(1)  # [N]
+            ent = -(probs * logp_all.masked_fill(probs == 0, 0.0)).sum(-1)  # [N]
+        else:
+            tok = logits.argmax(-1)
+            ent = torch.zeros(n, device=device)
+        tok = torch.where(done, torch.full_like(tok, pad), tok)
+        tokens[:, t] = tok
+        entropy[:, t] = torch.where(done, torch.zeros_like(ent), ent)
+        lengths += (~done).long()
+        finished = tok == eos
+        for s in stops:
+            k = s.numel()
+            if t + 1 >= k:
+                finished |= (tokens[:, t + 1 - k : t + 1] == s).all(-1)
+        done |= finished
+        if bool(done.all()) or t == max_new_tokens - 1:
+            break
+        attn = torch.cat([attn, attn.new_ones(n, 1)], dim=1)  # [N, P + t + 1] (finished rows: ignored)
+        out = model(input_ids=tok.unsqueeze(1), attention_mask=attn, position_ids=next_pos, past_key_values=past,
+                    use_cache=True)
+        past, logits = out.past_key_values, out.logits[:, -1, :].float()
+        next_pos = next_pos + 1
+    width = int(lengths.max())
+    tokens, entropy = tokens[:, :width], entropy[:, :width]
+    comp_mask = torch.arange(width, device=device).unsqueeze(0) < lengths.unsqueeze(1)  # [N, L]
+    input_ids = torch.cat([prompt_ids, tokens], dim=1)  # [N, P + L]
+    attention = torch.cat([enc["attention_mask"].to(device), comp_mask.long()], dim=1)  # [N, P + L]
+    completion_mask = torch.cat([torch.zeros_like(prompt_ids), comp_mask.long()], dim=1)  # [N, P + L]
+    texts = tokenizer.batch_decode(tokens, skip_special_tokens=True)
+    model.train(was_training)
+    return RolloutBatch(input_ids, attention, completion_mask, plen, texts, lengths.cpu(), (~done).cpu(),
+                        entropy.cpu())
+
+
+def sequence_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_len: int,
+                      with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-probs of the completion tokens under `model` (teacher forcing; grads flow if enabled).
+
+    Args:
+        model: the policy.
+        input_ids: [N, P + L] prompts and completions (RolloutBatch.input_ids).
+        attention_mask: [N, P + L].
+        prompt_len: P.
+        with_entropy: also return the per-token entropy of the model's distribution (temperature 1).
+
+    Returns:
+        (logp [N, L], entropy [N, L] or None), aligned with RolloutBatch.completion_ids.
+    """
+    position = attention_mask.long().cumsum(-1) - 1  # [N, P + L]
+    position.masked_fill_(attention_mask == 0, 1)
+    logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position,
+                   use_cache=False).logits  # [N, P + L, V]
+    logits = logits[:, prompt_len - 1 : -1, :].float()  # [N, L, V] position t predicts token t + 1
+    target = input_ids[:, prompt_len:]  # [N, L]
+    logp_all = torch.log_softmax(logits, dim=-1)  # [N, L, V]
+    logp = logp_all.gather(-1, target.unsqueeze(-1)).squeeze(-1)  # [N, L]
+    ent = None
+    if with_entropy:
+        with torch.no_grad():
+            ent = -(logp_all.exp() * logp_all).sum(-1)  # [N, L]
+    return logp, ent

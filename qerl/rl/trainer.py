@@ -1,0 +1,492 @@
+"""RL training of every method of the paper: GRPO or DAPO on one model that serves rollouts and log-probs.
+
+One flat loop (no trainer class hierarchy). Each step:
+  1. take `prompts_per_step` problems (a deterministic function of seed and step), build the paper's prompt;
+  2. sample G completions per prompt from the policy; for AQN methods the RMSNorm weights carry Gaussian noise of the
+     schedule's sigma during the rollout only (qerl.noise), restored bit-exactly before any log-prob is computed;
+  3. grade them (qerl.rl.rewards, math-verify), compute group-normalised advantages; DAPO may drop groups whose
+     rewards are all equal (dynamic sampling) and mask truncated completions (overlong filtering);
+  4. `updates_per_rollout` optimizer steps over disjoint minibatches of the rollout (several = off-policy, as for
+     GSM8K; one = on-policy, as for BigMath); old log-probs are the clean pre-update policy's; the KL reference
+     (GRPO, kl_coef > 0) is the same model with its adapters disabled, so no second copy of the weights exists;
+  5. append the step's metrics to metrics.jsonl; every `checkpoint_every` steps write a resumable checkpoint.
+Methods (qerl/methods.py): full (all weights trainable), lora (BF16 base), qlora (bitsandbytes NF4 base), mxfp4_lora,
+nvfp4_lora (QeRL without AQN), qerl (NVFP4 + AQN). Variants: default, noaqn, aqn-<schedule>, rank<r>, lr<value>.
+
+Resume: sampling, data order and AQN noise are seeded by (seed, step), and the checkpoint holds the trainable
+weights, optimizer and scheduler state, so a killed run continues identically (tests/rl/test_trainer.py).
+A NaN/Inf loss skips its update; `max_bad_steps` in a row abort with a clear message.
+
+Deviations from the paper (which trains with verl + vLLM): rollouts use our own sampler on the training model (no
+vLLM); the minibatch split of an off-policy step is over rows of the rollout batch in a seeded order; ratio clipping
+for GRPO uses clip_eps_low on both sides, DAPO uses clip_eps_low/clip_eps_high.
+
+Run: `qerl train --config config/config.yaml --task tiny_grpo --method qerl --variant default --seed 0
+      --base results/tiny/models/tiny/base --out results/tiny/runs/tiny_grpo/tiny/qerl/default/seed0`
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import math
+import os
+import random
+import re
+import resource
+import shutil
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from qerl.data.prompts import build_prompt
+from qerl.methods import Method, get_method
+from qerl.noise import AdaptiveQuantizationNoise, NoiseSchedule
+from qerl.provenance import provenance
+from qerl.rl.losses import dapo_loss, dynamic_sampling_mask, grpo_loss, group_advantages, overlong_filter
+from qerl.rl.rewards import compute_rewards
+from qerl.rl.rollout import sample, sequence_logprobs
+
+__all__ = ["RunSettings", "parse_variant", "resolve_settings", "load_task_problems", "build_policy", "train", "run"]
+
+METRIC_KEYS = ("step", "reward", "accuracy", "entropy", "sigma", "response_length", "clip_fraction", "kl",
+               "grad_norm", "time_rollout", "time_logprobs", "time_update", "peak_memory_bytes")
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """Everything one run needs, resolved from the config, the task, the method and the variant."""
+
+    task: str
+    method: str
+    variant: str
+    seed: int
+    source: str
+    levels: tuple[int, ...]
+    algorithm: str
+    group_size: int
+    updates_per_rollout: int
+    max_new_tokens: int
+    dynamic_sampling: bool
+    overlong_filter: bool
+    steps: int
+    prompts_per_step: int
+    lr: float
+    warmup_steps: int
+    min_lr_ratio: float
+    weight_decay: float
+    grad_clip: float
+    optimizer: str
+    temperature: float
+    top_p: float
+    clip_eps_low: float
+    clip_eps_high: float
+    kl_coef: float
+    format_weight: float
+    gradient_checkpointing: bool
+    checkpoint_every: int
+    max_bad_steps: int
+    lora_rank: int
+    lora_alpha: float
+    lora_dropout: float
+    lora_targets: tuple[str, ...]
+    aqn: bool
+    aqn_schedule: str
+    sigma_start: float
+    sigma_end: float
+    aqn_stages: int
+    aqn_resample: str
+    instruction: str
+
+
+_VARIANT = re.compile(r"^(default|noaqn|aqn-(exponential|linear|cosine|logarithmic)|rank(\d+)|lr([0-9.eE+-]+))$")
+
+
+def parse_variant(variant: str) -> dict:
+    """The settings a variant name overrides: {"aqn": False} for noaqn, {"aqn_schedule": ...}, {"lora_rank": r},
+    {"lr": x}; {} for default.
+
+    Raises:
+        ValueError: naming the variant and the accepted forms.
+    """
+    m = _VARIANT.match(variant)
+    if not m:
+        raise ValueError(f"unknown variant {variant!r}; use default, noaqn, aqn-<schedule>, rank<r> or lr<value>")
+    if variant == "noaqn":
+        return {"aqn": False}
+    if m.group(2):
+        return {"aqn_schedule": m.group(2)}
+    if m.group(3):
+        return {"lora_rank": int(m.group(3))}
+    if m.group(4):
+        try:
+            return {"lr": float(m.group(4))}
+        except ValueError:
+            raise ValueError(f"variant {variant!r}: {m.group(4)!r} is not a number") from None
+    return {}
+
+
+def resolve_settings(cfg: dict, task: str, method: str, variant: str, seed: int) -> RunSettings:
+    """Merge config defaults, the task's settings, the method's learning rate and the variant's overrides.
+
+    Raises:
+        ValueError: unknown task (naming the configured ones), method or variant.
+    """
+    tr = cfg["train"]
+    if task not in tr["tasks"]:
+        raise ValueError(f"unknown task {task!r}; config key 'train.tasks' defines {sorted(tr['tasks'])}")
+    meth = get_method(method)
+    if meth.trainable == "none":
+        raise ValueError(f"method {method!r} has nothing to train (it is an evaluation-only row)")
+    t = tr["tasks"][task]
+    settings = RunSettings(
+        task=task, method=method, variant=variant, seed=seed, source=t["source"], levels=tuple(t.get("levels", [])),
+        algorithm=t["algorithm"], group_size=t.get("group_size", 8), updates_per_rollout=t.get("updates_per_rollout", 1),
+        max_new_tokens=t.get("max_new_tokens", 96), dynamic_sampling=t.get("dynamic_sampling", False),
+        overlong_filter=t.get("overlong_filter", False), steps=tr["steps"], prompts_per_step=tr["prompts_per_step"],
+        lr=tr["lr_by_method"].get(method, tr["lr"]), warmup_steps=tr["warmup_steps"], min_lr_ratio=tr["min_lr_ratio"],
+        weight_decay=tr["weight_decay"], grad_clip=tr["grad_clip"], optimizer=tr["optimizer"],
+        temperature=tr["temperature"], top_p=tr["top_p"], clip_eps_low=tr["clip_eps_low"],
+        clip_eps_high=tr["clip_eps_high"], kl_coef=tr["kl_coef"], format_weight=tr["format_weight"],
+        gradient_checkpointing=tr["gradient_checkpointing"], checkpoint_every=tr["checkpoint_every"],
+        max_bad_steps=tr["max_bad_steps"], lora_rank=tr["lora"]["rank"], lora_alpha=tr["lora"]["alpha"],
+        lora_dropout=tr["lora"]["dropout"], lora_targets=tuple(tr["lora"]["targets"]), aqn=meth.aqn,
+        aqn_schedule=tr["aqn"]["schedule"], sigma_start=tr["aqn"]["sigma_start"], sigma_end=tr["aqn"]["sigma_end"],
+        aqn_stages=tr["aqn"]["stages"], aqn_resample=tr["aqn"]["resample"], instruction=cfg["prompt"]["instruction"],
+    )
+    overrides = parse_variant(variant)
+    if "lora_rank" in overrides:  # keep the LoRA scale alpha / r fixed across the rank ablation
+        overrides["lora_alpha"] = settings.lora_alpha * overrides["lora_rank"] / settings.lora_rank
+    if "aqn_schedule" in overrides and not meth.aqn:
+        raise ValueError(f"variant {variant!r} changes the AQN schedule, but method {method!r} uses no AQN")
+    return replace(settings, **overrides)
+
+
+def load_task_problems(cfg: dict, s: RunSettings, data_dir: str | Path | None = None) -> list:
+    """Training problems of the task: the tiny RL split, GSM8K train, or the MATH training split (BigMath stand-in)."""
+    from qerl.data.benchmarks import load_benchmark, load_jsonl_problems
+
+    levels = list(s.levels) or None
+    if s.source == "tiny":
+        folder = Path(data_dir or f"{cfg['results_dir']}/{cfg['scale']}/data/tiny")
+        return load_jsonl_problems(folder / "rl.jsonl", "tiny", levels=levels)
+    split = "train"
+    return load_benchmark(s.source, cfg["data"]["root"], split=split, levels=levels)
+
+
+def build_policy(cfg: dict, s: RunSettings, base_dir: str | Path, quantized_dir: str | Path | None = None):
+    """Load the base model, put its weights in the method's format, and make the method's parameters trainable.
+
+    Returns:
+        (model, tokenizer): a peft model for LoRA methods, the plain model (all weights trainable) for `full`.
+
+    Raises:
+        ValueError: unknown dtype; RuntimeError: NF4 where bitsandbytes cannot run.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    meth: Method = get_method(s.method)
+    dtype = getattr(torch, cfg["model"]["dtype"])
+    tokenizer = AutoTokenizer.from_pretrained(base_dir)
+    model = AutoModelForCausalLM.from_pretrained(base_dir, dtype=dtype)
+    if meth.weights in ("nvfp4", "mxfp4"):
+        from qerl.layers import MXFP4Config, NVFP4Config, quantize_
+
+        if quantized_dir is not None:
+            from qerl.quantize.checkpoint import load_quantized
+
+            model = load_quantized(quantized_dir, dtype=dtype)
+        else:
+            quantize_(model, NVFP4Config() if meth.weights == "nvfp4" else MXFP4Config())
+    elif meth.weights == "nf4":
+        from baselines.nf4 import NF4Config, quantize_nf4_
+
+        quantize_nf4_(model, NF4Config(compute_dtype=dtype))
+        for module in model.modules():  # bitsandbytes repacks CPU weights on the first no-grad eval forward (the
+            if hasattr(module, "support_avx512bf16_for_cpu"):  # rollout), after which its training forward breaks
+                module.support_avx512bf16_for_cpu = False  # autograd; keep the trainable layout throughout
+    if meth.trainable == "all":
+        for p in model.parameters():
+            p.requires_grad_(True)
+    else:
+        import peft
+
+        from qerl.layers.lora import register_quant_linear
+
+        for p in model.parameters():
+            p.requires_grad_(False)
+        lcfg = register_quant_linear(peft.LoraConfig(r=s.lora_rank, lora_alpha=s.lora_alpha,
+                                                     lora_dropout=s.lora_dropout, target_modules=list(s.lora_targets),
+                                                     bias="none", task_type="CAUSAL_LM"))
+        model = peft.get_peft_model(model, lcfg)
+    if s.gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if hasattr(model, "enable_input_require_grads"):
+            model.enable_input_require_grads()
+    return model, tokenizer
+
+
+def _optimizer(params, s: RunSettings):
+    if s.optimizer == "adamw8bit":
+        try:
+            import bitsandbytes as bnb
+
+            return bnb.optim.AdamW8bit(params, lr=s.lr, weight_decay=s.weight_decay)
+        except Exception as exc:  # noqa: BLE001 - report whatever bitsandbytes raised
+            raise RuntimeError(f"train.optimizer = adamw8bit, but bitsandbytes' AdamW8bit is unavailable here "
+                               f"({exc}); set train.optimizer: adamw") from exc
+    return torch.optim.AdamW(params, lr=s.lr, weight_decay=s.weight_decay, betas=(0.9, 0.99))
+
+
+def _lr_lambda(s: RunSettings):
+    total = s.steps * s.updates_per_rollout
+    warm = s.warmup_steps * s.updates_per_rollout
+
+    def f(i: int) -> float:
+        if i < warm:
+            return (i + 1) / warm
+        u = min(1.0, (i - warm) / max(1, total - warm))
+        return s.min_lr_ratio + (1 - s.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * u))
+
+    return f
+
+
+def _batch_indices(n: int, seed: int, step: int, size: int) -> list[int]:
+    """Problems of a step: consecutive slices of per-epoch permutations seeded by (seed, epoch); stateless."""
+    out, pos = [], step * size
+    while len(out) < size:
+        epoch, offset = divmod(pos, n)
+        perm = list(range(n))
+        random.Random(f"{seed}:epoch{epoch}").shuffle(perm)
+        take = perm[offset : offset + size - len(out)]
+        out += take
+        pos += len(take)
+    return out
+
+
+def _peak_memory() -> int:
+    if torch.cuda.is_available():
+        return int(torch.cuda.max_memory_allocated())
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
+def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> float:
+    m = mask.to(x.dtype)
+    return float((x * m).sum() / m.sum().clamp(min=1))
+
+
+def _atomic_write_text(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def _save_checkpoint(path: Path, model, opt, sched, step: int, bad: int) -> None:
+    state = {"step": step, "bad_streak": bad, "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
+             "trainable": {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}}
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(state, tmp)
+    os.replace(tmp, path)
+
+
+def _load_checkpoint(path: Path, model, opt, sched) -> tuple[int, int]:
+    state = torch.load(path, map_location="cpu", weights_only=False)
+    params = dict(model.named_parameters())
+    with torch.no_grad():
+        for name, value in state["trainable"].items():
+            params[name].copy_(value)
+    opt.load_state_dict(state["optimizer"])
+    sched.load_state_dict(state["scheduler"])
+    return state["step"], state["bad_streak"]
+
+
+def _reference_context(model, s: RunSettings, ref_model):
+    """Context in which `model` (or ref_model) computes the KL reference's log-probs."""
+    if ref_model is not None:
+        return contextlib.nullcontext(ref_model)
+    return _disabled_adapter(model)
+
+
+@contextlib.contextmanager
+def _disabled_adapter(model):
+    with model.disable_adapter():
+        yield model
+
+
+def train(cfg: dict, s: RunSettings, base_dir: str | Path, out_dir: str | Path, *, quantized_dir=None,
+          data_dir=None, stop_after: int | None = None, evaluate=None, progress: bool = True) -> dict:
+    """Train one run into `out_dir` (resuming from its checkpoint if there is one).
+
+    Args:
+        cfg: validated config.
+        s: the run's settings (resolve_settings).
+        base_dir: the base model checkpoint folder.
+        out_dir: the run folder (metrics.jsonl, checkpoint.pt, adapter/ or model/, run.json).
+        quantized_dir: a quantized checkpoint to load for NVFP4/MXFP4 methods (else round-to-nearest on load).
+        data_dir: folder of the tiny scale's generated data (default results/<scale>/data/tiny).
+        stop_after: stop (as if killed) after this many steps, leaving the checkpoint; for resume tests.
+        evaluate: optional callable(model, tokenizer) -> dict, run after training; its result is returned.
+        progress: show a progress bar with the live reward.
+
+    Returns:
+        {"steps": ..., "final": last metrics, "eval": evaluate's result or None}.
+
+    Raises:
+        RuntimeError: `max_bad_steps` consecutive non-finite losses.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(s.seed)
+    problems = load_task_problems(cfg, s, data_dir)
+    model, tokenizer = build_policy(cfg, s, base_dir, quantized_dir)
+    device = next(model.parameters()).device
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    opt = _optimizer(trainable, s)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, _lr_lambda(s))
+    ref_model = None
+    if s.kl_coef > 0 and get_method(s.method).trainable == "all":
+        ref_model = copy.deepcopy(model).eval().requires_grad_(False)  # full fine-tuning has no adapter to disable
+    aqn = None
+    if s.aqn:
+        aqn = AdaptiveQuantizationNoise(NoiseSchedule(s.steps, s.aqn_stages, s.sigma_start, s.sigma_end, s.aqn_schedule),
+                                        seed=s.seed, resample=s.aqn_resample)
+    ckpt, metrics_path = out / "checkpoint.pt", out / "metrics.jsonl"
+    start, bad = 0, 0
+    if ckpt.exists():
+        start, bad = _load_checkpoint(ckpt, model, opt, sched)
+        kept = [l for l in metrics_path.read_text().splitlines() if l and json.loads(l)["step"] < start] \
+            if metrics_path.exists() else []
+        _atomic_write_text(metrics_path, "".join(k + "\n" for k in kept))
+    elif metrics_path.exists():
+        metrics_path.unlink()
+    (out / "run.json").write_text(json.dumps({"settings": s.__dict__, "provenance": provenance()}, indent=2,
+                                             default=list) + "\n")
+    loss_fn = grpo_loss if s.algorithm == "grpo" else dapo_loss
+    G, last = s.group_size, {}
+    bar = tqdm(total=s.steps, initial=start, desc=f"{s.method}/{s.variant}/seed{s.seed}", unit="step",
+               disable=not progress, mininterval=1.0)
+    for step in range(start, s.steps):
+        if stop_after is not None and step >= stop_after:
+            break
+        batch_problems = [problems[i] for i in _batch_indices(len(problems), s.seed, step, s.prompts_per_step)]
+        prompts = [build_prompt(p.question, tokenizer, s.instruction) for p in batch_problems]
+        golds = [p.answer for p in batch_problems for _ in range(G)]
+        gen = torch.Generator(device=device).manual_seed(s.seed * 1_000_003 + step)
+        t0 = time.perf_counter()
+        noise = aqn.applied(model, step, device) if aqn else contextlib.nullcontext(0.0)
+        with noise as sigma:
+            batch = sample(model, tokenizer, prompts, group_size=G, max_new_tokens=s.max_new_tokens,
+                           temperature=s.temperature, top_p=s.top_p, generator=gen)
+        t_rollout = time.perf_counter() - t0
+        results = compute_rewards(batch.texts, golds, format_weight=s.format_weight)
+        rewards = torch.tensor([r.reward for r in results], dtype=torch.float32)  # [N]
+        correct = torch.tensor([float(r.correct) for r in results])  # [N]
+        adv = group_advantages(rewards, G)  # [N]
+        ids, attn, P = batch.input_ids, batch.attention_mask, batch.prompt_len
+        mask = batch.completion_mask[:, P:].float()  # [N, L]
+        if s.dynamic_sampling:
+            mask = mask * dynamic_sampling_mask(rewards, G).float().unsqueeze(1)
+        if s.overlong_filter:
+            mask = overlong_filter(mask, batch.truncated)
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            old_logp = sequence_logprobs(model, ids, attn, P)[0] if s.updates_per_rollout > 1 else None
+            ref_logp = None
+            if s.kl_coef > 0:
+                with _reference_context(model, s, ref_model) as ref:
+                    ref_logp = sequence_logprobs(ref, ids, attn, P)[0]
+        t_logprobs = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        order = torch.randperm(ids.shape[0], generator=torch.Generator().manual_seed(s.seed * 7919 + step))
+        diags, grad_norms, skipped = [], [], 0
+        model.train()
+        for mb in order.chunk(s.updates_per_rollout):
+            if mask[mb].sum() == 0:
+                continue
+            logp, _ = sequence_logprobs(model, ids[mb], attn[mb], P)
+            old = old_logp[mb] if old_logp is not None else logp.detach()
+            if s.algorithm == "grpo":
+                loss, diag = loss_fn(logp, old, adv[mb], mask[mb], None if ref_logp is None else ref_logp[mb],
+                                     beta=s.kl_coef, eps=s.clip_eps_low)
+            else:
+                loss, diag = loss_fn(logp, old, adv[mb], mask[mb], eps_low=s.clip_eps_low, eps_high=s.clip_eps_high,
+                                     ref_logp=None if ref_logp is None else ref_logp[mb])
+            if not torch.isfinite(loss):
+                skipped += 1
+                opt.zero_grad(set_to_none=True)
+                continue
+            loss.backward()
+            grad_norms.append(float(torch.nn.utils.clip_grad_norm_(trainable, s.grad_clip)))
+            opt.step()
+            sched.step()
+            opt.zero_grad(set_to_none=True)
+            diags.append(diag)
+        bad = bad + 1 if skipped else 0
+        if bad >= s.max_bad_steps:
+            raise RuntimeError(f"{bad} consecutive steps had a NaN/Inf loss (last at step {step}); lower train.lr "
+                               f"(now {s.lr}) or check the model; the last good checkpoint is {ckpt}")
+        t_update = time.perf_counter() - t0
+        comp = batch.completion_mask[:, P:]
+        last = {
+            "step": step, "reward": float(rewards.mean()), "accuracy": float(correct.mean()),
+            "entropy": _masked_mean(batch.entropy, comp), "sigma": float(sigma),
+            "response_length": float(batch.lengths.float().mean()),
+            "clip_fraction": _mean([d["clip_fraction"] for d in diags]), "kl": _mean([d.get("kl", 0.0) for d in diags]),
+            "grad_norm": _mean(grad_norms), "time_rollout": t_rollout, "time_logprobs": t_logprobs,
+            "time_update": t_update, "peak_memory_bytes": _peak_memory(), "lr": sched.get_last_lr()[0],
+            "skipped_updates": skipped, "kept_fraction": float((mask.sum(1) > 0).float().mean()),
+            "truncated_fraction": float(batch.truncated.float().mean()),
+        }
+        with open(metrics_path, "a") as f:
+            f.write(json.dumps(last) + "\n")
+        bar.update(1)
+        bar.set_postfix(reward=f"{last['reward']:.3f}", ent=f"{last['entropy']:.3f}", sigma=f"{last['sigma']:.1e}")
+        if (step + 1) % s.checkpoint_every == 0 or step + 1 == s.steps:
+            _save_checkpoint(ckpt, model, opt, sched, step + 1, bad)
+    bar.close()
+    finished = stop_after is None or stop_after >= s.steps
+    if stop_after is not None and not finished:
+        _save_checkpoint(ckpt, model, opt, sched, min(stop_after, s.steps), bad)
+        return {"steps": min(stop_after, s.steps), "final": last, "eval": None}
+    weights_dir = out / ("model" if get_method(s.method).trainable == "all" else "adapter")
+    shutil.rmtree(weights_dir, ignore_errors=True)
+    if get_method(s.method).trainable == "all" and get_method(s.method).weights == "bf16":
+        model.save_pretrained(weights_dir)
+        tokenizer.save_pretrained(weights_dir)
+    elif get_method(s.method).trainable != "all":
+        model.save_pretrained(weights_dir)
+    result = evaluate(model, tokenizer) if evaluate is not None else None
+    return {"steps": s.steps, "final": last, "eval": result, "model": model, "tokenizer": tokenizer}
+
+
+def _mean(xs: list[float]) -> float:
+    xs = [x for x in xs if x is not None and not math.isnan(x)]
+    return sum(xs) / len(xs) if xs else 0.0
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--config", required=True, help="YAML config")
+    parser.add_argument("--task", required=True, help="a key of train.tasks")
+    parser.add_argument("--method", required=True, help="full, lora, qlora, mxfp4_lora, nvfp4_lora or qerl")
+    parser.add_argument("--variant", default="default", help="default, noaqn, aqn-<schedule>, rank<r>, lr<value>")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--base", required=True, help="base model folder")
+    parser.add_argument("--quantized", default=None, help="quantized checkpoint folder (NVFP4/MXFP4 methods)")
+    parser.add_argument("--data", default=None, help="tiny scale data folder (default results/<scale>/data/tiny)")
+    parser.add_argument("--out", required=True, help="run folder")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def run(args) -> int:
+    from qerl.config import load_config
+
+    cfg = load_config(args.config)
+    torch.set_num_threads(cfg["train"]["threads"])
+    s = resolve_settings(cfg, args.task, args.method, args.variant, args.seed)
+    result = train(cfg, s, args.base, args.out, quantized_dir=args.quantized, data_dir=args.data,
+                   progress=not args.no_progress)
+    print(json.dumps({"steps": result["steps"], "final": result["final"]}))
+    return 0
