@@ -350,6 +350,13 @@ if HAVE_TRITON:
         return tl.reshape(w, [BN, BK])
 
     @triton.jit
+    def _fence_gpu(dummy, USE_ASM: tl.constexpr):
+        """fence.acq_rel.gpu in every thread (the interpreter runs programs one at a time and needs none)."""
+        if USE_ASM:
+            tl.inline_asm_elementwise("fence.acq_rel.gpu;\nmov.u32 $0, $1;", "=r,r", [dummy], dtype=tl.int32,
+                                      is_pure=False, pack=1)
+
+    @triton.jit
     def _epilogue(acc, out_scale, bias_ptr, y_ptr, rn, rm, M, N, stride_ym, HAS_BIAS: tl.constexpr):
         out = acc * out_scale                                    # [BN, BM] fp32
         if HAS_BIAS:
@@ -357,7 +364,7 @@ if HAVE_TRITON:
         mask = (rn < N)[:, None] & (rm < M)[None, :]
         tl.store(y_ptr + rm[None, :] * stride_ym + rn[:, None], out.to(y_ptr.dtype.element_ty), mask=mask)
 
-    @triton.jit
+    @triton.jit(do_not_specialize=["M", "M_BUCKET"])
     def _fp4_gemm(
             # pointers
             x_ptr, w_ptr, s_ptr, out_scale_ptr, bias_ptr, y_ptr, ws_ptr, cnt_ptr,
@@ -425,11 +432,13 @@ if HAVE_TRITON:
                 slot = pid * 2 + (t != t_first).to(tl.int32)
                 ws_tile = rbn[:, None] * BM + rbm[None, :]
                 tl.store(ws_ptr + slot * (BN * BM) + ws_tile, acc, mask=m_ok)
+                _fence_gpu(rbm, USE_ASM)  # every thread: its partial is visible device-wide (threadfence)
                 tl.debug_barrier()
                 arrived = tl.atomic_add(cnt_ptr + t, 1, sem="acq_rel", scope="gpu")
                 first_cta = (t * k_steps) // per
                 last_cta = ((t + 1) * k_steps - 1) // per
                 if arrived == last_cta - first_cta:
+                    _fence_gpu(rbm, USE_ASM)
                     tot = tl.zeros([BN, BM], dtype=tl.float32)
                     for p in range(first_cta, last_cta + 1):
                         p_slot = p * 2 + (t != (p * per) // k_steps).to(tl.int32)
@@ -479,7 +488,7 @@ if HAVE_TRITON:
             for bn, bk, st, cps in ((64, 128, 4, 4), (128, 128, 4, 2), (64, 256, 3, 3), (128, 256, 3, 2)):
                 cfgs.append(triton.Config(dict(STREAM_K=True, BM=bm, BN=bn, BK=bk, GROUP_M=1, CPS=cps),
                                           num_warps=4, num_stages=st))
-        for bn, bm, nw, st in ((128, 128, 8, 3), (128, 64, 8, 4), (64, 128, 4, 4), (128, 256, 8, 2)):
+        for bn, bm, nw, st in ((128, 128, 8, 3), (128, 64, 8, 4), (64, 128, 4, 4)):
             cfgs.append(triton.Config(dict(STREAM_K=False, BM=bm, BN=bn, BK=128, GROUP_M=8, CPS=1),
                                       num_warps=nw, num_stages=st))
         return cfgs

@@ -108,9 +108,9 @@ def test_shape_errors_name_the_shapes():
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
 def test_gpu_random_shapes(fmt, dtype):
     gen = torch.Generator().manual_seed(1234)
-    for trial in range(6):
+    for trial in range(4):
         n = int(torch.randint(1, 40, (1,), generator=gen)) * 32
-        k = int(torch.randint(1, 40, (1,), generator=gen)) * 64
+        k = int(torch.randint(1, 20, (1,), generator=gen)) * 256
         prepared, ref_w, raw = _weight(fmt, n, k, seed=trial)
         for m in (1, 7, 16, 33, 64, 100, 300):
             x = torch.randn(m, k, device="cuda", dtype=dtype)
