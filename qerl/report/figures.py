@@ -1,0 +1,383 @@
+"""Figure renderers (Figures 1, 3, 4, 5, 7-17) and the PNG / PDF writer.
+
+Why: the paper's training-dynamics claims (entropy, reward growth, AQN, schedules, ranks, learning rates) are
+curves; ours are drawn from the runs' metrics.jsonl with the spread over seeds, and the paper's numbers are drawn
+beside ours wherever the paper prints them (Fig. 1 and Fig. 11 bars, taken from Tables 1, 3, 6 and 9; Fig. 15's
+schedules, from Eq. 8 and Table 4's range).
+
+How:
+- Curves: each seed's values are smoothed with an exponential moving average (EMA) of span
+  max(2, steps // 20) -- alpha = 2 / (span + 1), bias-corrected like pandas' `ewm(span, adjust=True)`, so the first
+  points are not pulled towards zero; NaNs are skipped. The line is the mean over seeds of the smoothed values, the
+  shaded band spans their minimum and maximum over seeds (the spread), and the faint line is the unsmoothed mean.
+  AQN's sigma is a step function and is drawn unsmoothed.
+- Seeds are aligned by step (the union of logged steps; a seed without a step is left out of that step's statistics).
+- Every figure's title names the scale and model; a footer carries seeds, commit, hardware and the paper's own
+  description of the figure. Matplotlib runs on the Agg backend (no display), imported only when a figure is drawn.
+
+Run: `qerl render --config config/config.yaml --artifact fig8`.
+"""
+from __future__ import annotations
+
+import io
+import math
+import textwrap
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from qerl.methods import METHODS
+from qerl.report import paper
+from qerl.report.context import Context, RunSpec, ablation, role_benchmarks
+from qerl.report.tables import NOT_MEASURED, e2e_speedup, find_row, method_aliases, write_atomic
+
+__all__ = [
+    "Panel", "ema", "ema_span", "seed_band", "render_curves", "draw_paper_schedules", "render_fig1", "render_fig11",
+    "write_figure",
+]
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def ema_span(n_steps: int) -> int:
+    """The EMA span used for a curve of `n_steps` points: max(2, n_steps // 20)."""
+    return max(2, n_steps // 20)
+
+
+def ema(values: list[float], span: int) -> list[float]:
+    """Bias-corrected exponential moving average (pandas `ewm(span=span, adjust=True).mean()`, NaNs skipped).
+
+    Args:
+        values: the raw series.
+        span: EMA span (alpha = 2 / (span + 1)).
+
+    Returns:
+        The smoothed series, same length; NaN until the first finite value.
+    """
+    alpha = 2.0 / (span + 1.0)
+    num = den = 0.0
+    out = []
+    for v in values:
+        num *= 1.0 - alpha
+        den *= 1.0 - alpha
+        if v is not None and math.isfinite(v):
+            num += v
+            den += 1.0
+        out.append(num / den if den > 0 else float("nan"))
+    return out
+
+
+def seed_band(per_seed: list[dict[str, list[float]]], metric: str, smooth: bool):
+    """Align seeds by step and summarise: (steps, mean, low, high, raw mean) as numpy arrays.
+
+    Args:
+        per_seed: metric columns of each seed (qerl.report.inputs.read_metrics).
+        metric: the column to draw.
+        smooth: EMA-smooth each seed before taking mean / min / max.
+
+    Raises:
+        ValueError: when `metric` is not a column of the metrics.
+    """
+    import numpy as np
+
+    steps = sorted({int(s) for m in per_seed for s in m["step"]})
+    index = {s: i for i, s in enumerate(steps)}
+    raw = np.full((len(per_seed), len(steps)), np.nan)
+    for k, m in enumerate(per_seed):
+        if metric not in m:
+            raise ValueError(f"metric {metric!r} is not in the run's metrics (columns: {sorted(m)})")
+        for s, v in zip(m["step"], m[metric]):
+            raw[k, index[int(s)]] = v
+    smoothed = np.array([ema(list(r), ema_span(len(steps))) for r in raw]) if smooth else raw.copy()
+    smoothed[np.isnan(raw)] = np.nan
+    with warnings.catch_warnings():  # a step no seed logged is all-NaN: its statistics are NaN, not an error
+        warnings.simplefilter("ignore", category=RuntimeWarning)
+        return (np.array(steps), np.nanmean(smoothed, 0), np.nanmin(smoothed, 0), np.nanmax(smoothed, 0),
+                np.nanmean(raw, 0))
+
+
+@dataclass(frozen=True)
+class Panel:
+    """One axes of a curve figure: `metric` of the runs of task `role` (None = every run the artifact needs).
+
+    `draw(ax, ctx)`, when given, draws the axes instead (e.g. the paper's schedules in Fig. 15).
+    """
+
+    metric: str
+    title: str
+    role: str | None = None
+    smooth: bool = True
+    ylabel: str = ""
+    draw: Callable | None = None
+
+
+def _label(spec: RunSpec) -> str:
+    if spec.label:
+        return spec.label
+    base = METHODS[spec.method].label if spec.method in METHODS else spec.method
+    return base if spec.variant == "default" else f"{base}, {spec.variant}"
+
+
+def _title(artifact, ctx: Context) -> str:
+    return f"{artifact.title}\nours: {ctx.scale} scale, model {ctx.model}, {len(ctx.seeds)} seeds"
+
+
+def _footer(fig, artifact, ctx: Context, extra: str = "") -> None:
+    text = ctx.prov.line()
+    desc = paper.FIGURES.get(artifact.id)
+    if desc:
+        text += f"\nPaper ({paper.PAPER_ID}): {desc}"
+    for note in ctx.notes + ([extra] if extra else []):
+        text += f"\n{note}"
+    width, height = fig.get_size_inches()  # margins in inches, so every figure size gets the same room
+    wrapped = "\n".join(textwrap.fill(line, int(width * 19)) for line in text.splitlines())
+    fig.text(0.01, 0.005, wrapped, fontsize=5.5, va="bottom", ha="left", color="0.3")
+    n_lines = wrapped.count("\n") + 1
+    fig.subplots_adjust(bottom=min(0.45, (0.55 + 0.1 * n_lines) / height), top=1 - 0.75 / height,
+                        left=0.75 / width, right=1 - 0.3 / width, wspace=0.3, hspace=0.45)
+
+
+def render_curves(ctx: Context, artifact, panels: list[Panel], layout: str = "cols"):
+    """Curves of the artifact's runs, one axes per panel, mean over seeds with a min-max band.
+
+    Args:
+        ctx: the render context (the runs are `ctx.needs.runs` with file "metrics.jsonl").
+        artifact: the registry entry (title, id).
+        panels: what each axes shows.
+        layout: "cols" (side by side) or "rows" (stacked).
+
+    Returns:
+        The matplotlib Figure.
+    """
+    plt = _plt()
+    n = len(panels)
+    shape = (1, n) if layout == "cols" else (n, 1)
+    size = (max(6.4, 5.2 * n), 4.8) if layout == "cols" else (6.4, 3.3 * n + 1.2)
+    fig, axes = plt.subplots(*shape, figsize=size, squeeze=False)
+    specs = [s for s in ctx.needs.runs if s.file == "metrics.jsonl"]
+    cache: dict[RunSpec, list] = {}
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for ax, panel in zip(axes.flat, panels):
+        ax.set_title(panel.title, fontsize=9)
+        ax.set_xlabel("step")
+        ax.set_ylabel(panel.ylabel or panel.metric)
+        ax.grid(alpha=0.3)
+        if panel.draw is not None:
+            panel.draw(ax, ctx)
+            continue
+        chosen = [s for s in specs if panel.role is None or s.role == panel.role]
+        drawn = 0
+        for i, spec in enumerate(chosen):
+            if spec not in cache:
+                cache[spec] = ctx.metrics(spec)
+            per_seed = cache[spec]
+            if not per_seed:
+                continue
+            steps, mean, low, high, raw = seed_band(per_seed, panel.metric, panel.smooth)
+            color = colors[i % len(colors)]
+            ax.plot(steps, mean, color=color, lw=1.6, label=f"{_label(spec)} (n={len(per_seed)})")
+            if len(per_seed) > 1:
+                ax.fill_between(steps, low, high, color=color, alpha=0.18, lw=0)
+            if panel.smooth:
+                ax.plot(steps, raw, color=color, lw=0.6, alpha=0.3)
+            drawn += 1
+        if drawn:
+            ax.legend(fontsize=7)
+        else:
+            ax.text(0.5, 0.5, "no runs", ha="center", va="center", transform=ax.transAxes)
+    fig.suptitle(_title(artifact, ctx), fontsize=10)
+    smooth_note = ("Lines: mean over seeds of EMA-smoothed values (span = max(2, steps // 20)); band: min-max over "
+                   "seeds; faint: unsmoothed mean.")
+    _footer(fig, artifact, ctx, smooth_note)
+    return fig
+
+
+def draw_paper_schedules(ax, ctx: Context) -> None:
+    """The paper's AQN schedules (Eq. 8 and the three alternatives, Table 4's sigma range, K = 10) over as many
+    steps as our longest schedule-ablation run (100 when there is none)."""
+    from qerl.noise.schedule import sigma_at
+
+    total = 0
+    for spec in ctx.needs.runs:
+        for m in ctx.metrics(spec):
+            total = max(total, int(m["step"][-1]) + 1)
+    total = total or 100
+    s_start, s_end = paper.SIGMA_RANGE
+    for kind in ablation(ctx.cfg, "aqn_schedules"):
+        ax.plot(range(total), [sigma_at(t, total, paper.AQN_STAGES, s_start, s_end, kind) for t in range(total)],
+                lw=1.4, label=kind)
+    ax.legend(fontsize=7)
+
+
+def _bars(ax, groups: list[str], series: list[tuple[str, dict[str, Any], dict]], ylabel: str) -> None:
+    """Grouped bars: one group per x label, one bar per series (label, {group: value or (mean, lo, hi, points)})."""
+    import numpy as np
+
+    width = 0.8 / max(1, len(series))
+    x = np.arange(len(groups))
+    for j, (label, values, style) in enumerate(series):
+        pos = x - 0.4 + width * (j + 0.5)
+        for i, g in enumerate(groups):
+            v = values.get(g)
+            if v is None:
+                continue
+            if isinstance(v, tuple):
+                mean, lo, hi, points = v
+                ax.bar(pos[i], mean, width, yerr=[[mean - lo], [hi - mean]], capsize=2,
+                       label=label if i == min(k for k, gg in enumerate(groups) if gg in values) else None, **style)
+                ax.scatter([pos[i]] * len(points), points, s=6, color="k", zorder=3)
+            else:
+                ax.bar(pos[i], v, width, label=label if i == min(k for k, gg in enumerate(groups) if gg in values)
+                       else None, **style)
+                ax.annotate(f"{v:g}", (pos[i], v), ha="center", va="bottom", fontsize=6)
+    ax.set_xticks(x)
+    ax.set_xticklabels(groups, fontsize=8)
+    ax.set_ylabel(ylabel)
+    ax.grid(axis="y", alpha=0.3)
+    tops = [v[2] if isinstance(v, tuple) else v for _, values, _ in series for v in values.values()]
+    if tops:
+        ax.set_ylim(0, 1.3 * max(tops))  # headroom for the legend above the bars
+    if series:
+        ax.legend(fontsize=6, loc="upper center", ncol=min(3, len(series)), framealpha=0.9)
+
+
+_PAPER_STYLE = {"color": "0.55"}
+_OURS_STYLE = {"color": "tab:blue", "hatch": "//", "edgecolor": "white"}
+_NAMES = {"lora": "LoRA", "qlora": "QLoRA", "qerl": "QeRL", "full": "Full"}
+
+
+def _pick_model_batch(rows: list[dict], model: str, batch: int) -> tuple[str, int] | None:
+    if not rows:
+        return None
+    models = [r["model"] for r in rows]
+    m = model if model in models else models[0]
+    batches = sorted({r["batch"] for r in rows if r["model"] == m})
+    return m, (batch if batch in batches else batches[-1])
+
+
+def render_fig1(ctx: Context, artifact):
+    """Fig. 1: rollout speed, E2E speedup (batch 8) and accuracy of LoRA, QLoRA, QeRL, full: paper vs ours."""
+    
+    plt = _plt()
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.8))
+    rollout, e2e = ctx.measured("rollout.csv"), ctx.measured("e2e.csv")
+    o = ctx.measured_label()
+    groups = ["LoRA", "QLoRA", "QeRL", "Full"]
+    # (a) rollout tokens/s
+    ours_tps, where = {}, NOT_MEASURED
+    pick = _pick_model_batch(rollout or [], "7B", 8)
+    if pick:
+        model, batch = pick
+        where = f"{model}, batch {batch}"
+        for method in ("lora", "qlora", "qerl"):
+            cand = [r for r in rollout if r["model"] == model and r["batch"] == batch
+                    and r["method"] in method_aliases(method)]
+            if cand:
+                ours_tps[_NAMES[method]] = min(cand, key=lambda r: r["rank"])["tokens_per_s"]
+    paper_tps = {_NAMES[k]: v for k, v in paper.FIG1["rollout_tps_bs8"].items()}
+    _bars(axes[0], groups[:3], [("paper (7B, bs 8)", paper_tps, _PAPER_STYLE),
+                                (f"{o} ({where})", ours_tps, _OURS_STYLE)], "rollout tokens/s")
+    axes[0].set_title("rollout throughput", fontsize=9)
+    # (b) E2E speedup
+    ours_x, where = {}, NOT_MEASURED
+    pick = _pick_model_batch(e2e or [], "7B", 8)
+    if pick:
+        model, batch = pick
+        where = f"{model}, batch {batch}"
+        for method in ("lora", "qlora", "qerl"):
+            v = e2e_speedup(e2e, model, method, batch, False)
+            if v == "-":
+                v = 1.0
+            if isinstance(v, float):
+                ours_x[_NAMES[method]] = v
+    paper_x = {_NAMES[k]: v for k, v in paper.FIG1["e2e_x_bs8"].items()}
+    _bars(axes[1], groups[:3], [("paper (7B, bs 8)", paper_x, _PAPER_STYLE), (f"{o} ({where})", ours_x, _OURS_STYLE)],
+          "E2E speedup over BF16 LoRA")
+    axes[1].set_title("end-to-end GRPO step", fontsize=9)
+    absent = []
+    for ax, data, name in ((axes[0], rollout, "rollout.csv"), (axes[1], e2e, "e2e.csv")):
+        if data is None:
+            ax.set_title(f"{ax.get_title()} (ours: {NOT_MEASURED})", fontsize=9, color="tab:red")
+            absent.append(ctx.measured_where(name))
+    # (c) accuracy
+    bench = role_benchmarks(ctx.cfg, "grpo")[0]
+    ours_acc = {}
+    for method in ("lora", "qlora", "qerl", "full"):
+        spec = RunSpec("grpo", method, "default", "eval.json")
+        if spec in ctx.needs.runs:
+            per_seed = ctx.run_evals(spec, [bench])
+            if per_seed:
+                pts = [s[bench].pass1 for s in per_seed]
+                ours_acc[_NAMES[method]] = (sum(pts) / len(pts), min(pts), max(pts), pts)
+    paper_acc = {_NAMES[k]: v for k, v in paper.FIG1["gsm8k"].items()}
+    _bars(axes[2], groups, [("paper: GSM8K (7B)", paper_acc, _PAPER_STYLE),
+                            (f"ours ({ctx.scale}): {bench}", ours_acc, _OURS_STYLE)], "pass@1 (%)")
+    axes[2].set_title("accuracy after GRPO (ours: mean, min-max bar, seeds as dots)", fontsize=9)
+    fig.suptitle(_title(artifact, ctx), fontsize=10)
+    extra = "Paper bars are the values of Tables 1, 3 and 6 (7B, batch 8)."
+    if absent:
+        extra += f" Ours not measured: {', '.join(absent)} absent."
+    _footer(fig, artifact, ctx, extra)
+    return fig
+
+
+def render_fig11(ctx: Context, artifact):
+    """Fig. 11: rollout tokens/s at batch 1 by LoRA rank per model: paper (Table 9) vs ours (measured)."""
+    plt = _plt()
+    rollout = ctx.measured("rollout.csv")
+    models = list(dict.fromkeys([r["model"] for r in paper.TABLE9] + [r["model"] for r in rollout or []]))
+    fig, axes = plt.subplots(1, len(models), figsize=(4.2 * len(models), 4.6), squeeze=False)
+    o = ctx.measured_label()
+    wname = {"lora": "BF16", "qerl": "NVFP4", "qlora": "QLoRA"}
+    colors = {"lora": "tab:gray", "qerl": "tab:green", "qlora": "tab:orange"}
+    for ax, model in zip(axes.flat, models):
+        ranks = sorted({r["rank"] for r in paper.TABLE9 if r["model"] == model}
+                       | {r["rank"] for r in rollout or [] if r["model"] == model})
+        groups = [f"r{r}" for r in ranks]
+        series = []
+        for method in ("lora", "qerl", "qlora"):
+            pv = {f"r{r['rank']}": r["tokens_per_s"] for r in paper.TABLE9
+                  if r["model"] == model and r["method"] == method}
+            if pv:
+                series.append((f"paper {wname[method]}", pv, {"color": colors[method]}))
+            cand = [r for r in rollout or [] if r["model"] == model and r["method"] in method_aliases(method)]
+            if cand:
+                batch = 1 if any(r["batch"] == 1 for r in cand) else min(r["batch"] for r in cand)
+                ov = {f"r{r['rank']}": r["tokens_per_s"] for r in cand if r["batch"] == batch}
+                series.append((f"{o} {wname[method]} (bs {batch})", ov,
+                               {"color": colors[method], "hatch": "//", "edgecolor": "white"}))
+        _bars(ax, groups, series, "rollout tokens/s")
+        if rollout is None or not any(r["model"] == model for r in rollout):
+            ax.set_title(f"{model} (ours: {NOT_MEASURED})", fontsize=9, color="tab:red")
+        else:
+            ax.set_title(model, fontsize=9)
+    fig.suptitle(_title(artifact, ctx), fontsize=10)
+    extra = "" if rollout is not None else f"Ours not measured: {ctx.measured_where('rollout.csv')} absent."
+    _footer(fig, artifact, ctx, extra)
+    return fig
+
+
+def write_figure(fig, out_dir: str | Path, artifact_id: str, title: str = "", subject: str = "") -> list[Path]:
+    """Save `fig` as <out_dir>/<id>.png and .pdf atomically (no creation date, so reruns are comparable).
+
+    Returns:
+        The two paths.
+    """
+    plt = _plt()
+    out_dir = Path(out_dir)
+    paths = []
+    for ext, meta in (("png", {"Title": title, "Description": subject}),
+                      ("pdf", {"Title": title, "Subject": subject, "CreationDate": None})):
+        buf = io.BytesIO()
+        fig.savefig(buf, format=ext, dpi=150, metadata=meta)
+        paths.append(write_atomic(out_dir / f"{artifact_id}.{ext}", buf.getvalue()))
+    plt.close(fig)
+    return paths

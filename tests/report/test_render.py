@@ -1,0 +1,205 @@
+"""Every artifact renders from synthetic runs: paper and ours columns, mean +/- std, figures, "not measured"."""
+from __future__ import annotations
+
+import csv
+import math
+import shutil
+
+import pytest
+
+from qerl.report.context import Context, Needs
+from qerl.report.registry import ARTIFACTS, get_artifact, input_files, output_files, render_artifact
+from qerl.report.tables import config_value
+from tests.report.conftest import make_config, write_inputs, write_measured
+
+EXPECTED = {f"table{n}" for n in range(1, 10)} | {f"fig{n}" for n in (1, 3, 4, 5, 7, 8, 9, 10, 11, 12, 13, 14, 15,
+                                                                       16, 17)}
+
+
+@pytest.fixture(scope="module")
+def rendered(synthetic, tmp_path_factory):
+    cfg, _ = synthetic
+    out = tmp_path_factory.mktemp("out")
+    paths = {a: render_artifact(a, cfg) for a in ARTIFACTS}
+    return cfg, paths, out
+
+
+def _csv(path):
+    lines = [line for line in path.read_text().splitlines() if not line.startswith("#")]
+    return list(csv.DictReader(lines))
+
+
+def test_registry_covers_exactly_the_paper_artifacts():
+    assert set(ARTIFACTS) == EXPECTED
+    for a in ARTIFACTS.values():
+        assert a.kind == ("table" if a.id.startswith("table") else "figure")
+        assert a.title and a.caption and a.category
+    with pytest.raises(ValueError, match="unknown artifact 'fig2'"):
+        get_artifact("fig2")
+
+
+def test_every_artifact_renders_where_the_registry_says(rendered):
+    cfg, paths, _ = rendered
+    for a in ARTIFACTS.values():
+        written = paths[a.id]
+        assert [str(p) for p in written] == output_files(a, cfg)
+        for p in written:
+            assert p.exists() and p.stat().st_size > 0
+        if a.kind == "figure":
+            png, pdf = written
+            assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+            assert pdf.read_bytes()[:5] == b"%PDF-"
+
+
+def test_tables_have_paper_and_ours_columns_and_header(rendered):
+    _, paths, _ = rendered
+    for n in range(1, 10):
+        md, tex, csv_path = paths[f"table{n}"]
+        text = md.read_text()
+        header = text.splitlines()[2]
+        for field in ("scale: tiny", "model: tiny", "seeds: 0, 1, 2", "commit: ", "hardware: "):
+            assert field in header, (n, header)
+        columns = _csv(csv_path)[0].keys()
+        assert any(c.startswith("paper") for c in columns), (n, list(columns))
+        assert any(c.startswith("ours") for c in columns), (n, list(columns))
+        assert r"\begin{tabular}" in tex.read_text() and "# scale: tiny" in csv_path.read_text()
+
+
+def test_table1_mean_and_std_over_seeds(rendered):
+    _, paths, _ = rendered
+    md, _, csv_path = paths["table1"]
+    rows = _csv(csv_path)
+    tiny = {(r["W#"], r["training"]): r for r in rows if r["model"] == "tiny"}
+    qerl = tiny[("NVFP4", "LoRA + AQN")]
+    assert float(qerl["ours (tiny): tiny"]) == pytest.approx(55.0)
+    assert float(qerl["ours (tiny): tiny std"]) == pytest.approx(math.sqrt(13.0), abs=1e-5)
+    assert qerl["ours (tiny): tiny n"] == "3"
+    assert qerl["paper: GSM8K"] == ""  # our rows never fill the paper's columns
+    assert float(tiny[("BF16", "-")]["ours (tiny): tiny"]) == pytest.approx(30.0)  # untrained, stage's own layout
+    assert float(qerl["ours (tiny): tiny L1"]) == pytest.approx(60.0)  # per level: value + 10 - 5 * level
+    paper_row = next(r for r in rows if r["model"] == "3B" and r["training"] == "LoRA + AQN")
+    assert float(paper_row["paper: GSM8K"]) == 83.7 and paper_row["ours (tiny): tiny"] == ""
+    assert "| tiny | NVFP4 | LoRA + AQN |  | 55.0 ± 3.6 |" in md.read_text()
+
+
+def test_table2_dapo_rows(rendered):
+    _, paths, _ = rendered
+    rows = _csv(paths["table2"][2])
+    qerl = next(r for r in rows if r["model"] == "tiny" and r["training"] == "LoRA + AQN")
+    assert float(qerl["ours (tiny): tiny"]) == pytest.approx(45.0)
+    assert float(next(r for r in rows if r["model"] == "32B" and r["training"] == "Full")["paper: avg"]) == 46.2
+
+
+def test_measured_tables_say_not_measured_without_files(rendered):
+    _, paths, _ = rendered
+    for n in (3, 5, 6, 7, 8):
+        md, _, csv_path = paths[f"table{n}"]
+        text = md.read_text()
+        assert "not measured" in text and "absent" in text
+        for row in _csv(csv_path):
+            ours = [v for k, v in row.items() if k.startswith("ours") and not k.endswith((" std", " n"))]
+            assert ours and all(v == "not measured" for v in ours), (n, row)
+    rows = _csv(paths["table9"][2])
+    measured_rows = [r for r in rows if r["model"] != "tiny"]
+    assert all(r["ours: r16"] == "not measured" for r in measured_rows)
+    runs = next(r for r in rows if r["model"] == "tiny")  # our QeRL rank runs: rollout_tokens / time_rollout
+    assert float(runs["ours: r16"]) == pytest.approx((1000 / 2 + 1100 / 2) / 2)
+
+
+def test_table4_from_config(rendered):
+    cfg, paths, _ = rendered
+    rows = {r["hyperparameter"]: r for r in _csv(paths["table4"][2])}
+    ours = "ours (tiny): config"
+    assert rows["samples per prompt"][ours] == "8 (tiny_grpo) / 16 (tiny_dapo)"
+    assert rows["samples per prompt"]["paper"] == "8 (GSM8K) / 16 (BigMath)"
+    assert config_value({}, "lr") == "n/a (not configured)"
+    assert config_value({"lr": 1e-5, "lr_by_method": {"lora": 5e-6}}, "lr") == "1e-05 (default) / 5e-06 (lora)"
+    assert config_value({"clip_eps_low": 0.2, "clip_eps_high": 0.28}, "clip_eps") == "0.2, 0.28"
+    assert config_value({"aqn": {"sigma_start": 0.01, "sigma_end": 5e-4}}, "sigma") == "0.01, 0.0005"
+
+
+def test_measured_files_fill_our_columns(synthetic, tmp_path):
+    cfg, _ = synthetic
+    results = tmp_path / "results"
+    shutil.copytree(cfg["results_dir"], results)
+    write_measured(results)
+    cfg2 = {**cfg, "results_dir": str(results)}
+    assert any("measured" in f for f in input_files(ARTIFACTS["table6"], cfg2))
+    md, _, csv_path = render_artifact("table6", cfg2)
+    rows = {(r["method"], r["BS"]): r for r in _csv(csv_path)}
+    o = "ours (measured, h100)"
+    assert float(rows[("QeRL", "2")][f"{o}: E2E x w/o GC"]) == pytest.approx(1.25)
+    assert float(rows[("QeRL", "2")][f"{o}: E2E x w/ GC"]) == pytest.approx(1.2)
+    assert float(rows[("QeRL", "2")][f"{o}: rollout x"]) == pytest.approx(1.3)
+    assert rows[("QeRL", "8")][f"{o}: E2E x w/o GC"] == "20.0 s/step"  # BF16 LoRA OOM at batch 8
+    assert rows[("LoRA", "8")][f"{o}: E2E x w/o GC"] == "OOM"
+    assert float(rows[("QeRL", "8")]["paper: rollout tok/s"]) == 2091.8
+    assert "NVIDIA H100" in md.read_text()
+    t3 = {(r["model"], r["method"]): r for r in _csv(render_artifact("table3", cfg2)[2])}
+    assert float(t3[("7B", "QLoRA")][f"{o}: x bs2"]) == pytest.approx(0.8)
+    assert t3[("14B", "QLoRA")][f"{o}: x bs2"] == "not measured"
+    t9 = {(r["model"], r["W#"]): r for r in _csv(render_artifact("table9", cfg2)[2])}
+    assert float(t9[("7B", "NVFP4")]["ours: r32"]) == 140.0
+    for fig in ("fig1", "fig11"):
+        png, _ = render_artifact(fig, cfg2)
+        assert png.stat().st_size > 10_000
+
+
+def test_missing_run_file_fails_or_is_noted(synthetic, tmp_path):
+    cfg, _ = synthetic
+    results = tmp_path / "results"
+    shutil.copytree(cfg["results_dir"], results)
+    cfg2 = {**cfg, "results_dir": str(results)}
+    victim = next(f for f in input_files(ARTIFACTS["fig8"], cfg2) if "noaqn" in f)
+    (results / victim.split(str(results) + "/", 1)[1]).unlink()
+    with pytest.raises(ValueError, match=r"input file .*noaqn.* does not exist"):
+        render_artifact("fig8", cfg2)
+    png, _ = render_artifact("fig8", cfg2, out_dir=tmp_path / "figs", allow_missing=True)
+    assert png.parent == tmp_path / "figs" and png.stat().st_size > 0
+
+
+def test_malformed_metrics_line_is_named(synthetic, tmp_path):
+    cfg, _ = synthetic
+    results = tmp_path / "results"
+    shutil.copytree(cfg["results_dir"], results)
+    cfg2 = {**cfg, "results_dir": str(results)}
+    victim = next(f for f in input_files(ARTIFACTS["fig10"], cfg2) if "rank16" in f)
+    with open(victim, "a") as f:
+        f.write('{"step": 99, "reward": 1}\n')
+    for old in (results / "tiny" / "figures").glob("fig10.*"):
+        old.unlink()
+    with pytest.raises(ValueError, match=r"metrics.jsonl:41: missing key"):
+        render_artifact("fig10", cfg2)
+    assert not (results / "tiny" / "figures" / "fig10.png").exists()  # nothing half-written
+
+
+def test_unconfigured_role_and_methods_say_not_run(tmp_path):
+    cfg = make_config(tmp_path / "results")
+    cfg["train"]["tasks"] = {"tiny_grpo": cfg["train"]["tasks"]["tiny_grpo"]}
+    cfg["train"]["methods"] = ["lora", "qerl"]
+    write_inputs(cfg)
+    assert input_files(ARTIFACTS["fig7"], cfg) == []
+    assert ARTIFACTS["table1"].needs(cfg).skipped
+    rows = _csv(render_artifact("table2", cfg)[2])
+    tiny = [r for r in rows if r["model"] == "tiny"]
+    assert tiny and all(r["ours (tiny): tiny"] == "not run" for r in tiny if r["training"] != "-")
+    rows = _csv(render_artifact("table1", cfg)[2])
+    full = next(r for r in rows if r["model"] == "tiny" and r["training"] == "Full")
+    assert full["ours (tiny): tiny"] == "not run"
+    assert "Not run in this config" in render_artifact("table1", cfg)[0].read_text()
+
+
+def test_paper_scale_model_shares_the_paper_rows(tmp_path):
+    cfg = make_config(tmp_path / "results")
+    cfg["model"]["name"] = "qwen2.5-7b"
+    write_inputs(cfg)
+    rows = _csv(render_artifact("table1", cfg)[2])
+    row = next(r for r in rows if r["model"] == "7B" and r["training"] == "LoRA + AQN")
+    assert float(row["paper: GSM8K"]) == 90.8 and float(row["ours (tiny): tiny"]) == pytest.approx(55.0)
+    assert not any(r["model"] == "qwen2.5-7b" for r in rows)
+
+
+def test_context_notes_skipped():
+    cfg = make_config(__import__("pathlib").Path("/nonexistent"))
+    ctx = Context(cfg, Needs(skipped=("qlora (not in train.methods)",)))
+    assert ctx.notes == ["Not run in this config: qlora (not in train.methods)."]
