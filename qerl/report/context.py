@@ -281,6 +281,12 @@ class Context:
         self.notes.append(f"Missing input skipped: {path}.")
         return False
 
+    def _run_provenance(self, run_dir: Path) -> None:
+        """The trainer's run.json beside a run's files carries its provenance (commit, hardware); optional."""
+        path = run_dir / "run.json"
+        if path.exists():
+            self.prov.add(inputs.read_run_provenance(path))
+
     def metrics(self, spec: RunSpec) -> list[dict[str, list[float]]]:
         """Per-seed metric columns of `spec` (seeds whose file is missing are skipped when allowed)."""
         out = []
@@ -288,6 +294,7 @@ class Context:
             path = run_path(self.cfg, RunSpec(spec.role, spec.method, spec.variant, "metrics.jsonl"), seed)
             if self._exists(path):
                 out.append(inputs.read_metrics(path))
+                self._run_provenance(path.parent)
         return out
 
     def run_evals(self, spec: RunSpec, benchmarks: list[str]) -> list[dict[str, inputs.BenchResult]]:
@@ -306,6 +313,7 @@ class Context:
                     raise ValueError(f"{path}: key(s) {['benchmarks.' + b for b in absent]} missing; "
                                      f"present: {sorted(results)}")
                 self.prov.add(prov)
+                self._run_provenance(path.parent)
                 out.append(results)
         return out
 

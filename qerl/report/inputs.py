@@ -19,8 +19,9 @@ Contracts (R = <results_dir>/<scale>; model = config model.name; tasks, variants
 * R/evals/<model>/<method>/<benchmark>/seed<k>.json -- the untrained model in a format (bf16, nf4, mxfp4, nvfp4):
   either the per-benchmark record itself ({"pass@1", "stderr", "n", "per_level"?, "provenance"?}) or the eval.json
   layout above with <benchmark> among its "benchmarks".
-* provenance (optional, both eval layouts): a mapping (qerl/provenance.py writes one); "commit" and "hardware"
-  (a string, or a mapping whose "gpu" or else "cpu" is used) are printed in the artifact's header line.
+* provenance (optional): the "provenance" mapping of either eval layout, or of the trainer's run.json beside a
+  run's files (qerl/provenance.py writes it); "commit" and "hardware" (a string, or a mapping whose "gpu" or else
+  "cpu" is used) are printed in the artifact's header line.
 * <results_dir>/measured/<gpu>/rollout.csv (model,method,rank,batch,tokens_per_s), e2e.csv
   (model,method,batch,gradient_checkpointing,step_s) where step_s is seconds or "OOM", memory.csv
   (model,method,model_size_gb,peak_gb), and optionally provenance.json (gpu, driver, torch, commit, date, command).
@@ -49,6 +50,7 @@ __all__ = [
     "read_metrics",
     "read_eval",
     "read_untrained_eval",
+    "read_run_provenance",
     "BenchResult",
     "read_rollout_csv",
     "read_e2e_csv",
@@ -228,6 +230,17 @@ def read_eval(path: str | Path) -> tuple[dict[str, BenchResult], dict]:
         raise ValueError(f"{path}: expected a JSON object with a 'benchmarks' mapping")
     results = {name: _bench(rec, f"{path}: benchmarks.{name}") for name, rec in obj["benchmarks"].items()}
     return results, _provenance(obj, path)
+
+
+def read_run_provenance(path: str | Path) -> dict:
+    """The "provenance" mapping of a run's run.json (written by the trainer beside metrics.jsonl); {} if none.
+
+    Raises:
+        ValueError: naming the file when it is not valid JSON or its provenance is not a mapping.
+    """
+    path = Path(path)
+    obj = _load_json(path)
+    return _provenance(obj, path) if isinstance(obj, dict) else {}
 
 
 def read_untrained_eval(path: str | Path, benchmark: str) -> tuple[BenchResult, dict]:

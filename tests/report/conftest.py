@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -65,6 +66,8 @@ def write_inputs(cfg: dict) -> None:
             if path.name == "metrics.jsonl":
                 variant, method = path.parts[-3], path.parts[-4]
                 path.write_text(_metrics_lines(method, variant, seed))
+                (path.parent / "run.json").write_text(json.dumps(
+                    {"settings": {}, "provenance": {"commit": "abc1234", "hardware": {"cpu": "Test CPU"}}}))
             elif path.name == "eval.json":
                 method, task = path.parts[-4], path.parts[-6]
                 value = ACC[method] + SEED_OFFSET[seed] + (0.0 if task == "tiny_grpo" else -10.0)
@@ -108,3 +111,9 @@ def synthetic(tmp_path_factory):
     cfg = make_config(results)
     write_inputs(cfg)
     return cfg, results
+
+
+@pytest.fixture(scope="session")
+def helpers():
+    """The builders above, for tests that need their own results folder (no import of this module needed)."""
+    return SimpleNamespace(make_config=make_config, write_inputs=write_inputs, write_measured=write_measured)

@@ -10,7 +10,6 @@ import pytest
 from qerl.report.context import Context, Needs
 from qerl.report.registry import ARTIFACTS, get_artifact, input_files, output_files, render_artifact
 from qerl.report.tables import config_value
-from tests.report.conftest import make_config, write_inputs, write_measured
 
 EXPECTED = {f"table{n}" for n in range(1, 10)} | {f"fig{n}" for n in (1, 3, 4, 5, 7, 8, 9, 10, 11, 12, 13, 14, 15,
                                                                        16, 17)}
@@ -57,6 +56,8 @@ def test_tables_have_paper_and_ours_columns_and_header(rendered):
         md, tex, csv_path = paths[f"table{n}"]
         text = md.read_text()
         header = text.splitlines()[2]
+        if n in (1, 2):  # provenance of the runs: commit and hardware from eval.json / run.json
+            assert "(inputs from abc1234)" in header and "CPU test" in header, header
         for field in ("scale: tiny", "model: tiny", "seeds: 0, 1, 2", "commit: ", "hardware: "):
             assert field in header, (n, header)
         columns = _csv(csv_path)[0].keys()
@@ -118,11 +119,11 @@ def test_table4_from_config(rendered):
     assert config_value({"aqn": {"sigma_start": 0.01, "sigma_end": 5e-4}}, "sigma") == "0.01, 0.0005"
 
 
-def test_measured_files_fill_our_columns(synthetic, tmp_path):
+def test_measured_files_fill_our_columns(synthetic, helpers, tmp_path):
     cfg, _ = synthetic
     results = tmp_path / "results"
     shutil.copytree(cfg["results_dir"], results)
-    write_measured(results)
+    helpers.write_measured(results)
     cfg2 = {**cfg, "results_dir": str(results)}
     assert any("measured" in f for f in input_files(ARTIFACTS["table6"], cfg2))
     md, _, csv_path = render_artifact("table6", cfg2)
@@ -173,11 +174,11 @@ def test_malformed_metrics_line_is_named(synthetic, tmp_path):
     assert not (results / "tiny" / "figures" / "fig10.png").exists()  # nothing half-written
 
 
-def test_unconfigured_role_and_methods_say_not_run(tmp_path):
-    cfg = make_config(tmp_path / "results")
+def test_unconfigured_role_and_methods_say_not_run(helpers, tmp_path):
+    cfg = helpers.make_config(tmp_path / "results")
     cfg["train"]["tasks"] = {"tiny_grpo": cfg["train"]["tasks"]["tiny_grpo"]}
     cfg["train"]["methods"] = ["lora", "qerl"]
-    write_inputs(cfg)
+    helpers.write_inputs(cfg)
     assert input_files(ARTIFACTS["fig7"], cfg) == []
     assert ARTIFACTS["table1"].needs(cfg).skipped
     rows = _csv(render_artifact("table2", cfg)[2])
@@ -189,17 +190,44 @@ def test_unconfigured_role_and_methods_say_not_run(tmp_path):
     assert "Not run in this config" in render_artifact("table1", cfg)[0].read_text()
 
 
-def test_paper_scale_model_shares_the_paper_rows(tmp_path):
-    cfg = make_config(tmp_path / "results")
+def test_paper_scale_model_shares_the_paper_rows(helpers, tmp_path):
+    cfg = helpers.make_config(tmp_path / "results")
     cfg["model"]["name"] = "qwen2.5-7b"
-    write_inputs(cfg)
+    helpers.write_inputs(cfg)
     rows = _csv(render_artifact("table1", cfg)[2])
     row = next(r for r in rows if r["model"] == "7B" and r["training"] == "LoRA + AQN")
     assert float(row["paper: GSM8K"]) == 90.8 and float(row["ours (tiny): tiny"]) == pytest.approx(55.0)
     assert not any(r["model"] == "qwen2.5-7b" for r in rows)
 
 
-def test_context_notes_skipped():
-    cfg = make_config(__import__("pathlib").Path("/nonexistent"))
+def test_context_notes_skipped(helpers, tmp_path):
+    cfg = helpers.make_config(tmp_path)
     ctx = Context(cfg, Needs(skipped=("qlora (not in train.methods)",)))
     assert ctx.notes == ["Not run in this config: qlora (not in train.methods)."]
+
+
+def test_cli_render(helpers, tmp_path, capsys):
+    import yaml
+
+    from qerl.cli import main
+
+    cfg = helpers.make_config(tmp_path / "results")
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump({k: cfg[k] for k in ("scale", "results_dir", "seeds", "model", "train",
+                                                        "evaluate")}))
+    assert main(["render", "--config", str(path), "--artifact", "table4", "--out-dir", str(tmp_path / "t")]) == 0
+    assert (tmp_path / "t" / "table4.md").exists() and "table4.csv" in capsys.readouterr().out
+    assert main(["render", "--config", str(path), "--artifact", "table42"]) == 2
+    assert "unknown artifact 'table42'" in capsys.readouterr().err
+    assert main(["render", "--config", str(path), "--artifact", "table1"]) == 2  # no runs yet
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_render_all_with_nothing_run(helpers, tmp_path):
+    cfg = helpers.make_config(tmp_path / "results")
+    chosen = [a for a in ARTIFACTS if a.startswith("table")] + ["fig1", "fig8", "fig15"]  # figures: one per renderer
+    for artifact_id in chosen:
+        for p in render_artifact(artifact_id, cfg, allow_missing=True):
+            assert p.stat().st_size > 0
+    text = (tmp_path / "results" / "tiny" / "tables" / "table1.md").read_text()
+    assert "Missing input skipped" in text and "n/a" in text
