@@ -30,7 +30,7 @@ from typing import Any, Callable
 from qerl.methods import METHODS
 from qerl.report import paper
 from qerl.report.context import Context, RunSpec, ablation, role_benchmarks
-from qerl.report.tables import NOT_MEASURED, e2e_speedup, find_row, method_aliases, write_atomic
+from qerl.report.tables import NOT_MEASURED, e2e_speedup, method_aliases, write_atomic
 
 __all__ = [
     "Panel", "ema", "ema_span", "seed_band", "render_curves", "draw_paper_schedules", "render_fig1", "render_fig11",
