@@ -108,6 +108,10 @@ def copy_bandwidth(nbytes: int = 2 << 30) -> float:
     """Device-to-device copy, GB/s counting bytes read plus bytes written (median of 20)."""
     a = torch.empty(nbytes, dtype=torch.uint8, device="cuda").random_()
     b = torch.empty_like(a)
+    t = time.time()
+    while time.time() - t < 0.5:  # let clocks settle: an idle GPU starts at a low SM clock
+        b.copy_(a)
+        torch.cuda.synchronize()
     ms, _ = time_calls([lambda: b.copy_(a)], target_ms=200, max_reps=20)
     return 2 * nbytes / ms / 1e6
 
@@ -231,15 +235,17 @@ def _prewarm_job(job) -> str:
     return f"gemm {kw}"
 
 
-def prewarm(processes: int, bias_variants=(False, True), dtypes=(True, False)) -> float:
-    """Compile every autotuning candidate in parallel so the autotuner later only loads cached binaries."""
+def prewarm(processes: int, bias_variants=(False, True), dtypes=(True, False), configs=None, scale_kinds=(0, 1),
+            dequant=True) -> float:
+    """Compile every autotuning candidate (or `configs`) in parallel so later calls only load cached binaries."""
     import concurrent.futures as cf
     import multiprocessing as mp
     from kernels import _common
     t = time.time()
-    jobs = [("gemm", c, sk, bf, b) for c in _common._gemm_configs() for sk in (0, 1) for bf in dtypes
-            for b in bias_variants]
-    jobs += [("dequant", bk, sk, bf, False) for bk in (128, 256) for sk in (0, 1) for bf in (True, False)]
+    configs = _common._gemm_configs() if configs is None else configs
+    jobs = [("gemm", c, sk, bf, b) for c in configs for sk in scale_kinds for bf in dtypes for b in bias_variants]
+    if dequant:
+        jobs += [("dequant", bk, sk, bf, False) for bk in (128, 256) for sk in (0, 1) for bf in (True, False)]
     with cf.ProcessPoolExecutor(processes, mp_context=mp.get_context("spawn")) as ex:
         for fut in cf.as_completed([ex.submit(_prewarm_job, j) for j in jobs]):
             try:

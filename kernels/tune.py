@@ -1,0 +1,110 @@
+"""Sweep fused-GEMM kernel configs on chosen weight shapes and M values; print a table (developer tool).
+
+Why: the autotuner only picks among `_common._gemm_configs()`. This script times any config list (stream-K
+grid multipliers, tile shapes, pipeline depths, warps) on real shapes so that list can be chosen from
+measurements, and runs one config once for a profiler (`--one`, e.g. under `ncu`).
+
+Run:  python -m kernels.tune --shapes 18944x3584 3584x3584 --m 1 16 64
+      python -m kernels.tune --shapes 18944x3584 --m 1 --one 64,128,4,4,4   # BN,BK,warps,stages,CPS
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import sys
+import time
+
+import torch
+
+from kernels import _common, nvfp4
+from kernels.bench import _clone_prepared, copies_for, time_calls
+from kernels.reference import nvfp4_quantize_reference
+
+DEFAULT_SWEEP = [  # BN, BK, num_warps, num_stages, CPS (grid = SMs * CPS; > resident CTAs means several waves)
+    (bn, bk, nw, ns, cps)
+    for (bn, bk, nw) in ((64, 128, 4), (128, 128, 8), (128, 128, 4), (64, 256, 4), (128, 256, 8))
+    for ns in (3, 4, 6) for cps in (2, 4, 8)
+    if not (bk == 256 and ns == 6)
+]
+
+
+def parse_cfg(s: str):
+    bn, bk, nw, ns, cps = (int(v) for v in s.split(","))
+    return bn, bk, nw, ns, cps
+
+
+def to_config(c, bm=16):
+    bn, bk, nw, ns, cps = c
+    return dict(STREAM_K=True, BM=bm, BN=bn, BK=bk, GROUP_M=1, CPS=cps, num_warps=nw, num_stages=ns)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--shapes", nargs="+", default=["18944x3584", "3584x18944", "3584x3584", "512x3584"])
+    ap.add_argument("--m", nargs="+", type=int, default=[1, 16])
+    ap.add_argument("--configs", nargs="*", default=None, help="BN,BK,warps,stages,CPS ...")
+    ap.add_argument("--one", default=None, help="run this config once per shape/M (for a profiler)")
+    ap.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"])
+    ap.add_argument("--prewarm", type=int, default=0, help="compile the configs first in N processes")
+    args = ap.parse_args(argv)
+    dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    configs = [parse_cfg(c) for c in args.configs] if args.configs else DEFAULT_SWEEP
+    if args.prewarm:
+        import triton
+        from kernels.bench import prewarm
+        tc = []
+        for c in configs:
+            for bm in sorted({_bm(m) for m in args.m}):
+                d = to_config(c, bm)
+                nw, ns = d.pop("num_warps"), d.pop("num_stages")
+                tc.append(triton.Config(d, num_warps=nw, num_stages=ns))
+        print(f"prewarm {len(tc)} configs: {prewarm(args.prewarm, (False,), (dtype == torch.bfloat16,), tc, (0,), False):.0f} s",
+              flush=True)
+    results = []
+    for shape in args.shapes:
+        n, k = (int(v) for v in shape.split("x"))
+        w = torch.randn(n, k, device="cuda") * 0.02
+        p = nvfp4.prepare(*nvfp4_quantize_reference(w))
+        w_bf = w.to(dtype)
+        for m in args.m:
+            x = torch.randn(m, k, device="cuda", dtype=dtype)
+            if args.one:
+                y = _common.fp4_gemm(x, p, config=to_config(parse_cfg(args.one), _bm(m)), fused=True)
+                torch.cuda.synchronize()
+                print(f"ran {args.one} on {shape} M={m}: {tuple(y.shape)}")
+                continue
+            bf_copies = [w_bf.clone() for _ in range(copies_for(n * k * 2, l2))]
+            t_bf, _ = time_calls([lambda w=w: torch.nn.functional.linear(x, w) for w in bf_copies])
+            del bf_copies
+            copies = [_clone_prepared(p) for _ in range(copies_for(p.nbytes, l2))]
+            ref = x.float() @ _common.fp4_dequantize(p, dtype).float().t()
+            for c in configs:
+                cfg = to_config(c, _bm(m))
+                try:
+                    y = _common.fp4_gemm(x, p, config=cfg, fused=True)
+                    err = ((y.float() - ref).norm() / ref.norm()).item()
+                    t, _ = time_calls([lambda q=q: _common.fp4_gemm(x, q, config=cfg, fused=True) for q in copies])
+                except Exception as e:  # noqa: BLE001 - out of resources etc.
+                    print(f"{shape} M={m} {c}: {type(e).__name__} {str(e)[:120]}", flush=True)
+                    continue
+                gbs = p.nbytes / t / 1e6
+                results.append((shape, m, c, t, gbs, t_bf / t, err))
+                print(f"{shape} M={m} cfg={c}: {t * 1e3:7.1f} us  {gbs:6.0f} GB/s  x{t_bf / t:.2f} bf16  "
+                      f"err {err:.1e}", flush=True)
+            del copies
+    if results:
+        print("\nbest per shape/M:")
+        for (shape, m), grp in itertools.groupby(sorted(results, key=lambda r: (r[0], r[1], r[3])),
+                                                 key=lambda r: (r[0], r[1])):
+            grp = list(grp)
+            print(f"  {shape} M={m}: " + "; ".join(f"{r[2]} {r[3] * 1e3:.1f}us x{r[5]:.2f}" for r in grp[:4]))
+    return 0
+
+
+def _bm(m: int) -> int:
+    return 16 if m <= 16 else 32 if m <= 32 else 64
+
+
+if __name__ == "__main__":
+    sys.exit(main())
