@@ -1,0 +1,458 @@
+"""`qerl evaluate`: pass@1 of an in-memory model on the math benchmarks, through lm-eval, with per-sample logs.
+
+Why: the released QeRL evaluator compares only the first character of an answer and never applies the LoRA adapter,
+so its numbers cannot be trusted. Here every number can be checked:
+- the model (BF16, NVFP4, MXFP4 or NF4 weights, with or without a LoRA adapter) is handed to lm-eval as an
+  in-memory `LM` (`qerl.evaluate.lm.QerlLM`), on tasks generated for our local files (`qerl.evaluate.tasks`);
+- when the model carries an adapter, `check_adapter_active` first compares the logits of a fixed probe prompt with
+  the adapter enabled and inside `model.disable_adapter()`; identical logits (an adapter that is absent, disabled or
+  still at its zero initialisation) stop the evaluation with `AdapterNotActiveError`;
+- pass@1 of a problem is the fraction of its n samples whose extracted answer math-verify accepts; the benchmark's
+  pass@1 is the mean over problems (in %), with the standard error of that mean over problems
+  (sample std / sqrt(n problems)); this is recomputed here from the per-sample verdicts and must agree with
+  lm-eval's aggregate, and every request's prompt must be the chat-formatted prompt we built (no second template);
+- the results JSON keeps, for every problem: id, level, gold answer, each completion, its extracted answer, its
+  verdict, its token count and why it ended (stop string, EOS or the length limit).
+
+Sampling (the paper, sec. 4): T = 0.6, top-p 0.95, n repeats; the generation limit is `evaluate.max_new_tokens`
+(the paper uses 4096 tokens; smaller scales use less, and the results report how many completions hit the limit).
+Randomness: one torch.Generator per benchmark seeded from (seed, benchmark name); the global RNG is untouched, so the
+trainer can call `evaluate_model` mid-run. AQN noise must be off while evaluating (the trainer's job).
+
+Run::
+
+    qerl evaluate --config config/small.yaml --model results/small/models/smollm2-135m/base \\
+        --benchmarks gsm8k,math500 --limit 50 --data-root ../shared/data --out results/eval.json
+    qerl evaluate --config config/config.yaml --model results/tiny/models/tiny/base --format nvfp4 \\
+        --adapter results/tiny/runs/.../adapter --benchmarks tiny --out eval.json
+
+Library (for the trainer)::
+
+    from qerl.evaluate.run import evaluate_model, write_results
+    results = evaluate_model(peft_model, tokenizer, ["gsm8k"], cfg, seed=0)
+
+Run the tests: ``pytest tests/evaluate -q``.
+"""
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # lm-eval and datasets must never reach the hub from here
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+
+import hashlib
+import logging
+import math
+import platform
+import sys
+import tempfile
+import time
+from collections import defaultdict, deque
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import torch
+
+from qerl.evaluate.tasks import (
+    FILTER,
+    METRIC,
+    EvalSettings,
+    Grader,
+    build_task,
+    check_benchmarks,
+    load_problems,
+    tiny_test_path,
+    write_docs,
+)
+
+__all__ = [
+    "PROBE_QUESTION",
+    "AdapterNotActiveError",
+    "check_adapter_active",
+    "pass_at_1_stats",
+    "evaluate_benchmark",
+    "evaluate_model",
+    "write_results",
+    "add_arguments",
+    "run",
+]
+
+#: the fixed probe of the adapter check (words the tiny tokenizer knows too).
+PROBE_QUESTION = "Ann has 3 apples . Ann buys 5 apples . How many apples does Ann have now ?"
+RESULTS_VERSION = 1
+
+
+class AdapterNotActiveError(ValueError):
+    """The model was meant to carry a trained adapter, but the adapter does not change its outputs."""
+
+
+# ---- the adapter check ---------------------------------------------------------------------------------------
+def _lora_modules(model) -> list[str]:
+    from peft.tuners.lora import LoraLayer
+
+    return [name for name, m in model.named_modules() if isinstance(m, LoraLayer)]
+
+
+@torch.inference_mode()
+def check_adapter_active(model, tokenizer, *, question: str = PROBE_QUESTION, atol: float = 0.0,
+                         greedy_tokens: int = 16) -> dict:
+    """Prove that the adapter takes part in the forward pass: logits with it must differ from logits without it.
+
+    Args:
+        model: a peft.PeftModel (LoRA).
+        tokenizer: its tokenizer (the probe goes through the chat template like every evaluation prompt).
+        question: the probe question.
+        atol: the largest |logit difference| still counted as "identical" (0: bit-identical).
+        greedy_tokens: length of the greedy continuation compared for information (a weak adapter may change
+            logits without changing the argmax; that is not an error).
+
+    Returns:
+        {"passed": True, "lora_modules": count, "active_adapters": names, "max_abs_logit_diff": float,
+        "greedy_differs": bool, "probe": question}.
+
+    Raises:
+        AdapterNotActiveError: not a peft model, no LoRA layer, or logits identical with and without the adapter
+            (e.g. an adapter whose lora_B is still zero, or one that was never applied).
+    """
+    from peft import PeftModel
+
+    from qerl.data.prompts import build_prompt
+    from qerl.evaluate.lm import sample
+
+    if not isinstance(model, PeftModel):
+        raise AdapterNotActiveError(
+            f"an adapter was expected but the model is a {type(model).__name__}, not a peft.PeftModel: the adapter "
+            "was never applied (load it with qerl.evaluate.load.load_adapter)")
+    lora = _lora_modules(model)
+    if not lora:
+        raise AdapterNotActiveError("the peft model has no LoRA layer: the adapter's target_modules matched nothing")
+    prompt = build_prompt(question, tokenizer, "paper")
+    enc = tokenizer(prompt, return_tensors="pt", add_special_tokens=False)
+    device = next(model.parameters()).device
+    enc = {k: v.to(device) for k, v in enc.items()}
+    was_training = model.training
+    model.eval()
+    try:
+        on = model(**enc).logits.float()  # [1, P, V]
+        with model.disable_adapter():
+            off = model(**enc).logits.float()
+            greedy_off = sample(model, tokenizer, [prompt], max_new_tokens=greedy_tokens, temperature=0.0, top_p=1.0,
+                                stop=(), batch_size=1)[0].text
+        greedy_on = sample(model, tokenizer, [prompt], max_new_tokens=greedy_tokens, temperature=0.0, top_p=1.0,
+                           stop=(), batch_size=1)[0].text
+    finally:
+        model.train(was_training)
+    diff = (on - off).abs().max().item()
+    report = {"passed": diff > atol, "lora_modules": len(lora), "active_adapters": list(model.active_adapters),
+              "max_abs_logit_diff": diff, "greedy_differs": greedy_on != greedy_off, "probe": question}
+    if not diff > atol:
+        raise AdapterNotActiveError(
+            f"the LoRA adapter ({len(lora)} LoRA layers, active: {list(model.active_adapters)}) does not change the "
+            f"model: max |logit(with adapter) - logit(without)| = {diff:.3g} <= {atol:g} on the probe prompt. The "
+            "adapter is disabled, or untrained (lora_B still zero); evaluating it would report the base model")
+    return report
+
+
+# ---- statistics ------------------------------------------------------------------------------------------------
+def pass_at_1_stats(correct: Sequence[Sequence[bool]]) -> dict:
+    """pass@1 over repeats: per problem the fraction of its samples that are correct, then the mean over problems.
+
+    Args:
+        correct: one list of verdicts per problem, every list of the same length n (the repeats).
+
+    Returns:
+        {"pass_at_1": mean in %, "stderr": standard error of that mean over problems in % (sample std with n-1,
+        divided by sqrt(problems); None for a single problem), "n_problems", "n_repeats",
+        "per_repeat": accuracy in % of the k-th sample of every problem, for k = 1..n}.
+
+    Raises:
+        ValueError: no problems, or problems with different numbers of samples.
+    """
+    if not correct:
+        raise ValueError("pass_at_1_stats: no problems")
+    lengths = {len(c) for c in correct}
+    if len(lengths) != 1 or 0 in lengths:
+        raise ValueError(f"pass_at_1_stats: every problem needs the same positive number of samples, "
+                         f"got {sorted(lengths)}")
+    n_rep = lengths.pop()
+    per_problem = [sum(map(bool, c)) / n_rep for c in correct]
+    n = len(per_problem)
+    mean = sum(per_problem) / n
+    stderr = math.sqrt(sum((x - mean) ** 2 for x in per_problem) / (n - 1)) / math.sqrt(n) if n > 1 else None
+    per_repeat = [100.0 * sum(bool(c[k]) for c in correct) / n for k in range(n_rep)]
+    return {"pass_at_1": 100.0 * mean, "stderr": None if stderr is None else 100.0 * stderr, "n_problems": n,
+            "n_repeats": n_rep, "per_repeat": per_repeat}
+
+
+# ---- one benchmark -----------------------------------------------------------------------------------------------
+def _benchmark_seed(seed: int, name: str) -> int:
+    return int.from_bytes(hashlib.sha256(f"{seed}:{name}".encode()).digest()[:7], "big")
+
+
+@contextmanager
+def _quiet_libraries():
+    """lm-eval logs every task option at INFO and `datasets` draws progress bars: keep the log to our lines."""
+    import datasets
+
+    logger = logging.getLogger("lm_eval")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    bars = datasets.utils.logging.is_progress_bar_enabled()
+    datasets.disable_progress_bars()
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+        if bars:
+            datasets.enable_progress_bars()
+
+
+def evaluate_benchmark(model, tokenizer, name: str, problems, settings: EvalSettings, seed: int,
+                       instruction: str = "paper", progress: bool = False) -> dict:
+    """Run one benchmark through lm-eval and check its numbers against the per-sample verdicts.
+
+    Args:
+        model: the in-memory model (eval mode is the caller's business; `evaluate_model` handles it).
+        tokenizer: its tokenizer.
+        name: benchmark name (for the task and the seed).
+        problems: from `qerl.evaluate.tasks.load_problems`.
+        settings: sampling, repeats, generation length, batch size.
+        seed: the run's seed.
+        instruction: prompt.instruction.
+        progress: show a progress bar over sampling batches on stderr.
+
+    Returns:
+        The benchmark's entry of the results JSON (see `evaluate_model`).
+
+    Raises:
+        RuntimeError: lm-eval's prompts, responses or aggregate disagree with ours (a harness bug, never data).
+    """
+    from lm_eval.evaluator import evaluate
+
+    from qerl.data.prompts import build_prompt
+    from qerl.evaluate.lm import QerlLM, _model_device
+
+    start = time.perf_counter()
+    device = _model_device(model)
+    generator = torch.Generator(device=device).manual_seed(_benchmark_seed(seed, name))
+    lm = QerlLM(model, tokenizer, generator=generator, batch_size=settings.batch_size,
+                default_max_new_tokens=settings.max_new_tokens, progress=progress)
+    grader = Grader()
+    with tempfile.TemporaryDirectory(prefix=f"qerl-eval-{name}-") as tmp, _quiet_libraries():
+        docs = write_docs(problems, Path(tmp) / f"{name}.jsonl")
+        task = build_task(name, docs, tokenizer, settings, grader, instruction, cache_dir=Path(tmp) / "cache")
+        out = evaluate(lm=lm, task_dict={"tasks": {task.task_name: task}, "groups": {}, "group_map": {}},
+                       log_samples=True, bootstrap_iters=100 if len(problems) > 1 else 0)
+    seconds = time.perf_counter() - start
+    logged = sorted(out["samples"][task.task_name], key=lambda s: s["doc_id"])
+    if len(logged) != len(problems):
+        raise RuntimeError(f"{name}: lm-eval logged {len(logged)} problems, {len(problems)} were given")
+
+    by_prompt: dict[str, deque] = defaultdict(deque)
+    for prompt, completion in lm.log:
+        by_prompt[prompt].append(completion)
+    samples, verdicts = [], []
+    for entry in logged:
+        i = entry["doc_id"]
+        p = problems[i]
+        expected = build_prompt(p.question, tokenizer, instruction)
+        context = entry["arguments"][0][0]
+        if context != expected:
+            raise RuntimeError(f"{name}: lm-eval sent a different prompt than the one built for problem {p.id!r} "
+                               f"(a second chat template or a few-shot prefix?):\n{context[:300]!r}")
+        texts = list(entry["filtered_resps"][0])
+        record = grader.records.get(i)
+        if record is None or len(record) != len(texts) or len(texts) != settings.n_repeats:
+            raise RuntimeError(f"{name}: problem {p.id!r}: {len(texts)} responses, expected {settings.n_repeats}")
+        completions = [by_prompt[context].popleft() for _ in texts]
+        if [c.text for c in completions] != texts:
+            raise RuntimeError(f"{name}: problem {p.id!r}: lm-eval's responses do not match the sampler's log")
+        correct = [c for _, c in record]
+        if abs(entry[METRIC] - sum(correct) / len(correct)) > 1e-12:
+            raise RuntimeError(f"{name}: problem {p.id!r}: lm-eval metric {entry[METRIC]} != per-sample verdicts")
+        verdicts.append(correct)
+        samples.append({"doc_index": i, "id": p.id, "level": p.level, "gold": p.answer, "completions": texts,
+                        "extracted": [e for e, _ in record], "correct": correct,
+                        "n_tokens": [c.n_tokens for c in completions], "finish": [c.finish for c in completions]})
+
+    stats = pass_at_1_stats(verdicts)
+    lm_res = out["results"][task.task_name]
+    lm_mean = 100.0 * float(lm_res[f"{METRIC},{FILTER}"])
+    lm_stderr = lm_res.get(f"{METRIC}_stderr,{FILTER}")
+    lm_stderr = 100.0 * float(lm_stderr) if isinstance(lm_stderr, (int, float)) else None
+    if abs(lm_mean - stats["pass_at_1"]) > 1e-9 or (
+            lm_stderr is not None and stats["stderr"] is not None and abs(lm_stderr - stats["stderr"]) > 1e-9):
+        raise RuntimeError(f"{name}: lm-eval reports pass@1 {lm_mean} +/- {lm_stderr}, the per-sample verdicts give "
+                           f"{stats['pass_at_1']} +/- {stats['stderr']}")
+
+    per_level = {}
+    levels = sorted({p.level for p in problems if p.level is not None})
+    for level in levels:
+        per_level[str(level)] = pass_at_1_stats([v for v, p in zip(verdicts, problems) if p.level == level])
+    from qerl.rl.rewards import format_reward
+
+    tokens = [n for s in samples for n in s["n_tokens"]]
+    finishes = [f for s in samples for f in s["finish"]]
+    found = [e is not None for s in samples for e in s["extracted"]]
+    formatted = [format_reward(t) == 1.0 for s in samples for t in s["completions"]]
+    return {
+        **stats,
+        "per_level": per_level,
+        "answer_found_pct": 100.0 * sum(found) / len(found),
+        "formatted_pct": 100.0 * sum(formatted) / len(formatted),
+        "lm_eval": {"task": task.task_name, "pass_at_1": lm_mean, "stderr": lm_stderr,
+                    "metric_key": f"{METRIC},{FILTER}", "version": _version("lm_eval")},
+        "completion_tokens_mean": sum(tokens) / len(tokens),
+        "truncated_pct": 100.0 * finishes.count("length") / len(finishes),
+        "finish_counts": {k: finishes.count(k) for k in ("stop", "eos", "length")},
+        "seconds": round(seconds, 2),
+        "prompt_example": build_prompt(problems[0].question, tokenizer, instruction),
+        "samples": samples,
+    }
+
+
+def _version(dist: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(dist)
+    except PackageNotFoundError:  # pragma: no cover
+        return None
+
+
+def evaluate_model(model, tokenizer, benchmarks: Iterable[str], cfg: dict, seed: int, limit: int | None = None, *,
+                   settings: EvalSettings | None = None, data_root: str | Path | None = None,
+                   tiny_test: str | Path | None = None, require_adapter: bool | None = None,
+                   model_info: dict | None = None, progress: bool = False) -> dict:
+    """Evaluate an in-memory model on several benchmarks; the library entry point (the trainer calls this).
+
+    Args:
+        model: any transformers causal LM (quantized or not), or a peft.PeftModel around one.
+        tokenizer: its tokenizer (with a chat template).
+        benchmarks: names from `qerl.evaluate.tasks.EVAL_BENCHMARKS`.
+        cfg: a validated config (`qerl.config.load_config`): the `evaluate` section, data.root, prompt.instruction,
+            results_dir (for the tiny test split).
+        seed: the run's seed (sampling is seeded from it and the benchmark name).
+        limit: first `limit` problems of each benchmark (overrides evaluate.limit).
+        settings: evaluation settings (default: from cfg, with `limit` applied).
+        data_root: overrides data.root.
+        tiny_test: overrides the path of the tiny held-out split.
+        require_adapter: True: the model must carry an active adapter; False: skip the check; None: check
+            whenever the model is a peft.PeftModel.
+        model_info: what was loaded (from `qerl.evaluate.load.load_model`), copied into the results.
+        progress: progress bars on stderr.
+
+    Returns:
+        {"version", "seed", "scale", "settings", "model", "adapter_check", "benchmarks": {name: {"pass_at_1",
+        "stderr", "n_problems", "n_repeats", "per_repeat", "per_level", "lm_eval", "completion_tokens_mean",
+        "truncated_pct", "finish_counts", "answer_found_pct" (samples with an extractable answer),
+        "formatted_pct" (samples in the exact <think>/<answer> format), "seconds", "prompt_example",
+        "samples": [per-problem log]}},
+        "environment", "seconds"}. Percentages are in %.
+
+    Raises:
+        ValueError: unknown benchmark, bad settings or data (naming the key, file or value);
+            AdapterNotActiveError when the adapter check fails.
+    """
+    from peft import PeftModel
+
+    names = check_benchmarks(list(benchmarks))
+    settings = settings or EvalSettings.from_config(cfg, limit=limit)
+    if limit is not None and settings.limit != limit:
+        settings = EvalSettings(**{**settings.__dict__, "limit": limit})
+    settings.check()
+    instruction = cfg.get("prompt", {}).get("instruction", "paper")
+    data_root = data_root if data_root is not None else cfg.get("data", {}).get("root")
+    tiny_test = tiny_test if tiny_test is not None else tiny_test_path(cfg)
+    problems = {n: load_problems(n, data_root=data_root, tiny_test=tiny_test, limit=settings.limit) for n in names}
+
+    start = time.perf_counter()
+    was_training = model.training
+    model.eval()
+    try:
+        check = require_adapter if require_adapter is not None else isinstance(model, PeftModel)
+        adapter_check = check_adapter_active(model, tokenizer) if check else None
+        results = {n: evaluate_benchmark(model, tokenizer, n, problems[n], settings, seed, instruction, progress)
+                   for n in names}
+    finally:
+        model.train(was_training)
+    return {
+        "version": RESULTS_VERSION,
+        "seed": seed,
+        "scale": cfg.get("scale"),
+        "settings": {**settings.__dict__, "benchmarks": names, "methods": list(settings.methods),
+                     "instruction": instruction, "stop": "</answer>"},
+        "model": model_info or {"class": type(model).__name__},
+        "adapter_check": adapter_check,
+        "benchmarks": results,
+        "environment": {"python": platform.python_version(), "torch": torch.__version__,
+                        "transformers": _version("transformers"), "lm_eval": _version("lm_eval"),
+                        "math_verify": _version("math-verify"), "peft": _version("peft"),
+                        "threads": torch.get_num_threads()},
+        "seconds": round(time.perf_counter() - start, 2),
+    }
+
+
+def write_results(results: dict, path: str | Path) -> None:
+    """Write the results JSON atomically (temporary file + rename; folders created)."""
+    from qerl.data.fetch import write_json_atomic
+
+    write_json_atomic(results, path)
+
+
+# ---- CLI ---------------------------------------------------------------------------------------------------------
+def add_arguments(parser) -> None:
+    parser.add_argument("--config", default="config/config.yaml",
+                        help="YAML config (reads evaluate, data.root, prompt, model.dtype; default config/config.yaml)")
+    parser.add_argument("--model", required=True, metavar="DIR", help="checkpoint folder of the base model")
+    parser.add_argument("--format", default="bf16", choices=["bf16", "nf4", "mxfp4", "nvfp4"],
+                        help="weight format applied after loading (bf16 = unquantized, in model.dtype)")
+    parser.add_argument("--quantized", default=None, metavar="DIR",
+                        help="quantized checkpoint of the quantization stage (replaces round-to-nearest; "
+                             "--format must match)")
+    parser.add_argument("--adapter", default=None, metavar="DIR", help="peft LoRA adapter folder (checked active)")
+    parser.add_argument("--benchmarks", default=None, metavar="A,B",
+                        help="comma-separated: gsm8k,math500,aime24,aime25,amc23,tiny (default: evaluate.benchmarks)")
+    parser.add_argument("--limit", type=int, default=None, metavar="N", help="first N problems of each benchmark")
+    parser.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
+    parser.add_argument("--method", default=None, help="method name recorded in the results (e.g. nvfp4)")
+    parser.add_argument("--data-root", default=None, help="override data.root (folder of <benchmark>/test.jsonl)")
+    parser.add_argument("--tiny-test", default=None, help="the tiny held-out split (default: from results_dir)")
+    parser.add_argument("--n-repeats", type=int, default=None, help="override evaluate.n_repeats")
+    parser.add_argument("--max-new-tokens", type=int, default=None, help="override evaluate.max_new_tokens")
+    parser.add_argument("--batch-size", type=int, default=None, help="override evaluate.batch_size")
+    parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    parser.add_argument("--out", default=None, metavar="FILE", help="write the results JSON here (atomically)")
+
+
+def run(args) -> int:
+    from qerl.config import load_config
+    from qerl.evaluate.load import load_model
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    overrides = {"data": {"root": args.data_root}} if args.data_root else None
+    cfg = load_config(args.config, overrides=overrides, check_data=False)
+    names = check_benchmarks([b.strip() for b in args.benchmarks.split(",") if b.strip()]) if args.benchmarks \
+        else None
+    settings = EvalSettings.from_config(cfg, limit=args.limit, n_repeats=args.n_repeats,
+                                        max_new_tokens=args.max_new_tokens, batch_size=args.batch_size)
+    names = names or list(settings.benchmarks)
+    model, tokenizer, info = load_model(args.model, args.format, args.adapter, cfg["model"]["dtype"], args.device,
+                                        quantized=args.quantized)
+    info["method"] = args.method
+    results = evaluate_model(model, tokenizer, names, cfg, args.seed, settings=settings, tiny_test=args.tiny_test,
+                             require_adapter=args.adapter is not None, model_info=info, progress=True)
+    for name, r in results["benchmarks"].items():
+        stderr = "n/a" if r["stderr"] is None else f"{r['stderr']:.2f}"
+        levels = "  ".join(f"L{k} {v['pass_at_1']:.1f}" for k, v in r["per_level"].items())
+        print(f"{name}: pass@1 {r['pass_at_1']:.2f} % +/- {stderr} (n={r['n_problems']} x {r['n_repeats']} repeats, "
+              f"{r['completion_tokens_mean']:.0f} tokens/completion, {r['truncated_pct']:.1f} % truncated, "
+              f"answer found {r['answer_found_pct']:.1f} %, formatted {r['formatted_pct']:.1f} %, "
+              f"{r['seconds']:.0f} s) {levels}".rstrip())
+    if args.out:
+        write_results(results, args.out)
+    sys.stdout.flush()
+    return 0

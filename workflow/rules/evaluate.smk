@@ -1,0 +1,53 @@
+# Evaluation of the untrained rows of Tables 1/2: the base model in each weight format (bf16, nf4, mxfp4, nvfp4) on
+# every benchmark of `evaluate.benchmarks`, for every seed. Trained methods are evaluated inside their training job
+# (qerl.evaluate.run.evaluate_model). One job = one (model, method, benchmark, seed) results JSON, per-sample logs
+# included: R/evals/<model>/<method>/<benchmark>/seed<k>.json
+# EVALUATE_TARGETS lists every file the config asks for (`rule all` takes it through final_targets()).
+
+_eval_real = [b for b in config["evaluate"]["benchmarks"] if b != "tiny"]
+if not set(_eval_real) <= set(config["data"]["benchmarks"]):
+    raise ValueError(
+        f"config key 'evaluate.benchmarks' names {sorted(set(_eval_real) - set(config['data']['benchmarks']))}, "
+        f"which 'data.benchmarks' ({config['data']['benchmarks']}) does not provide; add them there"
+    )
+
+EVALUATE_TARGETS = expand(
+    f"{R}/evals/{MODEL}/{{method}}/{{benchmark}}/seed{{seed}}.json",
+    method=config["evaluate"]["methods"],
+    benchmark=config["evaluate"]["benchmarks"],
+    seed=config["seeds"],
+)
+
+
+rule evaluate:
+    input:
+        config=ancient(CONFIGFILE),
+        model=f"{R}/models/{{model}}/base",
+        # the generated held-out split for `tiny`; the checked benchmark files (the data manifest) otherwise
+        data=lambda wildcards: (
+            rules.gen_tiny.output.test
+            if wildcards.benchmark == "tiny"
+            else rules.data.output[0]
+        ),
+    output:
+        f"{R}/evals/{{model}}/{{method}}/{{benchmark}}/seed{{seed}}.json",
+    wildcard_constraints:
+        method="bf16|nf4|mxfp4|nvfp4",
+        benchmark="gsm8k|math500|aime24|aime25|amc23|tiny",
+        seed=r"\d+",
+    params:
+        cfg=section("evaluate", "prompt", "model", "data"),
+        data=lambda wildcards, input: (
+            f"--tiny-test {input.data}" if wildcards.benchmark == "tiny" else ""
+        ),
+    conda:
+        CONDA_ENV
+    threads: 1
+    log:
+        f"{R}/logs/evaluate/{{model}}/{{method}}/{{benchmark}}/seed{{seed}}.log",
+    benchmark:
+        f"{R}/benchmarks/evaluate/{{model}}/{{method}}/{{benchmark}}/seed{{seed}}.tsv"
+    shell:
+        "qerl evaluate --config {input.config} --model {input.model} --format {wildcards.method}"
+        " --method {wildcards.method} --benchmarks {wildcards.benchmark} --seed {wildcards.seed}"
+        " {params.data} --threads {threads} --out {output} 2> {log}"
