@@ -70,6 +70,17 @@ def test_grader_uses_math_verify_and_averages_the_repeats():
         grader.process_results(doc, ["<answer>0.5</answer>"])  # a single string: the filter was misconfigured
 
 
+@pytest.mark.xfail(strict=True, reason=(
+    "known grader false positive in qerl.rl.rewards._math_verify: math_verify.parse's default ExprExtractionConfig "
+    "finds a number inside a junk answer ('Oli has## 3 loses' -> 3); parsing the prediction with "
+    "extraction_config=[LatexExtractionConfig()] fixes it. Delete this marker when rewards.py is fixed"))
+def test_junk_answer_containing_the_gold_number_is_wrong():
+    from qerl.rl.rewards import is_correct
+
+    assert not is_correct("Oli has## 3 loses", "3")
+    assert not is_correct("The - = process grow shells9 the 0 times 22 How has , , 0 4 How", "4")
+
+
 def test_tiny_problems_keep_their_levels(tiny_test_file):
     problems = load_problems("tiny", tiny_test=tiny_test_file, limit=6)
     assert len(problems) == 6 and {p.level for p in problems} <= {1, 2, 3}
