@@ -132,6 +132,8 @@ def _sample_batch(model, tokenizer, prompts: list[str], max_new_tokens: int, tem
     position = (attn.long().cumsum(-1) - 1).clamp(min=0)  # [B, P] left padding: real tokens count from 0
     out = model(input_ids=input_ids, attention_mask=attn, position_ids=position, use_cache=True)
     cache = out.past_key_values
+    if cache is None:
+        raise RuntimeError(f"{type(model).__name__} returned no KV cache (use_cache=True was ignored); sampling needs one")
     logits = out.logits[:, -1, :]  # [B, V]
     next_pos = position[:, -1:] + 1  # [B, 1]
     for step in range(max_new_tokens):
@@ -182,7 +184,8 @@ def sample(model, tokenizer, prompts: Sequence[str], *, max_new_tokens: int, tem
 
     Args:
         model: a causal LM taking input_ids / attention_mask / position_ids / past_key_values (any transformers
-            model, quantized or not, peft-wrapped or not). Used in inference mode; its train/eval mode is not changed.
+            model, quantized or not, peft-wrapped or not). Run in eval mode and inference mode (no dropout, and
+            gradient checkpointing, which would switch the KV cache off, is inactive); its mode is restored after.
         tokenizer: its tokenizer; prompts are encoded with add_special_tokens=False (they are chat-formatted
             already) and left padding (padding_side is set to "left" for the call and restored).
         prompts: the full prompt texts.
@@ -208,8 +211,9 @@ def sample(model, tokenizer, prompts: Sequence[str], *, max_new_tokens: int, tem
         name = getattr(tokenizer, "name_or_path", "")
         raise ValueError(f"tokenizer {name!r} has no pad token; set tokenizer.pad_token")
     eos = eos_token_ids(model, tokenizer)
-    side = tokenizer.padding_side
+    side, was_training = tokenizer.padding_side, model.training
     tokenizer.padding_side = "left"
+    model.eval()
     try:
         out: list[Completion] = []
         starts = range(0, len(prompts), batch_size)
@@ -223,6 +227,7 @@ def sample(model, tokenizer, prompts: Sequence[str], *, max_new_tokens: int, tem
         return out
     finally:
         tokenizer.padding_side = side
+        model.train(was_training)
 
 
 # ---- lm-eval -------------------------------------------------------------------------------------------------
