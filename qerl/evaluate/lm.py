@@ -133,7 +133,8 @@ def _sample_batch(model, tokenizer, prompts: list[str], max_new_tokens: int, tem
     out = model(input_ids=input_ids, attention_mask=attn, position_ids=position, use_cache=True)
     cache = out.past_key_values
     if cache is None:
-        raise RuntimeError(f"{type(model).__name__} returned no KV cache (use_cache=True was ignored); sampling needs one")
+        raise RuntimeError(f"{type(model).__name__} returned no KV cache (use_cache=True was ignored); "
+                           "sampling needs one")
     logits = out.logits[:, -1, :]  # [B, V]
     next_pos = position[:, -1:] + 1  # [B, 1]
     for step in range(max_new_tokens):
