@@ -40,6 +40,7 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # lm-eval and datasets must never reach the hub from here
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
+import dataclasses
 import hashlib
 import logging
 import math
@@ -254,8 +255,10 @@ def evaluate_benchmark(model, tokenizer, name: str, problems, settings: EvalSett
         by_prompt[prompt].append(completion)
     samples, verdicts = [], []
     for entry in logged:
-        i = entry["doc_id"]
+        i = int(entry["doc"]["doc_index"])
         p = problems[i]
+        if entry["doc"]["id"] != p.id:
+            raise RuntimeError(f"{name}: lm-eval doc {entry['doc_id']} is {entry['doc']['id']!r}, expected {p.id!r}")
         expected = build_prompt(p.question, tokenizer, instruction)
         context = entry["arguments"][0][0]
         if context != expected:
@@ -360,7 +363,7 @@ def evaluate_model(model, tokenizer, benchmarks: Iterable[str], cfg: dict, seed:
     names = check_benchmarks(list(benchmarks))
     settings = settings or EvalSettings.from_config(cfg, limit=limit)
     if limit is not None and settings.limit != limit:
-        settings = EvalSettings(**{**settings.__dict__, "limit": limit})
+        settings = dataclasses.replace(settings, limit=limit)
     settings.check()
     instruction = cfg.get("prompt", {}).get("instruction", "paper")
     data_root = data_root if data_root is not None else cfg.get("data", {}).get("root")
@@ -381,7 +384,7 @@ def evaluate_model(model, tokenizer, benchmarks: Iterable[str], cfg: dict, seed:
         "version": RESULTS_VERSION,
         "seed": seed,
         "scale": cfg.get("scale"),
-        "settings": {**settings.__dict__, "benchmarks": names, "methods": list(settings.methods),
+        "settings": {**dataclasses.asdict(settings), "benchmarks": names, "methods": list(settings.methods),
                      "instruction": instruction, "stop": "</answer>"},
         "model": model_info or {"class": type(model).__name__},
         "adapter_check": adapter_check,
