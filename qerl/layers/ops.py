@@ -1,8 +1,10 @@
 """The one entry point through which every 4-bit linear layer computes: `w4a16_linear`.
 
 Why one function: QuantLinear, the measurement scripts and the RL loop all call it, so the Triton W4A16 kernels
-(kernels/, written separately) plug in at exactly one place. Today it dequantizes the packed weight with the torch
-reference (qerl.formats) and calls F.linear; the CUDA branch goes inside `_W4A16Linear.forward` / `.backward`.
+(kernels/, written separately) plug in at exactly one place. On CUDA with fp16/bf16 activations the forward runs
+the fused dequantize-GEMM kernel and the backward the dequantize kernel + cuBLAS (kernels.fp4_linear /
+fp4_dequantize_weight); otherwise it dequantizes the packed weight with the torch reference (qerl.formats) and
+calls F.linear.
 
 Autograd: the frozen 4-bit weight gets no gradient; the input gradient is grad_y @ W_dequant, recomputed from the
 packed weight in backward (nothing of weight size is saved between forward and backward, which is what saves memory
@@ -49,16 +51,22 @@ def dequantize_weight(codes: torch.Tensor, scales: torch.Tensor, global_scale: t
     raise ValueError(f"unknown 4-bit format {fmt!r}; known: {list(FORMAT_NAMES)}")
 
 
+def _use_kernels(t: torch.Tensor) -> bool:
+    return t.is_cuda and t.dtype in (torch.float16, torch.bfloat16)
+
+
 class _W4A16Linear(torch.autograd.Function):
     """y = x @ W^T + b with W packed; grad_x = grad_y @ W; no gradient for W."""
 
     @staticmethod
     def forward(ctx, x, codes, scales, global_scale, bias, fmt):
-        # CUDA kernels (kernels/) plug in here: `if x.is_cuda: return <triton w4a16 gemm>(...)`.
-        w = dequantize_weight(codes, scales, global_scale, fmt, x.dtype)
         ctx.save_for_backward(codes, scales, global_scale)
         ctx.fmt = fmt
         ctx.has_bias = bias is not None
+        if _use_kernels(x):  # Triton W4A16 kernels (kernels/): fused dequantize-GEMM, fp32 accumulation
+            from kernels import fp4_linear
+            return fp4_linear(x, codes, scales, global_scale, bias, fmt)
+        w = dequantize_weight(codes, scales, global_scale, fmt, x.dtype)
         return F.linear(x, w, bias)
 
     @staticmethod
@@ -66,8 +74,11 @@ class _W4A16Linear(torch.autograd.Function):
         codes, scales, global_scale = ctx.saved_tensors
         grad_x = grad_b = None
         if ctx.needs_input_grad[0]:
-            # ... and the transposed kernel here.
-            w = dequantize_weight(codes, scales, global_scale, ctx.fmt, grad_y.dtype)
+            if _use_kernels(grad_y):  # Triton dequantize kernel, then cuBLAS
+                from kernels import fp4_dequantize_weight
+                w = fp4_dequantize_weight(codes, scales, global_scale, ctx.fmt, grad_y.dtype)
+            else:
+                w = dequantize_weight(codes, scales, global_scale, ctx.fmt, grad_y.dtype)
             grad_x = grad_y @ w  # [..., N] @ [N, K] -> [..., K]
         if ctx.has_bias and ctx.needs_input_grad[4]:
             grad_b = grad_y.reshape(-1, grad_y.shape[-1]).sum(0)

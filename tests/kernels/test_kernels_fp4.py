@@ -149,3 +149,26 @@ def test_gpu_ops_autograd_and_compile():
     assert _rel(x.grad, ref_x.grad) < 2e-2
     f = torch.compile(lambda t: nvfp4.nvfp4_linear(t, codes, scales, gs), fullgraph=True)
     assert _rel(f(x.detach()), y.detach()) < 1e-6
+
+
+@gpu
+@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
+def test_gpu_w4a16_linear_entry_point(fmt):
+    ops = pytest.importorskip("qerl.layers.ops")
+    w = torch.randn(384, 512)
+    if fmt == "nvfp4":
+        codes, scales, gs = (t.cuda() for t in R.nvfp4_quantize_reference(w))
+    else:
+        (codes, scales), gs = (t.cuda() for t in R.mxfp4_quantize_reference(w)), None
+    bias = torch.randn(384, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    for m in (3, 200):
+        x = torch.randn(m, 512, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        y = ops.w4a16_linear(x, codes, scales, gs, bias, fmt=fmt)
+        g = torch.randn_like(y)
+        y.backward(g)
+        x_ref = x.detach().clone().requires_grad_(True)
+        b_ref = bias.detach().clone().requires_grad_(True)
+        y_ref = ops.w4a16_linear_reference(x_ref, codes, scales, gs, b_ref, fmt=fmt)
+        y_ref.backward(g)
+        assert _rel(y, y_ref) < 1e-2 and _rel(x.grad, x_ref.grad) < 1e-2 and _rel(bias.grad, b_ref.grad) < 1e-3
+        bias.grad = None
