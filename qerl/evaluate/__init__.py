@@ -1,1 +1,11 @@
-"""evaluate"""
+"""Evaluation: pass@1 over repeats on GSM8K, MATH-500, AIME 2024/2025, AMC 23 and the tiny held-out split.
+
+Modules (imported on use, so `import qerl.evaluate` stays light):
+    tasks        lm-eval tasks generated in code for our local JSONL files (prompt, sampling, repeats, grading)
+    lm           the seeded, KV-cached sampler and the in-memory lm-eval `LM` around any model
+    run          evaluate_model (the library entry point), the adapter-active probe, `qerl evaluate`
+    load         checkpoint folder -> weight format (bf16/nf4/mxfp4/nvfp4) -> optional LoRA adapter
+    grade_check  `qerl grade-check`: the grader on each benchmark's own reference answers
+"""
+
+__all__ = ["tasks", "lm", "run", "load", "grade_check"]
