@@ -89,6 +89,10 @@ def _check_semantics(cfg: dict, source: str, check_data: bool) -> None:
     ablations = train.get("ablations", {})
     named += [("train.ablations.method", ablations["method"])] if "method" in ablations else []
     named += [("train.ablations.lr_methods", n) for n in ablations.get("lr_methods", [])]
+    task = ablations.get("task")
+    if task is not None and task not in train.get("tasks", {}):
+        raise ConfigError(f"{source}: key 'train.ablations.task': unknown task {task!r}; "
+                          f"train.tasks defines {sorted(train.get('tasks', {}))}")
     for key, name in named:
         if name not in METHODS:
             raise ConfigError(f"{source}: key '{key}': unknown method {name!r}; known methods: {sorted(METHODS)}")

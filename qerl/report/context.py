@@ -188,6 +188,10 @@ def ablation(cfg: dict, key: str) -> Any:
         raise ValueError(f"unknown ablation key {key!r}; known: {sorted(defaults)}")
     section = _section(cfg, "train").get("ablations")
     value = section.get(key) if isinstance(section, dict) else None
+    if key == "task":  # train.ablations.task names a task (null = the first); figures address tasks by role
+        tasks = _tasks(cfg) or {}
+        name = value if value is not None else next(iter(tasks), None)
+        return tasks[name].get("algorithm", "grpo") if name in tasks else defaults["task"]
     return defaults[key] if value is None else value
 
 

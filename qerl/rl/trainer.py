@@ -191,20 +191,21 @@ def build_policy(cfg: dict, s: RunSettings, base_dir: str | Path, quantized_dir:
     meth: Method = get_method(s.method)
     dtype = getattr(torch, cfg["model"]["dtype"])
     tokenizer = AutoTokenizer.from_pretrained(base_dir)
-    model = AutoModelForCausalLM.from_pretrained(base_dir, dtype=dtype)
-    if meth.weights in ("nvfp4", "mxfp4"):
-        from qerl.layers import MXFP4Config, NVFP4Config, quantize_
+    if meth.weights != "bf16" and quantized_dir is not None:
+        from qerl.quantize.checkpoint import load_quantized
 
-        if quantized_dir is not None:
-            from qerl.quantize.checkpoint import load_quantized
+        model = load_quantized(quantized_dir, dtype=dtype)  # AWQ-calibrated NVFP4/MXFP4, or the NF4 recipe
+    else:
+        model = AutoModelForCausalLM.from_pretrained(base_dir, dtype=dtype)
+        if meth.weights in ("nvfp4", "mxfp4"):  # no calibrated checkpoint given: round-to-nearest on load
+            from qerl.layers import MXFP4Config, NVFP4Config, quantize_
 
-            model = load_quantized(quantized_dir, dtype=dtype)
-        else:
             quantize_(model, NVFP4Config() if meth.weights == "nvfp4" else MXFP4Config())
-    elif meth.weights == "nf4":
-        from baselines.nf4 import NF4Config, quantize_nf4_
+        elif meth.weights == "nf4":
+            from baselines.nf4 import NF4Config, quantize_nf4_
 
-        quantize_nf4_(model, NF4Config(compute_dtype=dtype))
+            quantize_nf4_(model, NF4Config(compute_dtype=dtype))
+    if meth.weights == "nf4":
         for module in model.modules():  # bitsandbytes repacks CPU weights on the first no-grad eval forward (the
             if hasattr(module, "support_avx512bf16_for_cpu"):  # rollout), after which its training forward breaks
                 module.support_avx512bf16_for_cpu = False  # autograd; keep the trainable layout throughout
@@ -439,6 +440,7 @@ def train(cfg: dict, s: RunSettings, base_dir: str | Path, out_dir: str | Path, 
             "time_update": t_update, "peak_memory_bytes": _peak_memory(), "lr": sched.get_last_lr()[0],
             "skipped_updates": skipped, "kept_fraction": float((mask.sum(1) > 0).float().mean()),
             "truncated_fraction": float(batch.truncated.float().mean()),
+            "rollout_tokens": int(batch.lengths.sum()), "rollout_tokens_per_s": float(batch.lengths.sum()) / t_rollout,
         }
         with open(metrics_path, "a") as f:
             f.write(json.dumps(last) + "\n")
