@@ -35,6 +35,7 @@ class RolloutBatch:
         lengths: [N] completion lengths in tokens.
         truncated: [N] True where max_new_tokens cut the completion.
         entropy: [N, L] entropy (nats) of the distribution each completion token was sampled from, 0 on padding.
+        sample_logp: [N, L] log-prob of each sampled token under that distribution, 0 on padding.
     """
 
     input_ids: torch.Tensor
@@ -45,6 +46,7 @@ class RolloutBatch:
     lengths: torch.Tensor
     truncated: torch.Tensor
     entropy: torch.Tensor
+    sample_logp: torch.Tensor
 
     @property
     def completion_ids(self) -> torch.Tensor:
@@ -113,6 +115,7 @@ def sample(model, tokenizer, prompts: list[str], *, group_size: int, max_new_tok
 
     tokens = torch.full((n, max_new_tokens), pad, dtype=torch.long, device=device)  # [N, L]
     entropy = torch.zeros((n, max_new_tokens), dtype=torch.float32, device=device)  # [N, L]
+    sample_logp = torch.zeros((n, max_new_tokens), dtype=torch.float32, device=device)  # [N, L]
     done = torch.zeros(n, dtype=torch.bool, device=device)  # [N]
     lengths = torch.zeros(n, dtype=torch.long, device=device)  # [N]
     position = attn.long().cumsum(-1) - 1  # [N, P]
@@ -128,11 +131,14 @@ def sample(model, tokenizer, prompts: list[str], *, group_size: int, max_new_tok
             tok = torch.multinomial(probs, 1, generator=generator).squeeze(1)  # [N]
             ent = -(probs * logp_all.masked_fill(probs == 0, 0.0)).sum(-1)  # [N]
         else:
+            logp_all = torch.log_softmax(logits, dim=-1)  # [N, V]
             tok = logits.argmax(-1)
             ent = torch.zeros(n, device=device)
+        tok_logp = logp_all.gather(-1, tok.unsqueeze(1)).squeeze(1)  # [N]
         tok = torch.where(done, torch.full_like(tok, pad), tok)
         tokens[:, t] = tok
         entropy[:, t] = torch.where(done, torch.zeros_like(ent), ent)
+        sample_logp[:, t] = torch.where(done, torch.zeros_like(tok_logp), tok_logp)
         lengths += (~done).long()
         finished = tok == eos
         for s in stops:
@@ -148,7 +154,7 @@ def sample(model, tokenizer, prompts: list[str], *, group_size: int, max_new_tok
         past, logits = out.past_key_values, out.logits[:, -1, :].float()
         next_pos = next_pos + 1
     width = int(lengths.max())
-    tokens, entropy = tokens[:, :width], entropy[:, :width]
+    tokens, entropy, sample_logp = tokens[:, :width], entropy[:, :width], sample_logp[:, :width]
     comp_mask = torch.arange(width, device=device).unsqueeze(0) < lengths.unsqueeze(1)  # [N, L]
     input_ids = torch.cat([prompt_ids, tokens], dim=1)  # [N, P + L]
     attention = torch.cat([enc["attention_mask"].to(device), comp_mask.long()], dim=1)  # [N, P + L]
@@ -156,7 +162,7 @@ def sample(model, tokenizer, prompts: list[str], *, group_size: int, max_new_tok
     texts = tokenizer.batch_decode(tokens, skip_special_tokens=True)
     model.train(was_training)
     return RolloutBatch(input_ids, attention, completion_mask, plen, texts, lengths.cpu(), (~done).cpu(),
-                        entropy.cpu())
+                        entropy.cpu(), sample_logp.cpu())
 
 
 def sequence_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_len: int,
