@@ -353,13 +353,6 @@ if HAVE_TRITON:
         return tl.reshape(w, [BN, BK])
 
     @triton.jit
-    def _fence_gpu(dummy, USE_ASM: tl.constexpr):
-        """fence.acq_rel.gpu in every thread (the interpreter runs programs one at a time and needs none)."""
-        if USE_ASM:
-            tl.inline_asm_elementwise("fence.acq_rel.gpu;\nmov.u32 $0, $1;", "=r,r", [dummy], dtype=tl.int32,
-                                      is_pure=False, pack=1)
-
-    @triton.jit
     def _epilogue(acc, out_scale, bias_ptr, y_ptr, rn, rm, M, N, stride_ym, HAS_BIAS: tl.constexpr):
         out = acc * out_scale                                    # [BN, BM] fp32
         if HAS_BIAS:
@@ -378,7 +371,7 @@ if HAVE_TRITON:
             # meta
             SCALE_KIND: tl.constexpr, BF16: tl.constexpr, HAS_BIAS: tl.constexpr, USE_ASM: tl.constexpr,
             STREAM_K: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
-            CPS: tl.constexpr, EVEN_K: tl.constexpr, RED: tl.constexpr = 4):
+            CPS: tl.constexpr, EVEN_K: tl.constexpr):
         """y[M, N] = x[M, K] @ W[N, K]^T * out_scale (+ bias), computed as y^T tiles [BN, BM] = W_tile @ x^T."""
         pid = tl.program_id(0)
         tiles_m = tl.cdiv(M, BM)
@@ -399,6 +392,7 @@ if HAVE_TRITON:
         rw = tl.arange(0, BK // 8)
         rs = tl.arange(0, BK // 32)
         rk = tl.arange(0, BK)
+        RED: tl.constexpr = max(1, 4096 // (BN * BM))  # partial tiles per reduction load (<= 32 fp32 regs)
         for t in range(t_first, t_last + 1):
             ks0 = tl.maximum(u0 - t * k_steps, 0)
             ks1 = tl.minimum(u1 - t * k_steps, k_steps)
@@ -435,13 +429,13 @@ if HAVE_TRITON:
                 slot = pid * 2 + (t != t_first).to(tl.int32)
                 ws_tile = rbn[:, None] * BM + rbm[None, :]
                 tl.store(ws_ptr + slot * (BN * BM) + ws_tile, acc, mask=m_ok)
-                _fence_gpu(rbm, USE_ASM)  # every thread: its partial is visible device-wide (threadfence)
+                # CTA barrier, then one thread's gpu-scope acq_rel arrival (release is cumulative over the CTA's
+                # stores, as in CUTLASS's semaphore); the winner's threads read after the broadcast barrier.
                 tl.debug_barrier()
                 arrived = tl.atomic_add(cnt_ptr + t, 1, sem="acq_rel", scope="gpu")
                 first_cta = (t * k_steps) // per
                 last_cta = ((t + 1) * k_steps - 1) // per
                 if arrived == last_cta - first_cta:
-                    _fence_gpu(rbm, USE_ASM)
                     tot = tl.zeros([BN, BM], dtype=tl.float32)
                     # RED parts per load, so the reduction costs one L2 latency per RED parts, not per part
                     for p0 in range(first_cta, last_cta + 1, RED):
@@ -493,14 +487,14 @@ if HAVE_TRITON:
           (one storage chunk), 3-4 stages, GROUP_M 8 for L2 reuse of W tiles. Beyond M ~ 512, dequantize +
           cuBLAS is faster (fp4_gemm dispatches there).
         """
-        # (BN, BK, warps, stages, CTAs per SM[, register cap]); CPS matches what fits: ~166 registers for
-        # 64 x 256 allow 3 CTAs, capped at 128 registers 4.
+        # (BN, BK, warps, stages, CTAs per SM[, register cap]); CPS matches what fits in registers and shared
+        # memory (read off the compiled kernels): e.g. BM 16, 64 x 256: 166 registers -> 3 CTAs, capped at 128
+        # registers -> 4; BM 64 tiles hold a 64-wide accumulator and x tile, so 1-2 CTAs.
         decode = {
             16: ((64, 256, 4, 4, 2), (64, 256, 4, 4, 3), (64, 256, 4, 3, 3), (64, 256, 4, 4, 4, 128),
                  (128, 128, 4, 4, 2), (64, 128, 4, 3, 4)),
-            32: ((64, 256, 4, 4, 2), (64, 256, 4, 4, 3), (128, 128, 4, 4, 2), (128, 256, 8, 3, 2),
-                 (64, 128, 4, 3, 4)),
-            64: ((128, 128, 4, 3, 2), (128, 128, 8, 3, 2), (64, 256, 4, 3, 2), (128, 256, 8, 3, 1)),
+            32: ((64, 256, 4, 4, 2), (128, 128, 4, 4, 2), (64, 128, 4, 3, 3), (128, 256, 8, 3, 1)),
+            64: ((128, 128, 4, 3, 2), (64, 128, 4, 4, 2), (128, 128, 8, 3, 1), (64, 256, 4, 3, 1)),
         }
         cfgs = []
         for bm, rows in decode.items():
@@ -616,8 +610,8 @@ def fp4_gemm(x: torch.Tensor, w: PreparedFP4, bias: torch.Tensor | None = None, 
         k_steps = kw // c["BK"]
         units = -(-m // c["BM"]) * -(-w.n // c["BN"]) * k_steps
         if c["STREAM_K"]:
-            # at least k_steps / MAX_PARTS steps per CTA, so a tile has at most ~MAX_PARTS + 1 partial sums
-            min_per = -(-k_steps // MAX_PARTS)
+            # at least k_steps / parts steps per CTA, so a tile has at most ~parts + 1 partial sums to reduce
+            min_per = -(-k_steps // (MAX_PARTS if c["BM"] <= 16 else MAX_PARTS // 2))
             return (max(1, min(n_sm * c["CPS"], units // min_per)),)
         return (units // k_steps,)
 

@@ -108,11 +108,11 @@ def test_shape_errors_name_the_shapes():
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
 def test_gpu_random_shapes(fmt, dtype):
     gen = torch.Generator().manual_seed(1234)
-    for trial in range(4):
+    for trial in range(3):
         n = int(torch.randint(1, 40, (1,), generator=gen)) * 32
         k = int(torch.randint(1, 20, (1,), generator=gen)) * 256
         prepared, ref_w, raw = _weight(fmt, n, k, seed=trial)
-        for m in (1, 7, 16, 33, 64, 100, 300):
+        for m in (1, 16, 40, 300):
             x = torch.randn(m, k, device="cuda", dtype=dtype)
             bias = torch.randn(n, device="cuda", dtype=dtype) if trial % 2 else None
             y = _common.fp4_gemm(x, prepared, bias, fused=True)
