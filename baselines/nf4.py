@@ -6,6 +6,10 @@ bitsandbytes' Linear4bit (which peft's LoRA wraps natively). Two ways in, same l
     quantize_nf4_(model)                                # convert a loaded model (qerl.layers.quantize_ + peft flag)
     AutoModelForCausalLM.from_pretrained(dir, quantization_config=bnb_config())   # transformers' loader
 
+CPU: on CPUs with AVX512-BF16, bitsandbytes repacks a layer's weight into a bf16 inference layout on its first
+eval-mode no-grad forward, after which training through that layer fails; QeRL's loop runs rollouts (no grad) and
+training on the same model, so every layer made here keeps the trainable layout (`keep_trainable_layout`).
+
 CPU: bitsandbytes >= 0.48 ships a CPU backend (quantize, dequantize, 4-bit matmul, backward); it is checked on use and
 a clear RuntimeError names the problem if the installed build cannot quantize on this device. Deviation: none in the
 format; note that the absmax constants live in bitsandbytes' QuantState objects, not in module buffers, so
@@ -18,7 +22,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-__all__ = ["NF4Config", "quantize_nf4_", "bnb_config", "nf4_linear", "nf4_nbytes", "bitsandbytes_cpu_problem"]
+__all__ = ["NF4Config", "quantize_nf4_", "bnb_config", "nf4_linear", "nf4_nbytes", "keep_trainable_layout",
+           "bitsandbytes_cpu_problem"]
 
 DEFAULT_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
@@ -45,7 +50,16 @@ def _make(bnb, linear: nn.Linear, compute_dtype, blocksize: int, double_quant: b
                                      quant_type="nf4", blocksize=blocksize, compress_statistics=double_quant)
     if linear.bias is not None:
         layer.bias = nn.Parameter(linear.bias.detach().to(compute_dtype).clone(), requires_grad=False)
+    layer.support_avx512bf16_for_cpu = False  # see the module docstring
     return layer.to(device)  # Params4bit quantizes on its first move to a device
+
+
+def keep_trainable_layout(model: nn.Module) -> nn.Module:
+    """Stop bitsandbytes from repacking CPU weights for inference (see the module docstring); returns the model."""
+    for module in model.modules():
+        if hasattr(module, "support_avx512bf16_for_cpu"):
+            module.support_avx512bf16_for_cpu = False
+    return model
 
 
 def nf4_linear(linear: nn.Linear, compute_dtype: torch.dtype | None = None, blocksize: int = 64,

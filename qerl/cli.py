@@ -24,6 +24,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "render": ("qerl.report.render", "render one paper table or figure (or all) beside the paper's numbers"),
     "evaluate": ("qerl.evaluate.run", "pass@1 of a model (any weight format, optional LoRA adapter) through lm-eval"),
     "prepare-model": ("qerl.models.prepare", "convert the small scale's GGUF model into a transformers checkpoint"),
+    "calibrate": ("qerl.quantize.calibrate_cmd", "search AWQ per-channel scales of a base model for NVFP4 or MXFP4"),
+    "quantize": ("qerl.quantize.quantize_cmd", "write a quantized checkpoint (NVFP4/MXFP4/NF4) and its layer errors"),
 }
 
 

@@ -60,11 +60,17 @@ class AWQResult:
 
 
 def fake_quantize(w: torch.Tensor, fmt: str) -> torch.Tensor:
-    """quantize -> dequantize of `w` in `fmt` (float32 out).
+    """quantize -> dequantize of `w` in `fmt` (float32 out); "nf4" goes through bitsandbytes (QLoRA settings).
 
     Raises:
         ValueError: unknown format or what the format rejects.
     """
+    if fmt == "nf4":
+        import bitsandbytes.functional as bnbf
+
+        packed, state = bnbf.quantize_4bit(w.float().contiguous(), blocksize=64, compress_statistics=True,
+                                           quant_type="nf4")
+        return bnbf.dequantize_4bit(packed, state).float()
     if fmt not in FORMATS:
         raise ValueError(f"AWQ supports {sorted(FORMATS)}, got format {fmt!r}")
     mod = FORMATS[fmt]

@@ -172,7 +172,8 @@ def load_quantized(model_dir: str | Path, dtype: torch.dtype | None = None, devi
 
     Args:
         model_dir: the folder.
-        dtype: compute dtype of the unquantized parts (default: the config's torch_dtype, else float32).
+        dtype: compute dtype of the unquantized parts (default: the config's dtype, else float32; for NF4 the
+            recipe's compute dtype).
         device: where to put the model.
 
     Returns:
@@ -187,7 +188,7 @@ def load_quantized(model_dir: str | Path, dtype: torch.dtype | None = None, devi
 
     model_dir = Path(model_dir)
     if (model_dir / NF4_RECIPE).is_file():
-        return _load_nf4(model_dir / NF4_RECIPE, device)
+        return _load_nf4(model_dir / NF4_RECIPE, dtype, device)
     cfg_path = model_dir / "config.json"
     if not cfg_path.is_file():
         raise ValueError(f"{model_dir}: no config.json (nor {NF4_RECIPE})")
@@ -272,13 +273,15 @@ def _packed_from_ct(tensors, prefix, fmt, out_features, in_features, dtype, wher
     return MXFP4Tensor(codes.to(torch.uint8), scale, shape, dtype)
 
 
-def _load_nf4(recipe_path: Path, device):
+def _load_nf4(recipe_path: Path, dtype, device):
     from transformers import AutoModelForCausalLM
 
-    from baselines.nf4 import bnb_config
+    from baselines.nf4 import bnb_config, keep_trainable_layout
 
     recipe = json.loads(recipe_path.read_text())
-    dtype = getattr(torch, recipe.get("compute_dtype", "bfloat16"))
+    dtype = dtype or getattr(torch, recipe.get("compute_dtype", "bfloat16"))
+    if not (Path(recipe["base"]) / "config.json").is_file():
+        raise ValueError(f"{recipe_path}: base checkpoint {recipe['base']!r} has no config.json")
     model = AutoModelForCausalLM.from_pretrained(recipe["base"], quantization_config=bnb_config(dtype), dtype=dtype,
                                                  device_map={"": str(device)})
-    return model.eval()
+    return keep_trainable_layout(model).eval()

@@ -5,7 +5,15 @@ import pytest
 import torch
 from torch import nn
 
-from baselines.nf4 import NF4Config, bitsandbytes_cpu_problem, bnb_config, nf4_linear, nf4_nbytes, quantize_nf4_
+from baselines.nf4 import (
+    NF4Config,
+    bitsandbytes_cpu_problem,
+    bnb_config,
+    keep_trainable_layout,
+    nf4_linear,
+    nf4_nbytes,
+    quantize_nf4_,
+)
 from qerl.layers import quantize_
 
 _PROBLEM = bitsandbytes_cpu_problem()
@@ -46,13 +54,24 @@ def test_quantize_matches_transformers_loader(tmp_path):
         ref = model(ids).logits
         quantize_nf4_(model)
         ours = model(ids).logits
-        loaded = AutoModelForCausalLM.from_pretrained(tmp_path, quantization_config=bnb_config(torch.float32),
-                                                      dtype=torch.float32)
+        loaded = keep_trainable_layout(AutoModelForCausalLM.from_pretrained(
+            tmp_path, quantization_config=bnb_config(torch.float32), dtype=torch.float32))
         theirs = loaded(ids).logits
     assert type(model.lm_head) is nn.Linear and type(loaded.lm_head) is nn.Linear
-    # same codes; in eval/no-grad on an AVX512-BF16 CPU both take bitsandbytes' bf16 packed path
-    torch.testing.assert_close(ours, theirs)
+    torch.testing.assert_close(ours, theirs)  # same codes, same (trainable-layout) compute path
     assert (ours - ref).norm() / ref.norm() < 0.2
+
+
+def test_training_still_works_after_a_no_grad_eval_forward():
+    """The RL loop samples (eval, no grad) and then trains the same model: the layer must stay trainable."""
+    torch.manual_seed(0)
+    lin = nn.Linear(64, 64)  # (bitsandbytes' bf16 repack would break the backward below, or even this forward)
+    q = nf4_linear(lin).eval()
+    with torch.no_grad():
+        q(torch.randn(2, 64))
+    x = torch.randn(2, 64, requires_grad=True)
+    q.train()(x).sum().backward()
+    assert x.grad is not None and torch.isfinite(x.grad).all()
 
 
 def test_qlora_trains_on_cpu_with_peft_bnb_layer():

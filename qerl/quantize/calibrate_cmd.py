@@ -1,0 +1,68 @@
+"""`qerl calibrate`: search AWQ scales for one 4-bit format and write them (safetensors, alphas in the metadata).
+
+Run: `qerl calibrate --config config/config.yaml --model-dir results/tiny/models/tiny/base --format nvfp4
+      --out results/tiny/quantized/tiny/awq_scales/nvfp4.safetensors [--data FILE]`
+The calibration sequences come from config quantize.calibration (source, n_sequences, seq_len, seed); --data
+overrides the file that `source` names. `qerl quantize --scales` folds the result into the model.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+__all__ = ["add_arguments", "run", "calibration_tokens"]
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--config", required=True, help="YAML config file (validated against the schema)")
+    parser.add_argument("--model-dir", required=True, help="base checkpoint folder (config.json, weights, tokenizer)")
+    parser.add_argument("--format", required=True, choices=["nvfp4", "mxfp4"], help="format the search targets")
+    parser.add_argument("--out", required=True, help="scales file to write (.safetensors)")
+    parser.add_argument("--data", default=None, help="JSONL of problems (default: the file calibration.source names)")
+    parser.add_argument("--no-data-check", action="store_true", help="do not require benchmark files to exist")
+
+
+def calibration_tokens(cfg: dict, tokenizer, data: str | None, heldout: int = 0):
+    """(calibration [n, L], held-out [heldout, L] or None) token chunks per config quantize.calibration.
+
+    Raises:
+        ValueError: missing data file, or too little text for the requested chunks.
+    """
+    from qerl.quantize.calibration import calibration_file, read_texts, token_chunks
+
+    cal = cfg["quantize"]["calibration"]
+    path = data or calibration_file(cfg)
+    if not Path(path).is_file():
+        raise ValueError(f"calibration data file {path!r} does not exist (config quantize.calibration.source = "
+                         f"{cal['source']!r})")
+    texts = read_texts(path)
+    calib = token_chunks(texts, tokenizer, cal["n_sequences"], cal["seq_len"], cal["seed"])
+    held = None
+    if heldout:
+        held = token_chunks(texts, tokenizer, heldout, cal["seq_len"], cal["seed"], exclude=cal["n_sequences"])
+    return calib, held
+
+
+def run(args) -> int:
+    import torch
+
+    from qerl.config import load_config
+    from qerl.quantize.awq import calibrate, save_scales
+    from qerl.quantize.measure import load_model
+
+    cfg = load_config(args.config, check_data=not args.no_data_check)
+    torch.manual_seed(cfg["quantize"]["calibration"]["seed"])
+    model, tokenizer = load_model(model_dir=args.model_dir, dtype=torch.float32)
+    calib, _ = calibration_tokens(cfg, tokenizer, args.data)
+    t = time.time()
+    result = calibrate(model, calib, args.format, cfg["quantize"]["awq_grid"], apply=False)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    save_scales(result, tmp)
+    tmp.replace(out)
+    print(json.dumps({"format": args.format, "groups": len(result.scales), "seconds": round(time.time() - t, 2),
+                      "alphas": result.alphas}), file=sys.stderr)
+    return 0

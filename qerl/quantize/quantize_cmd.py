@@ -1,0 +1,98 @@
+"""`qerl quantize`: write the quantized checkpoint of one format and a JSON of its layer-output errors.
+
+Run: `qerl quantize --config config/config.yaml --model-dir results/tiny/models/tiny/base --format nvfp4
+      --out results/tiny/quantized/tiny/nvfp4 [--scales results/tiny/quantized/tiny/awq_scales/nvfp4.safetensors]`
+
+What OUT holds:
+- nvfp4 / mxfp4: the compressed-tensors checkpoint (config.json with quantization_config, model.safetensors,
+  tokenizer files), AWQ-calibrated when --scales is given (config quantize.awq), round-to-nearest otherwise;
+- nf4: nf4_recipe.json (bitsandbytes re-quantizes the base at load time, deterministically);
+- layer_errors.json: relative output error of every quantized linear on held-out sequences (quantize.heldout_sequences,
+  drawn from the calibration source, disjoint from the calibration sequences): RTN always, AWQ when scaled.
+OUT appears atomically.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+__all__ = ["add_arguments", "run"]
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--config", required=True, help="YAML config file (validated against the schema)")
+    parser.add_argument("--model-dir", required=True, help="base checkpoint folder (config.json, weights, tokenizer)")
+    parser.add_argument("--format", required=True, choices=["nvfp4", "mxfp4", "nf4"])
+    parser.add_argument("--out", required=True, help="output folder")
+    parser.add_argument("--scales", default=None, help="AWQ scales from `qerl calibrate` (nvfp4/mxfp4)")
+    parser.add_argument("--data", default=None, help="JSONL of problems (default: the file calibration.source names)")
+    parser.add_argument("--no-data-check", action="store_true", help="do not require benchmark files to exist")
+
+
+def _summary(errors: dict[str, float]) -> dict:
+    return {"mean": statistics.mean(errors.values()), "max": max(errors.values()), "per_layer": errors}
+
+
+def run(args) -> int:
+    import torch
+
+    from qerl.config import load_config
+    from qerl.layers import MXFP4Config, NVFP4Config, quantize_
+    from qerl.quantize.awq import apply_awq, layer_errors, load_scales
+    from qerl.quantize.calibrate_cmd import calibration_tokens
+    from qerl.quantize.checkpoint import save_nf4_recipe, save_quantized
+    from qerl.quantize.measure import load_model
+
+    cfg = load_config(args.config, check_data=not args.no_data_check)
+    qcfg = cfg["quantize"]
+    if args.format not in qcfg["formats"]:
+        raise ValueError(f"--format {args.format!r} is not in config quantize.formats {qcfg['formats']}")
+    if args.scales and args.format == "nf4":
+        raise ValueError("--scales: AWQ scales apply to nvfp4/mxfp4, not nf4")
+    scales = None
+    if args.scales:
+        result = load_scales(args.scales)
+        if result.fmt != args.format:
+            raise ValueError(f"--scales {args.scales!r} were searched for {result.fmt}, not {args.format}")
+        scales = result.scales
+    t0 = time.time()
+    model, tokenizer = load_model(model_dir=args.model_dir, dtype=torch.float32)
+    _, held = calibration_tokens(cfg, tokenizer, args.data, heldout=qcfg["heldout_sequences"])
+    report = {"format": args.format, "method": "awq" if scales else "rtn", "base": args.model_dir,
+              "heldout_sequences": qcfg["heldout_sequences"], "seq_len": qcfg["calibration"]["seq_len"],
+              "rtn": _summary(layer_errors(model, held, args.format))}
+    if scales:
+        report["awq"] = _summary(layer_errors(model, held, args.format, scales))
+
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}."))
+    try:
+        if args.format == "nf4":
+            save_nf4_recipe(args.model_dir, tmp, compute_dtype=cfg["model"]["dtype"])
+        else:
+            if scales:
+                apply_awq(model, scales)
+            dtype = getattr(torch, cfg["model"]["dtype"])
+            quantize_(model.to(dtype), NVFP4Config(tuple(qcfg["targets"])) if args.format == "nvfp4"
+                      else MXFP4Config(tuple(qcfg["targets"])))
+            save_quantized(model, tmp / "ckpt", tokenizer)
+            for f in (tmp / "ckpt").iterdir():
+                f.rename(tmp / f.name)
+            (tmp / "ckpt").rmdir()
+        report["seconds"] = round(time.time() - t0, 2)
+        (tmp / "layer_errors.json").write_text(json.dumps(report, indent=1))
+        if out.exists():
+            shutil.rmtree(out)
+        tmp.rename(out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    line = {k: round(v["mean"], 5) for k, v in report.items() if isinstance(v, dict)}
+    print(json.dumps({"format": args.format, "method": report["method"], "mean_layer_error": line}), file=sys.stderr)
+    return 0

@@ -1,0 +1,60 @@
+# Quantization: AWQ calibration per 4-bit format, then the quantized checkpoint of every format in
+# quantize.formats; these feed the untrained NF4 / MXFP4 / NVFP4 rows of Tables 1 and 2 and the 4-bit training runs.
+#
+#   R/quantized/<model>/awq_scales/<fmt>.safetensors   AWQ per-channel scales (nvfp4, mxfp4; when quantize.awq)
+#   R/quantized/<model>/<fmt>/                         compressed-tensors checkpoint (nvfp4, mxfp4) or the NF4
+#                                                      recipe (nf4), plus layer_errors.json (held-out RTN/AWQ errors)
+from qerl.quantize.calibration import calibration_file
+from qerl.quantize.dag import calibration_inputs, quantize_inputs, quantized_dirs, scales_path
+
+
+rule calibrate:
+    input:
+        unpack(lambda wildcards: calibration_inputs(config, R)),
+        config=ancient(CONFIGFILE),
+        model=f"{R}/models/{{model}}/base",
+    output:
+        scales_path(R, "{model}", "{fmt}"),
+    wildcard_constraints:
+        fmt="nvfp4|mxfp4",
+    params:
+        cfg=section("quantize", "data", "model"),
+        data=calibration_file(config),
+    conda:
+        CONDA_ENV
+    threads: workflow.cores
+    log:
+        f"{R}/logs/calibrate/{{model}}/{{fmt}}.log",
+    benchmark:
+        f"{R}/benchmarks/calibrate/{{model}}/{{fmt}}.tsv"
+    shell:
+        "qerl calibrate --config {input.config} --model-dir {input.model} --format {wildcards.fmt} "
+        "--data {params.data} --out {output} 2> {log}"
+
+
+rule quantize:
+    input:
+        unpack(lambda wildcards: quantize_inputs(config, R, ancient(CONFIGFILE), wildcards.model, wildcards.fmt)),
+    output:
+        directory(f"{R}/quantized/{{model}}/{{fmt}}"),
+    wildcard_constraints:
+        fmt="nvfp4|mxfp4|nf4",
+    params:
+        cfg=section("quantize", "data", "model"),
+        data=calibration_file(config),
+        scales=lambda wildcards, input: f"--scales {input.scales}" if "scales" in input.keys() else "",
+    conda:
+        CONDA_ENV
+    threads: workflow.cores
+    log:
+        f"{R}/logs/quantize/{{model}}/{{fmt}}.log",
+    benchmark:
+        f"{R}/benchmarks/quantize/{{model}}/{{fmt}}.tsv"
+    shell:
+        "qerl quantize --config {input.config} --model-dir {input.model} --format {wildcards.fmt} "
+        "--data {params.data} {params.scales} --out {output} 2> {log}"
+
+
+rule quantize_all:
+    input:
+        quantized_dirs(config, R, MODEL),
