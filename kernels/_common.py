@@ -574,7 +574,8 @@ def fp4_gemm(x: torch.Tensor, w: PreparedFP4, bias: torch.Tensor | None = None, 
         bias: optional [N].
         config: force one kernel config (dict of STREAM_K, BM, BN, BK, GROUP_M, CPS, num_warps, num_stages)
             instead of autotuning; the interpreter always uses a small fixed one.
-        fused: force the fused kernel (True) or dequantize + cuBLAS (False); default: fused iff M <= FUSED_MAX_M.
+        fused: force the fused kernel (True) or dequantize + cuBLAS (False); default: fused for M <= 64,
+            dequantize + cuBLAS above FUSED_MAX_M (512), in between the faster of the two as timed on first use.
 
     Returns:
         [M, N] tensor.

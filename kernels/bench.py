@@ -8,8 +8,8 @@ those targets need, plus the same for the other model sizes, and writes them wit
 What it times (median of CUDA-event-timed replays of a CUDA graph that runs the op once per weight copy; enough
 copies that one pass over them exceeds the L2 cache, so every call streams its weight from HBM):
     bf16              F.linear(x, W_bf16)                       (cuBLAS)
-    nvfp4 / mxfp4     kernels fused GEMM, default dispatch        (fused Triton for M <= FUSED_MAX_M, else
-                                                                   dequantize kernel + cuBLAS)
+    nvfp4 / mxfp4     kernels.fp4_gemm, default dispatch: fused kernel for M <= 64, dequantize + cuBLAS
+                      above 512, in between whichever was faster when first timed
     nvfp4_fused       forced fused kernel (M >= 128)
     nvfp4_deq_cublas  forced dequantize + cuBLAS (M >= 128)
     nf4               bitsandbytes matmul_4bit, QLoRA settings (blocksize 64, double quant, bf16 compute)
@@ -20,8 +20,8 @@ plus a device-to-device copy (HBM ceiling, bytes read + written) and an 8192^3 b
 
 Run (GPU):  python -m kernels.bench --out results/measured/h200 --commit $(git rev-parse HEAD)
 Quick:      python -m kernels.bench --models 7B --m 1 16 2048 --out /tmp/b
-Output: kernels.csv (one row per model, layer, M, method), summary.md (layer sums, targets), kernels.png,
-PROVENANCE.md (GPU, driver, torch, triton, bitsandbytes, commit, date, command).
+Output: kernels.csv (one row per model, layer, M, method), kernels.summary.md (layer sums), kernels.png,
+kernels.provenance.md (GPU, driver, torch, triton, bitsandbytes, commit, date, command).
 """
 from __future__ import annotations
 
@@ -326,7 +326,7 @@ def main(argv=None) -> int:
     ap.add_argument("--m", nargs="+", type=int, default=list(M_VALUES))
     ap.add_argument("--out", default=None, help="output folder (default results/measured/<gpu>)")
     ap.add_argument("--commit", default=None)
-    ap.add_argument("--command", default=None, help="the command line to record in PROVENANCE.md")
+    ap.add_argument("--command", default=None, help="the command line to record in kernels.provenance.md")
     ap.add_argument("--no-check", action="store_true")
     ap.add_argument("--budget-s", type=float, default=1e9, help="stop measuring new shapes after this many seconds")
     ap.add_argument("--prewarm", type=int, default=0, help="compile all kernel variants first in N processes")
@@ -413,13 +413,13 @@ def main(argv=None) -> int:
         wr.writerows(rows)
 
     summary = summarize(rows, copy_gbs, args.models, args.m, lines)
-    (out / "summary.md").write_text(summary)
+    (out / "kernels.summary.md").write_text(summary)
     extra = {"bitsandbytes": bnb_version, "FUSED_MAX_M": str(_common.FUSED_MAX_M),
              "device-to-device copy": f"{copy_gbs:.0f} GB/s (read + write)",
              "bf16 8192^3 matmul": f"{mm_tflops:.0f} TFLOP/s", "correctness checks": "pass" if check_ok else "FAIL",
              "wall time": f"{time.time() - t0:.0f} s"}
-    (out / "PROVENANCE.md").write_text(
-        "# Provenance of kernels.csv, summary.md, kernels.png\n\n| | |\n|---|---|\n" + provenance(args, extra) +
+    (out / "kernels.provenance.md").write_text(
+        "# Provenance of kernels.csv, kernels.summary.md, kernels.png\n\n| | |\n|---|---|\n" + provenance(args, extra) +
         "\n\nTiming: median of CUDA-event-timed CUDA-graph replays; each replay calls the op once per weight copy "
         "(enough copies to exceed 2.5x L2), so every call reads its weight from HBM.\n")
     try:
@@ -500,7 +500,7 @@ def plot(rows, models, path):
     axes[0][0].set_ylabel("x bf16 (layer sum)")
     axes[0][0].legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, metadata={"Software": None})  # no tool URL in the file
 
 
 if __name__ == "__main__":
