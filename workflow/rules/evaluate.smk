@@ -3,6 +3,9 @@
 # (qerl.evaluate.run.evaluate_model). One job = one (model, method, benchmark, seed) results JSON, per-sample logs
 # included: R/evals/<model>/<method>/<benchmark>/seed<k>.json
 # EVALUATE_TARGETS lists every file the config asks for (`rule all` takes it through final_targets()).
+# A 4-bit method reads the quantization stage's checkpoint R/quantized/<model>/<fmt>/ (AWQ-calibrated NVFP4/MXFP4,
+# the NF4 recipe) when quantize.formats lists its format; otherwise it is quantized round-to-nearest at load time.
+# Either way the results JSON says which (model.quantization).
 
 _eval_real = [b for b in config["evaluate"]["benchmarks"] if b != "tiny"]
 if not set(_eval_real) <= set(config["data"]["benchmarks"]):
@@ -29,6 +32,11 @@ rule evaluate:
             if wildcards.benchmark == "tiny"
             else rules.data.output[0]
         ),
+        quantized=lambda wildcards: (
+            f"{R}/quantized/{wildcards.model}/{wildcards.method}"
+            if wildcards.method in config["quantize"]["formats"]
+            else []
+        ),
     output:
         f"{R}/evals/{{model}}/{{method}}/{{benchmark}}/seed{{seed}}.json",
     wildcard_constraints:
@@ -40,6 +48,9 @@ rule evaluate:
         data=lambda wildcards, input: (
             f"--tiny-test {input.data}" if wildcards.benchmark == "tiny" else ""
         ),
+        quantized=lambda wildcards, input: (
+            f"--quantized {input.quantized}" if input.quantized else ""
+        ),
     conda:
         CONDA_ENV
     threads: 1
@@ -50,4 +61,4 @@ rule evaluate:
     shell:
         "qerl evaluate --config {input.config} --model {input.model} --format {wildcards.method}"
         " --method {wildcards.method} --benchmarks {wildcards.benchmark} --seed {wildcards.seed}"
-        " {params.data} --threads {threads} --out {output} 2> {log}"
+        " {params.data} {params.quantized} --threads {threads} --out {output} 2> {log}"
