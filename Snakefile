@@ -15,7 +15,11 @@
 from snakemake.utils import validate
 
 
-configfile: "config/config.yaml"
+# The tiny scale unless a config is given (`--configfile config/small.yaml`): a given config replaces the default
+# rather than being merged into it, so no tiny-scale key leaks into another scale.
+if not workflow.overwrite_configfiles:
+
+    configfile: "config/config.yaml"
 
 
 validate(config, "workflow/schemas/config.schema.yaml")
@@ -24,6 +28,11 @@ validate(config, "workflow/schemas/config.schema.yaml")
 include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/models.smk"
+include: "workflow/rules/prepare.smk"
+include: "workflow/rules/quantize.smk"
+include: "workflow/rules/evaluate.smk"
+include: "workflow/rules/train.smk"
+include: "workflow/rules/render.smk"
 
 
 

@@ -214,11 +214,13 @@ def is_correct(pred: str | None, gold: str | int | float, timeout_s: int | None 
 
 
 def _math_verify(pred: str, gold: str, timeout_s: int | None) -> bool:
-    from math_verify import parse, verify
+    from math_verify import LatexExtractionConfig, parse, verify
 
     try:
         gold_parsed = list(_parse_gold(gold, timeout_s))
-        parsed = parse(f"\\boxed{{{pred}}}", parsing_timeout=timeout_s)
+        # LaTeX extraction only: the default also runs an expression extractor that finds "some number" inside junk
+        # ("Oli has## 3 loses" would parse as 3)
+        parsed = parse(f"\\boxed{{{pred}}}", extraction_config=[LatexExtractionConfig()], parsing_timeout=timeout_s)
         return bool(parsed) and verify(gold_parsed, parsed, timeout_seconds=timeout_s)
     except Exception:  # math-verify catches its own errors; this is the last line of defence for model junk
         return False

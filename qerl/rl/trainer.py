@@ -186,11 +186,13 @@ def build_policy(cfg: dict, s: RunSettings, base_dir: str | Path, quantized_dir:
     Raises:
         ValueError: unknown dtype; RuntimeError: NF4 where bitsandbytes cannot run.
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
+
+    from qerl.evaluate.load import load_tokenizer
 
     meth: Method = get_method(s.method)
     dtype = getattr(torch, cfg["model"]["dtype"])
-    tokenizer = AutoTokenizer.from_pretrained(base_dir)
+    tokenizer = load_tokenizer(base_dir)
     if meth.weights != "bf16" and quantized_dir is not None:
         from qerl.quantize.checkpoint import load_quantized
 
@@ -482,13 +484,35 @@ def add_arguments(parser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
+HELD_OUT = {"tiny": ["tiny"], "gsm8k": ["gsm8k"], "math_train": ["math500", "aime24", "aime25", "amc23"]}
+
+
+def eval_benchmarks(cfg: dict, task: str) -> list[str]:
+    """What a run of `task` is evaluated on: train.tasks.<task>.eval_benchmarks, else the task's held-out split(s)."""
+    t = cfg["train"]["tasks"][task]
+    return list(t.get("eval_benchmarks") or HELD_OUT[t["source"]])
+
+
 def run(args) -> int:
     from qerl.config import load_config
+    from qerl.evaluate.run import evaluate_model, write_results
 
     cfg = load_config(args.config)
     torch.set_num_threads(cfg["train"]["threads"])
     s = resolve_settings(cfg, args.task, args.method, args.variant, args.seed)
+    tiny_test = Path(args.data) / "test.jsonl" if args.data else None
+
+    def evaluate(model, tokenizer):  # in the training job: no second process start, no reload of the weights
+        return evaluate_model(model, tokenizer, eval_benchmarks(cfg, s.task), cfg, s.seed, tiny_test=tiny_test,
+                              model_info={"method": s.method, "variant": s.variant, "task": s.task,
+                                          "base": str(args.base), "quantized": args.quantized})
+
     result = train(cfg, s, args.base, args.out, quantized_dir=args.quantized, data_dir=args.data,
-                   progress=not args.no_progress)
-    print(json.dumps({"steps": result["steps"], "final": result["final"]}))
+                   progress=not args.no_progress, evaluate=evaluate)
+    evaluation = result["eval"]
+    evaluation["provenance"] = provenance(args.config)
+    evaluation["train"] = {"steps": result["steps"], "final": result["final"], "settings": s.__dict__}
+    write_results(evaluation, Path(args.out) / "eval.json")  # the rule's last output: written last, atomically
+    summary = {n: round(b["pass_at_1"], 2) for n, b in evaluation["benchmarks"].items()}
+    print(json.dumps({"steps": result["steps"], "final_reward": result["final"].get("reward"), "pass@1": summary}))
     return 0

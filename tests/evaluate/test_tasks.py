@@ -70,10 +70,6 @@ def test_grader_uses_math_verify_and_averages_the_repeats():
         grader.process_results(doc, ["<answer>0.5</answer>"])  # a single string: the filter was misconfigured
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "known grader false positive in qerl.rl.rewards._math_verify: math_verify.parse's default ExprExtractionConfig "
-    "finds a number inside a junk answer ('Oli has## 3 loses' -> 3); parsing the prediction with "
-    "extraction_config=[LatexExtractionConfig()] fixes it. Delete this marker when rewards.py is fixed"))
 def test_junk_answer_containing_the_gold_number_is_wrong():
     from qerl.rl.rewards import is_correct
 

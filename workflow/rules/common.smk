@@ -3,7 +3,10 @@
 import json
 import os
 
+import yaml
+
 from qerl.config import validate_config
+from qerl.methods import get_method
 
 # The JSON schema (Snakefile: snakemake.utils.validate) catches unknown keys and types; qerl's own check adds the
 # semantic ones (unknown method names, missing data files) with the same messages the CLI gives.
@@ -11,9 +14,24 @@ config = validate_config(config, source="snakemake config")
 
 SCALE = config["scale"]
 R = f"{config['results_dir']}/{SCALE}"
-# Every rule hands this file to its `qerl` subcommand, which validates it again; jobs depend on the config
-# section they read through `params`, so editing one section reruns only the jobs that read it.
-CONFIGFILE = workflow.configfiles[-1] if workflow.configfiles else "config/config.yaml"
+# The effective config (config file + any `--config key=value`, defaults filled in) is written to R/config.yaml,
+# rewritten only when it changes; every rule hands that file to its `qerl` subcommand, which validates it again.
+# Jobs depend on the config sections they read through `params`, so editing one section reruns only those jobs.
+CONFIGFILE = f"{R}/config.yaml"
+
+
+def _write_effective_config(path):
+    text = yaml.safe_dump(config, sort_keys=False)
+    if os.path.exists(path) and open(path).read() == text:
+        return
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+_write_effective_config(CONFIGFILE)
 MODEL = config["model"]["name"]
 # One software environment for every rule (pyproject.toml lists the dependencies once); `--sdm conda` builds it.
 CONDA_ENV = "../../environment.yml"
@@ -28,8 +46,42 @@ def base_model_dir():
     return f"{R}/models/{MODEL}/base"
 
 
+# ---- training runs (workflow/rules/train.smk) -------------------------------------------------------------------
+def run_dir(task, method, variant, seed):
+    return f"{R}/runs/{task}/{MODEL}/{method}/{variant}/seed{seed}"
+
+
+def train_runs():
+    """(task, method, variant, seed) of the main runs (every task) and of the ablations (their task only)."""
+    tr, ab = config["train"], config["train"]["ablations"]
+    runs = [(t, m, "default", s) for t in tr["tasks"] for m in tr["methods"] for s in config["seeds"]]
+    task = ab["task"] or next(iter(tr["tasks"]))
+    variants = []
+    if ab["method"] in tr["methods"]:
+        variants += [(ab["method"], f"aqn-{k}") for k in ab["aqn_schedules"]]
+        variants += [(ab["method"], "noaqn")] if ab["noaqn"] else []
+        variants += [(ab["method"], f"rank{r}") for r in ab["ranks"]]
+    variants += [(m, f"lr{lr:g}") for m in ab["lr_methods"] if m in tr["methods"] for lr in ab["lrs"]]
+    runs += [(task, m, v, s) for m, v in variants for s in ab["seeds"]]
+    return runs
+
+
+def train_targets():
+    return [f"{run_dir(*run)}/eval.json" for run in train_runs()]
+
+
+def train_inputs(wildcards):
+    """The task's data, and for 4-bit methods the quantized checkpoint of their format (AWQ-calibrated)."""
+    src = config["train"]["tasks"][wildcards.task]["source"]
+    inputs = {"data": rules.gen_tiny.output.rl if src == "tiny" else rules.data.output[0]}
+    fmt = get_method(wildcards.method).weights
+    if fmt != "bf16":
+        inputs["quantized"] = f"{R}/quantized/{wildcards.model}/{fmt}"
+    return inputs
+
+
 def final_targets():
     targets = [base_model_dir()]
     if config["data"]["benchmarks"]:
         targets.append(f"{R}/data/manifest.json")
-    return targets
+    return targets + quantized_dirs(config, R, MODEL) + EVALUATE_TARGETS + train_targets() + render_targets()

@@ -3,39 +3,11 @@
 from qerl.methods import TRAINED_METHODS
 
 
-def run_dir(task, method, variant, seed):
-    return f"{R}/runs/{task}/{MODEL}/{method}/{variant}/seed{seed}"
-
-
-def train_runs():
-    """(task, method, variant, seed) of the main runs (every task) and of the ablations (their task only)."""
-    tr, ab = config["train"], config["train"]["ablations"]
-    runs = [(t, m, "default", s) for t in tr["tasks"] for m in tr["methods"] for s in config["seeds"]]
-    task = ab["task"] or next(iter(tr["tasks"]))
-    variants = []
-    if ab["method"] in tr["methods"]:
-        variants += [(ab["method"], f"aqn-{k}") for k in ab["aqn_schedules"]]
-        variants += [(ab["method"], "noaqn")] if ab["noaqn"] else []
-        variants += [(ab["method"], f"rank{r}") for r in ab["ranks"]]
-    variants += [(m, f"lr{lr:g}") for m in ab["lr_methods"] if m in tr["methods"] for lr in ab["lrs"]]
-    runs += [(task, m, v, s) for m, v in variants for s in ab["seeds"]]
-    return runs
-
-
-def train_targets():
-    return [f"{run_dir(*run)}/eval.json" for run in train_runs()]
-
-
-def train_data(wildcards):
-    src = config["train"]["tasks"][wildcards.task]["source"]
-    return rules.gen_tiny.output.rl if src == "tiny" else rules.data.output[0]
-
-
 rule train:
     input:
+        unpack(train_inputs),
         config=ancient(CONFIGFILE),
         base=f"{R}/models/{{model}}/base",
-        data=train_data,
     output:
         metrics=f"{R}/runs/{{task}}/{{model}}/{{method}}/{{variant}}/seed{{seed}}/metrics.jsonl",
         eval=f"{R}/runs/{{task}}/{{model}}/{{method}}/{{variant}}/seed{{seed}}/eval.json",
@@ -46,6 +18,7 @@ rule train:
         cfg=section("train", "prompt", "evaluate", "model"),
         out=lambda wildcards, output: os.path.dirname(output.metrics),
         data=lambda wildcards, input: f"--data {os.path.dirname(input.data)}" if input.data.endswith("rl.jsonl") else "",
+        quantized=lambda wildcards, input: f"--quantized {input.quantized}" if "quantized" in input.keys() else "",
     conda:
         CONDA_ENV
     threads: config["train"]["threads"]
@@ -57,5 +30,5 @@ rule train:
         f"{R}/benchmarks/train/{{task}}/{{model}}/{{method}}/{{variant}}/seed{{seed}}.tsv"
     shell:
         "qerl train --config {input.config} --task {wildcards.task} --method {wildcards.method}"
-        " --variant {wildcards.variant} --seed {wildcards.seed} --base {input.base} {params.data}"
+        " --variant {wildcards.variant} --seed {wildcards.seed} --base {input.base} {params.data} {params.quantized}"
         " --out {params.out} --no-progress 2> {log}"
