@@ -34,6 +34,7 @@ from qerl.methods import TRAINED_METHODS, UNTRAINED_METHODS
 from qerl.report import inputs
 from qerl.report.paper import ABLATION_RANKS, ABLATION_SCHEDULES, FIG16_LRS
 from qerl.report.provenance import Provenance
+from qerl.rl.variants import canonical_variant, lr_variant
 
 __all__ = [
     "RunSpec",
@@ -195,11 +196,6 @@ def ablation(cfg: dict, key: str) -> Any:
     return defaults[key] if value is None else value
 
 
-def lr_variant(lr: float) -> str:
-    """Variant name of a learning-rate ablation run: lr_variant(3e-5) == "lr3e-05"."""
-    return f"lr{float(lr):g}"
-
-
 def run_seeds(cfg: dict, spec: RunSpec) -> list[int]:
     """The seeds a run spec stands for."""
     return list(spec.seeds) if spec.seeds is not None else list(cfg["seeds"])
@@ -214,7 +210,8 @@ def run_path(cfg: dict, spec: RunSpec, seed: int) -> Path:
     task = task_name(cfg, spec.role)
     if task is None:
         raise ValueError(f"config key 'train.tasks' defines no task with algorithm {spec.role!r}")
-    return (results_root(cfg) / "runs" / task / cfg["model"]["name"] / spec.method / spec.variant
+    variant = canonical_variant(cfg, spec.method, spec.variant) if "train" in cfg else spec.variant
+    return (results_root(cfg) / "runs" / task / cfg["model"]["name"] / spec.method / variant
             / f"seed{seed}" / spec.file)
 
 

@@ -32,7 +32,6 @@ import json
 import math
 import os
 import random
-import re
 import resource
 import shutil
 import time
@@ -49,6 +48,7 @@ from qerl.provenance import provenance
 from qerl.rl.losses import dapo_loss, dynamic_sampling_mask, grpo_loss, group_advantages, overlong_filter
 from qerl.rl.rewards import compute_rewards
 from qerl.rl.rollout import sample, sequence_logprobs
+from qerl.rl.variants import parse_variant
 
 __all__ = ["RunSettings", "parse_variant", "resolve_settings", "load_task_problems", "build_policy", "train", "run"]
 
@@ -100,33 +100,6 @@ class RunSettings:
     aqn_stages: int
     aqn_resample: str
     instruction: str
-
-
-_VARIANT = re.compile(r"^(default|noaqn|aqn-(exponential|linear|cosine|logarithmic)|rank(\d+)|lr([0-9.eE+-]+))$")
-
-
-def parse_variant(variant: str) -> dict:
-    """The settings a variant name overrides: {"aqn": False} for noaqn, {"aqn_schedule": ...}, {"lora_rank": r},
-    {"lr": x}; {} for default.
-
-    Raises:
-        ValueError: naming the variant and the accepted forms.
-    """
-    m = _VARIANT.match(variant)
-    if not m:
-        raise ValueError(f"unknown variant {variant!r}; use default, noaqn, aqn-<schedule>, rank<r> or lr<value>")
-    if variant == "noaqn":
-        return {"aqn": False}
-    if m.group(2):
-        return {"aqn_schedule": m.group(2)}
-    if m.group(3):
-        return {"lora_rank": int(m.group(3))}
-    if m.group(4):
-        try:
-            return {"lr": float(m.group(4))}
-        except ValueError:
-            raise ValueError(f"variant {variant!r}: {m.group(4)!r} is not a number") from None
-    return {}
 
 
 def resolve_settings(cfg: dict, task: str, method: str, variant: str, seed: int) -> RunSettings:

@@ -7,6 +7,7 @@ import yaml
 
 from qerl.config import validate_config
 from qerl.methods import get_method
+from qerl.rl.variants import canonical_variant, lr_variant
 
 # The JSON schema (Snakefile: snakemake.utils.validate) catches unknown keys and types; qerl's own check adds the
 # semantic ones (unknown method names, missing data files) with the same messages the CLI gives.
@@ -61,8 +62,9 @@ def train_runs():
         variants += [(ab["method"], f"aqn-{k}") for k in ab["aqn_schedules"]]
         variants += [(ab["method"], "noaqn")] if ab["noaqn"] else []
         variants += [(ab["method"], f"rank{r}") for r in ab["ranks"]]
-    variants += [(m, f"lr{lr:g}") for m in ab["lr_methods"] if m in tr["methods"] for lr in ab["lrs"]]
-    runs += [(task, m, v, s) for m, v in variants for s in ab["seeds"]]
+    variants += [(m, lr_variant(lr)) for m in ab["lr_methods"] if m in tr["methods"] for lr in ab["lrs"]]
+    runs += [(task, m, v, s) for m, v in variants for s in ab["seeds"]
+             if canonical_variant(config, m, v) == v]  # a variant equal to the default run is that run
     return runs
 
 
