@@ -34,10 +34,10 @@ from typing import Any, Sequence
 import torch
 from lm_eval.api.model import LM
 
+from qerl.rl.rollout import eos_token_ids
+from qerl.rl.rollout import sample as rollout_sample
+
 __all__ = ["Completion", "sample", "QerlLM", "eos_token_ids"]
-
-_TAIL_TOKENS = 24  # tokens decoded at each step to look for a stop string that may span several tokens
-
 
 @dataclass(frozen=True)
 class Completion:
@@ -54,55 +54,6 @@ class Completion:
     finish: str
 
 
-def eos_token_ids(model: Any, tokenizer: Any) -> set[int]:
-    """Every token id that ends a sequence: the tokenizer's EOS and the model's generation_config / config EOS.
-
-    Args:
-        model: a transformers model (or peft wrapper).
-        tokenizer: its tokenizer.
-
-    Returns:
-        The set of ids (may be empty if neither defines one).
-    """
-    ids: set[int] = set()
-    candidates = [getattr(tokenizer, "eos_token_id", None)]
-    for holder in (getattr(model, "generation_config", None), getattr(model, "config", None)):
-        candidates.append(getattr(holder, "eos_token_id", None) if holder is not None else None)
-    for c in candidates:
-        if isinstance(c, int):
-            ids.add(c)
-        elif isinstance(c, (list, tuple)):
-            ids.update(int(x) for x in c)
-    return ids
-
-
-def _max_positions(model: Any) -> int | None:
-    config = getattr(model, "config", None)
-    return getattr(config, "max_position_embeddings", None)
-
-
-def _model_device(model: Any) -> torch.device:
-    for p in model.parameters():
-        return p.device
-    for b in model.buffers():  # pragma: no cover - a model without parameters
-        return b.device
-    return torch.device("cpu")  # pragma: no cover
-
-
-def _next_tokens(logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator | None
-                 ) -> torch.Tensor:
-    """One token per row of `logits` [B, V]: greedy when temperature == 0, else temperature + top-p sampling."""
-    if temperature == 0:
-        return logits.argmax(dim=-1)  # [B]
-    probs = torch.softmax(logits.float() / temperature, dim=-1)  # [B, V]
-    if top_p < 1.0:
-        sorted_p, order = probs.sort(dim=-1, descending=True)  # [B, V]
-        before = sorted_p.cumsum(dim=-1) - sorted_p  # [B, V] mass strictly above each token
-        sorted_p = sorted_p.masked_fill(before >= top_p, 0.0)  # the first token always survives (before = 0)
-        probs = torch.zeros_like(probs).scatter_(-1, order, sorted_p)  # [B, V]
-    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # [B]
-
-
 def _check_sampling(temperature: float, top_p: float, max_new_tokens: int) -> None:
     if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool) or max_new_tokens < 1:
         raise ValueError(f"evaluate.max_new_tokens must be a positive integer, got {max_new_tokens!r}")
@@ -110,72 +61,6 @@ def _check_sampling(temperature: float, top_p: float, max_new_tokens: int) -> No
         raise ValueError(f"evaluate.temperature must be >= 0, got {temperature!r}")
     if not 0 < top_p <= 1:
         raise ValueError(f"evaluate.top_p must be in (0, 1], got {top_p!r}")
-
-
-@torch.inference_mode()
-def _sample_batch(model, tokenizer, prompts: list[str], max_new_tokens: int, temperature: float, top_p: float,
-                  stop: Sequence[str], eos: set[int], generator: torch.Generator | None) -> list[Completion]:
-    device = _model_device(model)
-    enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
-    input_ids = enc["input_ids"].to(device)  # [B, P]
-    attn = enc["attention_mask"].to(device)  # [B, P]
-    limit = _max_positions(model)
-    if limit is not None and input_ids.shape[1] + max_new_tokens > limit:
-        raise ValueError(
-            f"evaluate.max_new_tokens = {max_new_tokens} plus the longest prompt ({input_ids.shape[1]} tokens) exceeds "
-            f"the model's max_position_embeddings = {limit}; lower evaluate.max_new_tokens"
-        )
-    batch = len(prompts)
-    generated: list[list[int]] = [[] for _ in range(batch)]
-    finish: list[str | None] = [None] * batch
-    alive = list(range(batch))  # row of the running batch -> index into prompts
-    position = (attn.long().cumsum(-1) - 1).clamp(min=0)  # [B, P] left padding: real tokens count from 0
-    out = model(input_ids=input_ids, attention_mask=attn, position_ids=position, use_cache=True)
-    cache = out.past_key_values
-    if cache is None:
-        raise RuntimeError(f"{type(model).__name__} returned no KV cache (use_cache=True was ignored); "
-                           "sampling needs one")
-    logits = out.logits[:, -1, :]  # [B, V]
-    next_pos = position[:, -1:] + 1  # [B, 1]
-    for step in range(max_new_tokens):
-        tokens = _next_tokens(logits, temperature, top_p, generator)  # [B_alive]
-        keep = []
-        for row, idx in enumerate(alive):
-            tok = int(tokens[row])
-            generated[idx].append(tok)
-            if tok in eos:
-                finish[idx] = "eos"
-            elif stop:
-                tail = tokenizer.decode(generated[idx][-_TAIL_TOKENS:], skip_special_tokens=True)
-                if any(s in tail for s in stop):
-                    finish[idx] = "stop"
-            if finish[idx] is None:
-                keep.append(row)
-        if step == max_new_tokens - 1 or not keep:
-            break
-        if len(keep) < len(alive):
-            sel = torch.tensor(keep, device=device)
-            if not hasattr(cache, "batch_select_indices"):  # pragma: no cover - every transformers Cache has it
-                raise RuntimeError(f"cannot drop finished rows from a {type(cache).__name__} KV cache")
-            cache.batch_select_indices(sel)
-            tokens, attn, next_pos = tokens[sel], attn[sel], next_pos[sel]
-            alive = [alive[r] for r in keep]
-        attn = torch.cat([attn, attn.new_ones(len(alive), 1)], dim=1)  # [B_alive, P + step + 1]
-        out = model(input_ids=tokens[:, None], attention_mask=attn, position_ids=next_pos, past_key_values=cache,
-                    use_cache=True)
-        cache = out.past_key_values
-        logits = out.logits[:, -1, :]
-        next_pos = next_pos + 1
-    results = []
-    for idx in range(batch):
-        ids = generated[idx]
-        reason = finish[idx] or "length"
-        text = tokenizer.decode(ids[:-1] if reason == "eos" else ids, skip_special_tokens=True)
-        if reason == "stop":
-            cut = min((text.find(s) + len(s) for s in stop if s in text), default=len(text))
-            text = text[:cut]
-        results.append(Completion(text, len(ids), reason))
-    return results
 
 
 def sample(model, tokenizer, prompts: Sequence[str], *, max_new_tokens: int, temperature: float = 0.6,
@@ -212,9 +97,7 @@ def sample(model, tokenizer, prompts: Sequence[str], *, max_new_tokens: int, tem
         name = getattr(tokenizer, "name_or_path", "")
         raise ValueError(f"tokenizer {name!r} has no pad token; set tokenizer.pad_token")
     eos = eos_token_ids(model, tokenizer)
-    side, was_training = tokenizer.padding_side, model.training
-    tokenizer.padding_side = "left"
-    model.eval()
+    side = tokenizer.padding_side
     try:
         out: list[Completion] = []
         starts = range(0, len(prompts), batch_size)
@@ -223,12 +106,18 @@ def sample(model, tokenizer, prompts: Sequence[str], *, max_new_tokens: int, tem
 
             starts = tqdm(starts, desc="sampling", unit="batch", mininterval=5.0)
         for i in starts:
-            out.extend(_sample_batch(model, tokenizer, list(prompts[i : i + batch_size]), max_new_tokens, temperature,
-                                     top_p, tuple(stop), eos, generator))
+            batch = rollout_sample(model, tokenizer, list(prompts[i : i + batch_size]), group_size=1,
+                                   max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
+                                   generator=generator, stop_strings=tuple(stop))
+            for text, n, cut, ids in zip(batch.texts, batch.lengths.tolist(), batch.truncated.tolist(),
+                                         batch.completion_ids.tolist()):
+                reason = "length" if cut else ("eos" if ids[n - 1] in eos else "stop")
+                if reason == "stop":  # the stop string's last token may carry more text: end right after it
+                    text = text[: min(text.find(s) + len(s) for s in stop if s in text)]
+                out.append(Completion(text, n, reason))
         return out
     finally:
         tokenizer.padding_side = side
-        model.train(was_training)
 
 
 # ---- lm-eval -------------------------------------------------------------------------------------------------

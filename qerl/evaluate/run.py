@@ -232,10 +232,10 @@ def evaluate_benchmark(model, tokenizer, name: str, problems, settings: EvalSett
     from lm_eval.evaluator import evaluate
 
     from qerl.data.prompts import build_prompt
-    from qerl.evaluate.lm import QerlLM, _model_device
+    from qerl.evaluate.lm import QerlLM
 
     start = time.perf_counter()
-    device = _model_device(model)
+    device = next(model.parameters()).device
     generator = torch.Generator(device=device).manual_seed(_benchmark_seed(seed, name))
     lm = QerlLM(model, tokenizer, generator=generator, batch_size=settings.batch_size,
                 default_max_new_tokens=settings.max_new_tokens, progress=progress)

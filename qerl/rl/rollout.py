@@ -10,8 +10,9 @@ distribution (after temperature and top-p), the quantity of the paper's Fig. 3/5
                    generator=torch.Generator().manual_seed(0))
     logp, entropy = sequence_logprobs(model, batch.input_ids, batch.attention_mask, batch.completion_mask)
 
-Stopping: a sequence ends at EOS or after the token sequence of `</answer>` (its completion keeps the stop tokens
-and the EOS; `truncated` marks the ones cut by max_new_tokens, for DAPO's overlong filter).
+Stopping: a sequence ends at an EOS id (the tokenizer's and the model's) or once its text ends a stop string such as
+`</answer>` (matched on the decoded text, so a stop string split across tokens is found too); the completion keeps
+the stop tokens and the EOS; `truncated` marks the ones cut by max_new_tokens, for DAPO's overlong filter.
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["RolloutBatch", "sample", "sequence_logprobs", "stop_sequences"]
+__all__ = ["RolloutBatch", "eos_token_ids", "sample", "sequence_logprobs"]
 
 
 @dataclass
@@ -53,15 +54,26 @@ class RolloutBatch:
         return self.input_ids[:, self.prompt_len :]
 
 
-def stop_sequences(tokenizer, stop_strings: tuple[str, ...] = ("</answer>",)) -> list[list[int]]:
-    """Token-id sequences that end a completion (as they are tokenized after a space and without one)."""
-    seqs = []
-    for s in stop_strings:
-        for text in (s, " " + s):
-            ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-            if ids and ids not in seqs:
-                seqs.append(ids)
-    return seqs
+def eos_token_ids(model, tokenizer) -> set[int]:
+    """Every token id that ends a sequence: the tokenizer's EOS and the model's generation_config / config EOS."""
+    ids: set[int] = set()
+    candidates = [getattr(tokenizer, "eos_token_id", None)]
+    for holder in (getattr(model, "generation_config", None), getattr(model, "config", None)):
+        candidates.append(getattr(holder, "eos_token_id", None) if holder is not None else None)
+    for c in candidates:
+        if isinstance(c, int):
+            ids.add(c)
+        elif isinstance(c, (list, tuple)):
+            ids.update(int(x) for x in c)
+    return ids
+
+
+def _stop_candidates(tokenizer, stop_strings: tuple[str, ...]) -> torch.Tensor:
+    """Ids of the tokens whose text contains the last character of a stop string: only after one of those can a
+    stop string have just been completed, so only those rows pay for decoding their tail."""
+    last_chars = {s[-1] for s in stop_strings if s}
+    pieces = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
+    return torch.tensor([i for i, p in enumerate(pieces) if p and any(c in p for c in last_chars)], dtype=torch.long)
 
 
 def _top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
@@ -74,11 +86,17 @@ def _top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
     return torch.empty_like(logits).scatter_(-1, order, sorted_logits)
 
 
+_TAIL_TOKENS = 24  # tokens decoded to look for a stop string that spans several tokens
+
+
 @torch.no_grad()
 def sample(model, tokenizer, prompts: list[str], *, group_size: int, max_new_tokens: int, temperature: float = 1.0,
            top_p: float = 1.0, generator: torch.Generator | None = None,
            stop_strings: tuple[str, ...] = ("</answer>",)) -> RolloutBatch:
     """Sample `group_size` completions for each prompt.
+
+    Finished rows leave the batch (and the KV cache), so a batch costs what its longest completion costs only for
+    the rows still running.
 
     Args:
         model: a causal LM (transformers, optionally peft-wrapped, quantized or not).
@@ -89,19 +107,22 @@ def sample(model, tokenizer, prompts: list[str], *, group_size: int, max_new_tok
         temperature: > 0 samples from softmax(logits / T); 0 is greedy.
         top_p: nucleus sampling mass (1.0 = off).
         generator: torch RNG for the sampling (on the model's device).
-        stop_strings: strings whose tokens end a completion (besides EOS).
+        stop_strings: strings that end a completion (besides EOS), kept at its end.
 
     Returns:
         A RolloutBatch with N = B * G rows.
 
     Raises:
-        ValueError: on an empty prompt list, group_size < 1, max_new_tokens < 1 or top_p outside (0, 1].
+        ValueError: on an empty prompt list, group_size < 1, max_new_tokens < 1, top_p outside (0, 1], temperature
+            < 0, or prompt + max_new_tokens beyond the model's max_position_embeddings.
     """
     if not prompts or group_size < 1 or max_new_tokens < 1:
         raise ValueError(f"sample: need prompts, group_size >= 1 and max_new_tokens >= 1 "
                          f"(got {len(prompts)} prompts, G={group_size}, max_new_tokens={max_new_tokens})")
     if not 0 < top_p <= 1:
         raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+    if not temperature >= 0:
+        raise ValueError(f"temperature must be >= 0, got {temperature}")
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()
@@ -110,48 +131,56 @@ def sample(model, tokenizer, prompts: list[str], *, group_size: int, max_new_tok
     prompt_ids = enc["input_ids"].to(device)  # [N, P]
     attn = enc["attention_mask"].to(device)  # [N, P]
     n, plen = prompt_ids.shape
-    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
-    stops = [torch.tensor(s, device=device) for s in stop_sequences(tokenizer, stop_strings)]
+    limit = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    if isinstance(limit, int) and plen + max_new_tokens > limit:
+        raise ValueError(f"max_new_tokens = {max_new_tokens} plus the longest prompt ({plen} tokens) exceeds the "
+                         f"model's max_position_embeddings = {limit}; lower the generation budget")
+    pad = tokenizer.pad_token_id
+    eos = torch.tensor(sorted(eos_token_ids(model, tokenizer)), dtype=torch.long, device=device)
+    stop_tokens = _stop_candidates(tokenizer, stop_strings).to(device) if stop_strings else None
 
     tokens = torch.full((n, max_new_tokens), pad, dtype=torch.long, device=device)  # [N, L]
     entropy = torch.zeros((n, max_new_tokens), dtype=torch.float32, device=device)  # [N, L]
     sample_logp = torch.zeros((n, max_new_tokens), dtype=torch.float32, device=device)  # [N, L]
     done = torch.zeros(n, dtype=torch.bool, device=device)  # [N]
     lengths = torch.zeros(n, dtype=torch.long, device=device)  # [N]
+    alive = torch.arange(n, device=device)  # [A] rows still sampling
     position = attn.long().cumsum(-1) - 1  # [N, P]
     position.masked_fill_(attn == 0, 1)
     out = model(input_ids=prompt_ids, attention_mask=attn, position_ids=position, use_cache=True)
-    past, logits = out.past_key_values, out.logits[:, -1, :].float()  # [N, V]
-    next_pos = position[:, -1:] + 1  # [N, 1]
+    cache, logits = out.past_key_values, out.logits[:, -1, :].float()  # [A, V]
+    next_pos = position[:, -1:] + 1  # [A, 1]
     for t in range(max_new_tokens):
         if temperature > 0:
-            scaled = _top_p_filter(logits / temperature, top_p)  # [N, V]
-            logp_all = torch.log_softmax(scaled, dim=-1)  # [N, V]
+            logp_all = torch.log_softmax(_top_p_filter(logits / temperature, top_p), dim=-1)  # [A, V]
             probs = logp_all.exp()
-            tok = torch.multinomial(probs, 1, generator=generator).squeeze(1)  # [N]
-            ent = -(probs * logp_all.masked_fill(probs == 0, 0.0)).sum(-1)  # [N]
+            tok = torch.multinomial(probs, 1, generator=generator).squeeze(1)  # [A]
+            ent = -(probs * logp_all.masked_fill(probs == 0, 0.0)).sum(-1)  # [A]
         else:
-            logp_all = torch.log_softmax(logits, dim=-1)  # [N, V]
-            tok = logits.argmax(-1)
-            ent = torch.zeros(n, device=device)
-        tok_logp = logp_all.gather(-1, tok.unsqueeze(1)).squeeze(1)  # [N]
-        tok = torch.where(done, torch.full_like(tok, pad), tok)
-        tokens[:, t] = tok
-        entropy[:, t] = torch.where(done, torch.zeros_like(ent), ent)
-        sample_logp[:, t] = torch.where(done, torch.zeros_like(tok_logp), tok_logp)
-        lengths += (~done).long()
-        finished = tok == eos
-        for s in stops:
-            k = s.numel()
-            if t + 1 >= k:
-                finished |= (tokens[:, t + 1 - k : t + 1] == s).all(-1)
-        done |= finished
-        if bool(done.all()) or t == max_new_tokens - 1:
+            logp_all = torch.log_softmax(logits, dim=-1)  # [A, V]
+            tok = logits.argmax(-1)  # [A]
+            ent = torch.zeros_like(tok, dtype=torch.float32)
+        tokens[alive, t] = tok
+        entropy[alive, t] = ent
+        sample_logp[alive, t] = logp_all.gather(-1, tok.unsqueeze(1)).squeeze(1)
+        lengths[alive] += 1
+        finished = torch.isin(tok, eos)  # [A]
+        if stop_tokens is not None:
+            for r in torch.isin(tok, stop_tokens).nonzero().flatten().tolist():
+                row = int(alive[r])
+                tail = tokenizer.decode(tokens[row, max(0, t + 1 - _TAIL_TOKENS) : t + 1], skip_special_tokens=True)
+                finished[r] |= any(s in tail for s in stop_strings)
+        done[alive[finished]] = True
+        if t == max_new_tokens - 1 or bool(finished.all()):
             break
-        attn = torch.cat([attn, attn.new_ones(n, 1)], dim=1)  # [N, P + t + 1] (finished rows: ignored)
-        out = model(input_ids=tok.unsqueeze(1), attention_mask=attn, position_ids=next_pos, past_key_values=past,
+        if bool(finished.any()):
+            keep = (~finished).nonzero().flatten()  # [A']
+            cache.batch_select_indices(keep)
+            alive, tok, attn, next_pos = alive[keep], tok[keep], attn[keep], next_pos[keep]
+        attn = torch.cat([attn, attn.new_ones(attn.shape[0], 1)], dim=1)  # [A, P + t + 1]
+        out = model(input_ids=tok.unsqueeze(1), attention_mask=attn, position_ids=next_pos, past_key_values=cache,
                     use_cache=True)
-        past, logits = out.past_key_values, out.logits[:, -1, :].float()
+        cache, logits = out.past_key_values, out.logits[:, -1, :].float()
         next_pos = next_pos + 1
     width = int(lengths.max())
     tokens, entropy, sample_logp = tokens[:, :width], entropy[:, :width], sample_logp[:, :width]

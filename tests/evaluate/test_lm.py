@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from qerl.data.prompts import build_prompt
-from qerl.evaluate.lm import QerlLM, _next_tokens, sample
+from qerl.evaluate.lm import QerlLM, sample
+from qerl.rl.rollout import _top_p_filter
 
 PROMPT_Q = "Ann has 3 apples . Ann buys 5 apples . How many apples does Ann have now ?"
 
@@ -71,13 +72,13 @@ def test_greedy_matches_a_plain_argmax_loop(tokenizer, tiny_model):
 def test_top_p_keeps_the_smallest_nucleus():
     logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
     g = torch.Generator().manual_seed(0)
-    draws = {int(_next_tokens(logits, 1.0, 0.7, g)) for _ in range(300)}
-    assert draws == {0, 1}  # 0.5 < 0.7 <= 0.5 + 0.3: tokens 0 and 1 only
-    draws = {int(_next_tokens(logits, 1.0, 0.1, g)) for _ in range(50)}
-    assert draws == {0}  # the most likely token always survives
-    draws = {int(_next_tokens(logits, 1.0, 1.0, g)) for _ in range(600)}
-    assert draws == {0, 1, 2, 3}
-    assert int(_next_tokens(logits, 0.0, 0.95, g)) == 0
+
+    def draw(top_p):
+        return int(torch.multinomial(torch.softmax(_top_p_filter(logits, top_p), -1), 1, generator=g))
+
+    assert {draw(0.7) for _ in range(300)} == {0, 1}  # 0.5 < 0.7 <= 0.5 + 0.3: tokens 0 and 1 only
+    assert {draw(0.1) for _ in range(50)} == {0}  # the most likely token always survives
+    assert {draw(1.0) for _ in range(600)} == {0, 1, 2, 3}
 
 
 def test_bad_settings_and_too_long_generation_rejected(tokenizer, tiny_model):

@@ -6,7 +6,7 @@ import torch
 
 from qerl.data.prompts import build_prompt
 from qerl.models.tiny import build_model, build_tokenizer
-from qerl.rl.rollout import sample, sequence_logprobs, stop_sequences
+from qerl.rl.rollout import sample, sequence_logprobs
 
 
 @pytest.fixture(scope="module")
@@ -42,8 +42,7 @@ def test_groups_lengths_and_seeding(policy):
 
 def test_stops_after_answer_tag(policy):
     model, tok, prompts = policy
-    stop = stop_sequences(tok)[0]
-    assert tok.convert_ids_to_tokens(stop) == ["</answer>"]
+    stop = tok.convert_tokens_to_ids(["</answer>"])
     # make "</answer>" overwhelmingly likely after the first token: every completion must stop at length 1 or 2
     with torch.no_grad():
         bias = model.lm_head.weight.new_zeros(model.lm_head.weight.shape[0])
@@ -65,3 +64,23 @@ def test_greedy_and_bad_arguments(policy):
         sample(model, tok, prompts, group_size=1, max_new_tokens=4, top_p=0)
     with pytest.raises(ValueError, match="group_size"):
         sample(model, tok, prompts, group_size=0, max_new_tokens=4)
+    with pytest.raises(ValueError, match="max_position_embeddings"):
+        sample(model, tok, prompts, group_size=1, max_new_tokens=10_000)
+
+
+def test_finished_rows_leave_the_batch_without_changing_results(policy):
+    """Dropping finished rows from the KV cache must not change the other rows' samples."""
+    model, tok, prompts = policy
+    eos = tok.eos_token_id
+    with torch.no_grad():  # EOS likely but not certain: rows finish at different steps
+        bias = model.lm_head.weight.new_zeros(model.lm_head.weight.shape[0])
+        bias[eos] = 3.0
+        model.lm_head.bias = torch.nn.Parameter(bias)
+    try:
+        batch = sample(model, tok, prompts, group_size=6, max_new_tokens=12, generator=torch.Generator().manual_seed(1))
+        logp, _ = sequence_logprobs(model, batch.input_ids, batch.attention_mask, batch.prompt_len)
+    finally:
+        model.lm_head.bias = None
+    assert len(set(batch.lengths.tolist())) > 1
+    mask = batch.completion_mask[:, batch.prompt_len:].bool()
+    assert torch.allclose(logp[mask], batch.sample_logp[mask], atol=1e-4)
