@@ -37,7 +37,9 @@ def calibration_tokens(cfg: dict, tokenizer, data: str | None, heldout: int = 0)
     if not Path(path).is_file():
         raise ValueError(f"calibration data file {path!r} does not exist (config quantize.calibration.source = "
                          f"{cal['source']!r})")
-    texts = read_texts(path)
+    # the policy's own view of the data (chat template + <think>/<answer> completion) when the tokenizer has a template
+    instruction = cfg["prompt"]["instruction"] if getattr(tokenizer, "chat_template", None) else None
+    texts = read_texts(path, tokenizer=tokenizer, instruction=instruction)
     calib = token_chunks(texts, tokenizer, cal["n_sequences"], cal["seq_len"], cal["seed"])
     held = None
     if heldout:

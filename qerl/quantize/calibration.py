@@ -6,9 +6,10 @@ run one at a time over all calibration sequences (as AutoAWQ does): the inputs o
 the caller, and dropped before layer i + 1 runs. Because AWQ's scale folding leaves the full-precision function
 unchanged, running the original (unfolded) layers gives the same activations the folded model would see.
 
-Texts: each JSONL row becomes "question\\nanswer" (GSM8K and the tiny scale's rows; "problem"/"solution" for MATH),
-the texts are tokenized and concatenated with the tokenizer's EOS between them and cut into fixed-length chunks, and
-`n` chunks are drawn with a seeded generator (the paper uses 256 x 2048 tokens of OpenThoughts; see config).
+Texts: each JSONL row becomes the chat-templated prompt (config prompt.instruction) plus its worked completion in
+the paper's <think>/<answer> format, i.e. what the policy reads and writes during RL (or plain "question\\nanswer"
+text); the texts are tokenized and concatenated with the tokenizer's EOS between them and cut into fixed-length
+chunks, and `n` chunks are drawn with a seeded generator (the paper uses 256 x 2048 tokens of OpenThoughts).
 """
 from __future__ import annotations
 
@@ -29,18 +30,28 @@ TARGET_GROUPS = {
 }
 
 
-def read_texts(path: str | Path, limit: int | None = None) -> list[str]:
-    """Texts of a JSONL file of problems: "question\\nanswer" (or "problem\\nsolution") per row.
+def read_texts(path: str | Path, limit: int | None = None, tokenizer=None, instruction: str | None = None,
+               completion: bool = True) -> list[str]:
+    """Texts of a JSONL file of problems, one per row.
+
+    Without `instruction`: "question\nanswer" (or "problem\nsolution"), plain text. With `instruction` ("paper" or
+    "none", config prompt.instruction) and a tokenizer that has a chat template: what the RL policy actually reads
+    and writes, i.e. the chat-templated prompt followed by the completion "<think> steps </think> <answer> N
+    </answer>" (the tiny model is pretrained on exactly that; plain text is out of its distribution).
 
     Args:
         path: JSONL file (GSM8K format, the tiny scale's generated rows, or MATH rows).
         limit: keep at most this many rows (file order).
+        tokenizer: needed with `instruction`.
+        instruction: None for plain text, else the prompt instruction.
+        completion: with `instruction`, False returns the prompts alone.
 
     Returns:
         One string per row.
 
     Raises:
-        ValueError: naming file:line for a row without a question/problem string.
+        ValueError: naming file:line for a row without a question/problem string; a tokenizer without a chat
+            template when `instruction` is given.
     """
     from qerl.data.benchmarks import load_jsonl
 
@@ -51,7 +62,18 @@ def read_texts(path: str | Path, limit: int | None = None) -> list[str]:
         if not isinstance(q, str) or not isinstance(a, str):
             raise ValueError(f"{path}:{i}: expected string fields 'question'/'answer' (or 'problem'/'solution'), "
                              f"got keys {sorted(row)}")
-        texts.append(f"{q}\n{a}")
+        if instruction is None:
+            texts.append(f"{q}\n{a}")
+            continue
+        from qerl.data.prompts import build_prompt
+
+        if "####" in a:  # GSM8K format: worked steps, then the final answer
+            steps, _, final = a.rpartition("####")
+        else:  # MATH format: the solution is the reasoning, `answer` (if any) the final answer
+            steps, final = row.get("solution", a), row.get("answer", "")
+        prompt = build_prompt(q, tokenizer, instruction)
+        texts.append(prompt + f"<think> {steps.strip()} </think> <answer> {str(final).strip()} </answer>"
+                     if completion else prompt)
     return texts
 
 

@@ -12,7 +12,11 @@ or `--model-dir DIR` for a transformers checkpoint folder (the tiny scale's mode
 Definitions:
 - layer error: ||Q(W) x - W x|| / ||W x|| per quantized linear on held-out sequences (AWQ: measured in the
   original coordinates, see qerl.quantize.awq.layer_errors); reported per layer and as the mean over layers.
-- perplexity: exp(mean token NLL) over held-out chunks of --seq-len tokens, each chunk scored independently.
+- perplexity "text": exp(mean token NLL) over held-out chunks of --seq-len tokens, each scored independently;
+  "completion" (--n-completion N): over the completion tokens of N held-out problems only (the tiny model is
+  trained on completions only, so its text perplexity is dominated by prompt tokens it never learned).
+- text (--text): by default each problem is rendered as the policy sees it in RL (chat template with the paper's
+  instruction, then "<think> steps </think> <answer> N </answer>"); `plain` uses "question\nanswer".
 Caveat printed into the JSON: SmolLM2's weights were GGUF Q4_1 before we see them, so its "unquantized" row is that
 model dequantized to float32, and every format here re-quantizes an already 4-bit model.
 """
@@ -29,7 +33,7 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["perplexity", "load_model", "measure", "main"]
+__all__ = ["perplexity", "completion_perplexity", "completion_examples", "load_model", "measure", "main"]
 
 
 @torch.no_grad()
@@ -47,6 +51,48 @@ def perplexity(model, tokens: torch.Tensor, batch_size: int = 8) -> float:
         nll -= logp.gather(-1, batch[:, 1:, None]).sum().item()
         count += batch[:, 1:].numel()
     return math.exp(nll / count)
+
+
+@torch.no_grad()
+def completion_perplexity(model, examples: list[tuple[list[int], int]], batch_size: int = 8, pad_id: int = 0
+                          ) -> float:
+    """exp(mean NLL) of the completion tokens only: examples are (prompt + completion ids, prompt length).
+
+    Why: the tiny model is trained on completions only (its prompt tokens are context, never targets), so text
+    perplexity over prompts says nothing about it; this is the loss it was trained on, on held-out problems.
+    """
+    model.eval()
+    nll, count = 0.0, 0
+    for i in range(0, len(examples), batch_size):
+        chunk = examples[i: i + batch_size]
+        width = max(len(ids) for ids, _ in chunk)
+        ids = torch.full((len(chunk), width), pad_id, dtype=torch.long)
+        mask = torch.zeros((len(chunk), width), dtype=torch.long)
+        target = torch.zeros((len(chunk), width), dtype=torch.bool)
+        for j, (seq, n_prompt) in enumerate(chunk):  # right padding: positions stay 0..len-1
+            ids[j, : len(seq)] = torch.tensor(seq)
+            mask[j, : len(seq)] = 1
+            target[j, n_prompt: len(seq)] = True
+        logits = model(input_ids=ids, attention_mask=mask, use_cache=False).logits.float()
+        logp = torch.log_softmax(logits[:, :-1], dim=-1).gather(-1, ids[:, 1:, None])[..., 0]
+        nll -= logp[target[:, 1:]].sum().item()
+        count += int(target[:, 1:].sum())
+    return math.exp(nll / count)
+
+
+def completion_examples(path, tokenizer, instruction: str, n: int) -> list[tuple[list[int], int]]:
+    """The first `n` problems of a JSONL file as (prompt + completion + eos ids, prompt length)."""
+    from qerl.quantize.calibration import read_texts
+
+    prompts_only = read_texts(path, n, tokenizer, instruction, completion=False)
+    full = read_texts(path, n, tokenizer, instruction)
+    eos = tokenizer.eos_token_id
+    out = []
+    for p, f in zip(prompts_only, full):  # prompt and completion tokenized apart, as in pretraining
+        p_ids = tokenizer(p, add_special_tokens=False)["input_ids"]
+        c_ids = tokenizer(f[len(p):], add_special_tokens=False)["input_ids"] + ([eos] if eos is not None else [])
+        out.append((p_ids + c_ids, len(p_ids)))
+    return out
 
 
 def load_model(model_dir: str | None = None, gguf: str | None = None, dtype: torch.dtype = torch.float32):
@@ -68,7 +114,9 @@ def load_model(model_dir: str | None = None, gguf: str | None = None, dtype: tor
     else:
         if not (Path(model_dir) / "config.json").is_file():
             raise ValueError(f"model folder {model_dir!r} has no config.json")
-        tok = AutoTokenizer.from_pretrained(model_dir)
+        from qerl.evaluate.load import load_tokenizer  # AutoTokenizer would rebuild "TokenizersBackend" folders
+
+        tok = load_tokenizer(model_dir)
         model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype)
     return model.eval(), tok
 
@@ -82,7 +130,7 @@ def _summary(errors: dict[str, float]) -> dict:
 
 
 def measure(model, calib: torch.Tensor, heldout: torch.Tensor, formats=("nvfp4", "mxfp4"), grid: int = 20,
-            batch_size: int = 8, nf4: bool = True, log=print) -> dict:
+            batch_size: int = 8, nf4: bool = True, examples=None, pad_id: int = 0, log=print) -> dict:
     """Perplexities (unquantized, RTN, AWQ per format, NF4) and layer errors (RTN vs AWQ per format).
 
     Args:
@@ -93,42 +141,46 @@ def measure(model, calib: torch.Tensor, heldout: torch.Tensor, formats=("nvfp4",
         grid: AWQ grid points.
         batch_size: sequences per forward.
         nf4: also measure bitsandbytes NF4 (skipped with a note if bitsandbytes cannot run here).
+        examples: optional held-out (ids, prompt length) problems for completion-only perplexity.
+        pad_id: padding id for those.
         log: progress printer.
 
     Returns:
-        A JSON-able dict.
+        A JSON-able dict: perplexity[name] = {"text": ..., "completion": ...}, layer_error[fmt], awq_alphas, seconds.
     """
     from qerl.layers import MXFP4Config, NVFP4Config, quantize_
     from qerl.quantize.awq import calibrate, layer_errors
 
     configs = {"nvfp4": NVFP4Config(), "mxfp4": MXFP4Config()}
     out: dict = {"perplexity": {}, "layer_error": {}, "awq_alphas": {}, "seconds": {}}
-    t = time.time()
-    out["perplexity"]["unquantized"] = perplexity(model, heldout, batch_size)
-    out["seconds"]["ppl_unquantized"] = time.time() - t
-    log(f"unquantized ppl {out['perplexity']['unquantized']:.3f}")
+
+    def score(name, m):
+        t = time.time()
+        res = {"text": perplexity(m, heldout, batch_size)}
+        if examples:
+            res["completion"] = completion_perplexity(m, examples, batch_size, pad_id)
+        out["perplexity"][name] = res
+        out["seconds"][f"ppl_{name}"] = time.time() - t
+        log(f"{name}: perplexity " + ", ".join(f"{k} {v:.3f}" for k, v in res.items()))
+
+    score("unquantized", model)
     for fmt in formats:
         t = time.time()
         rtn_err = layer_errors(model, heldout, fmt, None, batch_size)
-        rtn = quantize_(copy.deepcopy(model), configs[fmt])
-        out["perplexity"][f"{fmt}_rtn"] = perplexity(rtn, heldout, batch_size)
-        del rtn
-        out["seconds"][f"{fmt}_rtn"] = time.time() - t
-        log(f"{fmt} rtn ppl {out['perplexity'][f'{fmt}_rtn']:.3f} layer err {statistics.mean(rtn_err.values()):.4f}")
+        log(f"{fmt} rtn layer error {statistics.mean(rtn_err.values()):.4f}")
+        score(f"{fmt}_rtn", quantize_(copy.deepcopy(model), configs[fmt]))
         t = time.time()
         awq_model = copy.deepcopy(model)
         result = calibrate(awq_model, calib, fmt, grid, batch_size)
         out["seconds"][f"{fmt}_awq_search"] = time.time() - t
         awq_err = layer_errors(model, heldout, fmt, result.scales, batch_size)
-        quantize_(awq_model, configs[fmt])
-        out["perplexity"][f"{fmt}_awq"] = perplexity(awq_model, heldout, batch_size)
+        log(f"{fmt} awq layer error {statistics.mean(awq_err.values()):.4f}")
+        score(f"{fmt}_awq", quantize_(awq_model, configs[fmt]))
         del awq_model
-        out["seconds"][f"{fmt}_awq"] = time.time() - t
         out["awq_alphas"][fmt] = result.alphas
         out["layer_error"][fmt] = {"rtn": _summary(rtn_err), "awq": _summary(awq_err),
                                    "awq_better_fraction": statistics.mean(
                                        float(awq_err[k] < rtn_err[k]) for k in rtn_err)}
-        log(f"{fmt} awq ppl {out['perplexity'][f'{fmt}_awq']:.3f} layer err {statistics.mean(awq_err.values()):.4f}")
     if nf4:
         from baselines.nf4 import bitsandbytes_cpu_problem, quantize_nf4_
 
@@ -137,11 +189,9 @@ def measure(model, calib: torch.Tensor, heldout: torch.Tensor, formats=("nvfp4",
             out["perplexity"]["nf4"] = None
             out["nf4_skipped"] = problem
         else:
-            t = time.time()
-            m = quantize_nf4_(copy.deepcopy(model))
-            out["perplexity"]["nf4"] = perplexity(m, heldout, batch_size)
-            out["seconds"]["nf4"] = time.time() - t
-            log(f"nf4 ppl {out['perplexity']['nf4']:.3f}")
+            nf4_err = layer_errors(model, heldout, "nf4", None, batch_size)
+            out["layer_error"]["nf4"] = {"rtn": _summary(nf4_err)}
+            score("nf4", quantize_nf4_(copy.deepcopy(model)))
     return out
 
 
@@ -159,6 +209,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--formats", nargs="+", default=["nvfp4", "mxfp4"], choices=["nvfp4", "mxfp4"])
+    p.add_argument("--text", default="paper", choices=["paper", "none", "plain"],
+                   help="chat-templated prompt (instruction paper/none) + <think>/<answer> completion, or plain text")
+    p.add_argument("--n-completion", type=int, default=0,
+                   help="also score completion-only perplexity on the first N held-out problems (needs --text paper/none)")
     p.add_argument("--no-nf4", action="store_true", help="skip the bitsandbytes NF4 perplexity")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     p.add_argument("--out", required=True, help="JSON file to write")
@@ -169,15 +223,23 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.manual_seed(args.seed)
     model, tok = load_model(args.model_dir, args.gguf)
-    calib = token_chunks(read_texts(args.calib), tok, args.n_calib, args.seq_len, args.seed)
-    heldout = token_chunks(read_texts(args.heldout), tok, args.n_heldout, args.seq_len, args.seed + 1)
+    instruction = None if args.text == "plain" else args.text
+    calib = token_chunks(read_texts(args.calib, tokenizer=tok, instruction=instruction), tok, args.n_calib,
+                         args.seq_len, args.seed)
+    heldout = token_chunks(read_texts(args.heldout, tokenizer=tok, instruction=instruction), tok, args.n_heldout,
+                           args.seq_len, args.seed + 1)
+    examples = None
+    if instruction is not None and args.n_completion:
+        examples = completion_examples(args.heldout, tok, instruction, args.n_completion)
     log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
     t0 = time.time()
-    result = measure(model, calib, heldout, tuple(args.formats), args.grid, args.batch_size, not args.no_nf4, log)
+    pad = tok.pad_token_id if tok.pad_token_id is not None else (tok.eos_token_id or 0)
+    result = measure(model, calib, heldout, tuple(args.formats), args.grid, args.batch_size, not args.no_nf4,
+                     examples, pad, log)
     result["setup"] = {
         "model": args.gguf or args.model_dir, "calib": args.calib, "heldout": args.heldout,
         "n_calib": args.n_calib, "n_heldout": args.n_heldout, "seq_len": args.seq_len, "grid": args.grid,
-        "seed": args.seed, "dtype": "float32", "torch": torch.__version__, "seconds_total": time.time() - t0,
+        "seed": args.seed, "text": args.text, "n_completion": len(examples or []), "dtype": "float32", "torch": torch.__version__, "seconds_total": time.time() - t0,
         "note": ("weights were GGUF Q4_1 before dequantization: the unquantized row is that model in float32, and "
                  "every format re-quantizes an already 4-bit model") if args.gguf else "",
     }
