@@ -2,7 +2,11 @@
 
 Public API (CUDA tensors run the Triton kernels, CPU tensors the torch reference):
     fp4_linear(x, codes, scales, global_scale, bias, fmt)      y = x @ W^T + bias, W in the storage layout
+    fp4_linear_grad_input(grad_y, codes, scales, global_scale, fmt)   grad_y @ W (fused kernel at small M)
     fp4_dequantize_weight(codes, scales, global_scale, fmt, dtype)
+    prepare(codes, scales, global_scale, fmt) -> PreparedFP4   the kernels' layout, once per weight
+    concat_prepared([p_q, p_k, p_v]) -> group                  several weights of one K as one launch
+    fp4_prepared_linear(x, p, bias) / fp4_linear_grouped(x, group, bias) / group_bias(group, biases)
     nvfp4.* / mxfp4.*   per-format ops (torch.ops.qerl_kernels.*), prepare() for the kernel layout
     reference.*         the plain-torch specification
 See kernels/_common.py for how the kernels work and kernels/bench.py for how they are measured.
@@ -12,8 +16,12 @@ from __future__ import annotations
 import torch
 
 from kernels import mxfp4, nvfp4, reference
+from kernels._common import PreparedFP4, concat_prepared, dequantize_prepared_reference
+from kernels.prepared_ops import fp4_linear_grouped, fp4_prepared_linear, group_bias
 
-__all__ = ["fp4_linear", "fp4_dequantize_weight", "nvfp4", "mxfp4", "reference"]
+__all__ = ["fp4_linear", "fp4_linear_grad_input", "fp4_dequantize_weight", "prepare", "PreparedFP4",
+           "concat_prepared", "dequantize_prepared_reference", "fp4_prepared_linear", "fp4_linear_grouped",
+           "group_bias", "nvfp4", "mxfp4", "reference"]
 
 
 def fp4_linear(x: torch.Tensor, codes: torch.Tensor, scales: torch.Tensor, global_scale: torch.Tensor | None,
@@ -37,4 +45,23 @@ def fp4_dequantize_weight(codes: torch.Tensor, scales: torch.Tensor, global_scal
         return nvfp4.nvfp4_dequantize(codes, scales, global_scale, dtype)
     if fmt == "mxfp4":
         return mxfp4.mxfp4_dequantize(codes, scales, dtype)
+    raise ValueError(f"unknown 4-bit format {fmt!r}; known: ['nvfp4', 'mxfp4']")
+
+
+def fp4_linear_grad_input(grad_y: torch.Tensor, codes: torch.Tensor, scales: torch.Tensor,
+                          global_scale: torch.Tensor | None, fmt: str) -> torch.Tensor:
+    """grad_x = grad_y @ W for a packed 4-bit weight W [N, K]; grad_y [..., N] -> [..., K]."""
+    if fmt == "nvfp4":
+        return nvfp4.nvfp4_linear_grad_input(grad_y, codes, scales, global_scale)
+    if fmt == "mxfp4":
+        return mxfp4.mxfp4_linear_grad_input(grad_y, codes, scales)
+    raise ValueError(f"unknown 4-bit format {fmt!r}; known: ['nvfp4', 'mxfp4']")
+
+
+def prepare(codes: torch.Tensor, scales: torch.Tensor, global_scale: torch.Tensor | None, fmt: str) -> PreparedFP4:
+    """The kernels' layout of a packed weight (nvfp4.prepare / mxfp4.prepare), on the codes' device."""
+    if fmt == "nvfp4":
+        return nvfp4.prepare(codes, scales, global_scale)
+    if fmt == "mxfp4":
+        return mxfp4.prepare(codes, scales)
     raise ValueError(f"unknown 4-bit format {fmt!r}; known: ['nvfp4', 'mxfp4']")

@@ -49,8 +49,8 @@ except ImportError:  # pragma: no cover - exercised only where triton is absent
     HAVE_TRITON = False
 
 __all__ = [
-    "CHUNK", "ROW_ALIGN", "PreparedFP4", "prepare_codes", "fp4_gemm", "fp4_dequantize",
-    "interpret_mode", "FUSED_MAX_M",
+    "CHUNK", "ROW_ALIGN", "PreparedFP4", "prepare_codes", "fp4_gemm", "fp4_gemm_t", "fp4_dequantize",
+    "concat_prepared", "dequantize_prepared_reference", "interpret_mode", "FUSED_MAX_M", "BWD_FUSED_MAX_M",
 ]
 
 CHUNK = 128      # k elements per storage chunk (16 words per row)
@@ -84,9 +84,11 @@ class PreparedFP4:
     Attributes:
         words: int32 [N_pad, K_pad // 8], see `prepare_codes`.
         scales: NVFP4: int16 [N_pad, K_pad // 32] (two e5m3 bytes, group 2b low); MXFP4: uint8 [N_pad, K_pad // 32].
-        out_scales: float32 [2]: the factor applied to the fp32 result for fp16 (index 0) and bf16 (index 1) MMAs.
-        n, k: the logical weight shape [n, k].
+        out_scales: float32 [2, N_pad]: the factor applied to each row's fp32 result for fp16 (row 0) and bf16
+            (row 1) MMAs (one value per row, so that weights with different per-tensor factors can share a launch).
+        n, k: the logical weight shape [n, k] (for a group: n = the rows of all members, padding included).
         scale_kind: 0 NVFP4, 1 MXFP4.
+        parts: for a group built by `concat_prepared`: (first row, rows) of each member; () for a single weight.
     """
 
     words: torch.Tensor
@@ -95,10 +97,16 @@ class PreparedFP4:
     n: int
     k: int
     scale_kind: int
+    parts: tuple = ()
 
     @property
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in (self.words, self.scales, self.out_scales))
+
+    @property
+    def row_scale(self) -> bool:
+        """True for a group of several weights (rows carry different factors)."""
+        return len(self.parts) > 1
 
 
 class PreparedCache:
@@ -132,6 +140,47 @@ class PreparedCache:
 def padded_shape(n: int, k: int) -> tuple[int, int]:
     """(N_pad, K_pad): rows to a multiple of ROW_ALIGN, columns to a multiple of CHUNK."""
     return -(-n // ROW_ALIGN) * ROW_ALIGN, -(-k // CHUNK) * CHUNK
+
+
+def row_out_scales(factors: torch.Tensor, n_pad: int) -> torch.Tensor:
+    """float32 [2] (fp16 factor, bf16 factor) -> the per-row table float32 [2, n_pad] of PreparedFP4.out_scales."""
+    return factors.detach().float().reshape(2, 1).expand(2, n_pad).contiguous()
+
+
+def concat_prepared(members) -> PreparedFP4:
+    """Stack several prepared weights of the same K and format along N, for one launch over all of them.
+
+    Why: at decode sizes each launch costs ~5 us whatever its size, so q/k/v (and gate/up) as one GEMM save two
+    (one) launches per layer. Each member keeps its own per-tensor factor (per-row `out_scales`) and its rows stay
+    padded to ROW_ALIGN, so every 128-row block belongs to one member and the result is exactly what the members
+    give one by one. `fp4_linear_grouped` splits the output back into one view per member.
+
+    Args:
+        members: PreparedFP4 weights with equal k and scale_kind, on one device (not groups themselves).
+
+    Returns:
+        PreparedFP4 with `parts` = ((first row, rows), ...) and n = the padded rows of all but the last member plus
+        the rows of the last (a copy: the members' tensors are not referenced).
+
+    Raises:
+        ValueError: mismatched K, format or device, or an empty list.
+    """
+    members = list(members)
+    if not members:
+        raise ValueError("concat_prepared: no weights given")
+    k, kind, dev = members[0].k, members[0].scale_kind, members[0].words.device
+    for p in members:
+        if p.k != k or p.scale_kind != kind or p.words.device != dev or p.parts:
+            raise ValueError(f"concat_prepared: members must share K, format and device and not be groups; got "
+                             f"{[(q.n, q.k, q.scale_kind, str(q.words.device), bool(q.parts)) for q in members]}")
+    parts, row = [], 0
+    for p in members:
+        parts.append((row, p.n))
+        row += p.words.shape[0]
+    return PreparedFP4(torch.cat([p.words for p in members]).contiguous(),
+                       torch.cat([p.scales for p in members]).contiguous(),
+                       torch.cat([p.out_scales for p in members], dim=1).contiguous(),
+                       parts[-1][0] + parts[-1][1], k, kind, tuple(parts))
 
 
 def prepare_codes(codes: torch.Tensor) -> torch.Tensor:
@@ -189,6 +238,37 @@ def e4m3_to_e5m3(scales: torch.Tensor) -> torch.Tensor:
     m3 = ((m * 2 - 1) * 8).round().to(torch.int32)
     q = (e5 << 3) | m3
     return torch.where(v > 0, q, torch.zeros_like(q)).to(torch.uint8)
+
+
+def e5m3_to_float(q: torch.Tensor) -> torch.Tensor:
+    """uint8 e5m3 bytes -> float32 values (inverse of `e4m3_to_e5m3`; the byte 0 gives 0)."""
+    q = q.to(torch.int32)
+    v = torch.ldexp(1 + (q & 7).float() / 8, ((q >> 3) - 10).float())
+    return torch.where(q > 0, v, torch.zeros_like(v))
+
+
+_E2M1 = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0)
+
+
+def dequantize_prepared_reference(w: PreparedFP4, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Plain-torch W [n, k] of a prepared weight (or group: rows of all members, padding rows 0), float32 math.
+
+    Bit-identical to the formats' reference dequantization of the weight(s) it was prepared from: NVFP4
+    e2m1 * scale * global_scale, MXFP4 e2m1 * 2**(scale - 127), each product in float32.
+    """
+    n_pad, k_pad = w.words.shape[0], w.words.shape[1] * 8
+    codes = unprepare_codes(w.words, n_pad, k_pad).to(torch.int64)
+    vals = torch.tensor(_E2M1, dtype=torch.float32, device=codes.device)[
+        torch.stack((codes & 0x0F, codes >> 4), dim=-1).flatten(-2)]                    # [n_pad, k_pad]
+    if w.scale_kind == 0:
+        q = w.scales.contiguous().view(torch.uint8)                                      # [n_pad, k_pad // 16]
+        blocks = vals.view(n_pad, -1, 16) * e5m3_to_float(q)[..., None]
+        row = w.out_scales[1].float() * 2.0 ** -62                                       # = global scale
+    else:
+        blocks = torch.ldexp(vals.view(n_pad, -1, 32), (w.scales.to(torch.int32) - 127)[..., None].float())
+        row = w.out_scales[1].float()                                                    # = 2**d
+    out = blocks.reshape(n_pad, k_pad) * row[:, None]
+    return out[:w.n, :w.k].to(dtype)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -353,8 +433,9 @@ if HAVE_TRITON:
         return tl.reshape(w, [BN, BK])
 
     @triton.jit
-    def _epilogue(acc, out_scale, bias_ptr, y_ptr, rn, rm, M, N, stride_ym, HAS_BIAS: tl.constexpr):
-        out = acc * out_scale                                    # [BN, BM] fp32
+    def _epilogue(acc, os_ptr, bias_ptr, y_ptr, rn, rm, M, N, stride_ym, HAS_BIAS: tl.constexpr):
+        # os_ptr: this MMA dtype's row of the per-row factors
+        out = acc * tl.load(os_ptr + rn, mask=rn < N, other=0.0)[:, None]   # [BN, BM] fp32
         if HAS_BIAS:
             out += tl.load(bias_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)[:, None]
         mask = (rn < N)[:, None] & (rm < M)[None, :]
@@ -367,7 +448,7 @@ if HAVE_TRITON:
             # sizes (KW: padded K, a multiple of BK; M_BUCKET only keys the autotuner)
             M, N, K, KW, M_BUCKET,
             # strides (elements)
-            stride_xm, stride_wn, stride_sn, stride_ym,
+            stride_xm, stride_wn, stride_sn, stride_ym, stride_os,
             # meta
             SCALE_KIND: tl.constexpr, BF16: tl.constexpr, HAS_BIAS: tl.constexpr, USE_ASM: tl.constexpr,
             STREAM_K: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
@@ -386,7 +467,7 @@ if HAVE_TRITON:
         u1 = tl.minimum(u0 + per, total)
         t_first = u0 // k_steps
         t_last = (u1 - 1) // k_steps
-        out_scale = tl.load(out_scale_ptr + BF16)
+        out_scale = out_scale_ptr + BF16 * stride_os
         rbn = tl.arange(0, BN)
         rbm = tl.arange(0, BM)
         rw = tl.arange(0, BK // 8)
@@ -455,7 +536,7 @@ if HAVE_TRITON:
             # sizes
             N, K,
             # strides
-            stride_wn, stride_sn, stride_on,
+            stride_wn, stride_sn, stride_on, stride_os,
             # meta
             SCALE_KIND: tl.constexpr, BF16: tl.constexpr, USE_ASM: tl.constexpr, BN: tl.constexpr,
             BK: tl.constexpr):
@@ -466,9 +547,80 @@ if HAVE_TRITON:
         wq = tl.load(w_ptr + rn[:, None] * stride_wn + pid_k * (BK // 8) + tl.arange(0, BK // 8)[None, :])
         sc = tl.load(s_ptr + rn[:, None] * stride_sn + pid_k * (BK // 32) + tl.arange(0, BK // 32)[None, :])
         w = _decode_tile(wq, sc, BN, BK, SCALE_KIND, BF16, USE_ASM)
-        w = (w.to(tl.float32) * tl.load(out_scale_ptr + BF16)).to(o_ptr.dtype.element_ty)
+        w = (w.to(tl.float32) * tl.load(out_scale_ptr + BF16 * stride_os + rn)[:, None]).to(o_ptr.dtype.element_ty)
         rk = pid_k * BK + tl.arange(0, BK)
         tl.store(o_ptr + rn[:, None] * stride_on + rk[None, :], w, mask=(rn < N)[:, None] & (rk < K)[None, :])
+
+    @triton.jit(do_not_specialize=["M"])
+    def _fp4_gemm_t(
+            # pointers
+            g_ptr, w_ptr, s_ptr, out_scale_ptr, o_ptr, ws_ptr, cnt_ptr,
+            # sizes: g [M, N] (N = weight rows), o [M, K]; NP: padded rows; KW: padded K; M_BUCKET keys the tuner
+            M, N, K, NP, KW, M_BUCKET,
+            # strides (elements)
+            stride_gm, stride_wn, stride_sn, stride_om, stride_os,
+            # meta
+            SCALE_KIND: tl.constexpr, BF16: tl.constexpr, USE_ASM: tl.constexpr, ROW_SCALE: tl.constexpr,
+            BM: tl.constexpr, BKO: tl.constexpr, BNR: tl.constexpr, SPLIT_X: tl.constexpr):
+        """o[M, K] = g[M, N] @ W[N, K] (the backward input gradient), as o^T tiles [BKO, BM] = W_tile^T @ g^T.
+
+        Grid (K_pad // BKO, S, cdiv(M, BM)): program (k, s, m) decodes a [BNR, BKO] weight tile per step over the
+        s-th of S row ranges of W (the reduction), with the forward's decoder (SPLIT_X only sizes the grid). S > 1:
+        fp32 partial tiles go to a workspace and the last program of a column block (arrival counter) sums them in
+        split order, so the result is deterministic. ROW_SCALE (groups, whose rows carry different factors): each BNR-row block is scaled by
+        its own factor (a block never straddles two members: they are padded to 128 rows); otherwise the one
+        factor is applied to the fp32 result.
+        """
+        pid_k = tl.program_id(0)
+        pid_s = tl.program_id(1)
+        pid_m = tl.program_id(2)
+        n_split = tl.num_programs(1)
+        rows = tl.cdiv(tl.cdiv(NP, n_split), BNR) * BNR     # a trailing split may be empty: it adds zeros
+        r0 = pid_s * rows
+        r1 = tl.minimum(r0 + rows, NP)
+        os_row = out_scale_ptr + BF16 * stride_os
+        rw = pid_k * (BKO // 8) + tl.arange(0, BKO // 8)
+        rs = pid_k * (BKO // 32) + tl.arange(0, BKO // 32)
+        rm = pid_m * BM + tl.arange(0, BM)
+        rb = tl.arange(0, BNR)
+        m_ok = rm[None, :] < M
+        acc = tl.zeros([BKO, BM], dtype=tl.float32)
+        for n0 in range(r0, r1, BNR):
+            rn = n0 + rb
+            wq = tl.load(w_ptr + rn[:, None] * stride_wn + rw[None, :])
+            sc = tl.load(s_ptr + rn[:, None] * stride_sn + rs[None, :])
+            gt = tl.load(g_ptr + rm[None, :] * stride_gm + rn[:, None], mask=m_ok & (rn[:, None] < N), other=0.0)
+            w = _decode_tile(wq, sc, BNR, BKO, SCALE_KIND, BF16, USE_ASM)            # [BNR, BKO]
+            if ROW_SCALE:
+                if USE_ASM:
+                    part = tl.dot(tl.trans(w), gt)
+                else:
+                    part = tl.dot(tl.trans(w.to(tl.float32)), gt.to(tl.float32), input_precision="ieee")
+                acc += part * tl.load(os_row + n0)
+            else:
+                if USE_ASM:
+                    acc = tl.dot(tl.trans(w), gt, acc)
+                else:
+                    acc = tl.dot(tl.trans(w.to(tl.float32)), gt.to(tl.float32), acc, input_precision="ieee")
+        if not ROW_SCALE:
+            acc = acc * tl.load(os_row)
+        rk = pid_k * BKO + tl.arange(0, BKO)
+        o_ptrs = o_ptr + rm[None, :] * stride_om + rk[:, None]
+        o_mask = m_ok & (rk[:, None] < K)
+        if n_split == 1:
+            tl.store(o_ptrs, acc.to(o_ptr.dtype.element_ty), mask=o_mask)
+        else:
+            tile = pid_m * tl.num_programs(0) + pid_k
+            ws_tile = tl.arange(0, BKO)[:, None] * BM + tl.arange(0, BM)[None, :]
+            tl.store(ws_ptr + (tile * n_split + pid_s) * (BKO * BM) + ws_tile, acc)
+            tl.debug_barrier()
+            arrived = tl.atomic_add(cnt_ptr + tile, 1, sem="acq_rel", scope="gpu")
+            if arrived == n_split - 1:
+                tot = tl.zeros([BKO, BM], dtype=tl.float32)
+                for p in range(0, n_split):
+                    tot += tl.load(ws_ptr + (tile * n_split + p) * (BKO * BM) + ws_tile, cache_modifier=".cg")
+                tl.store(o_ptrs, tot.to(o_ptr.dtype.element_ty), mask=o_mask)
+                tl.atomic_xchg(cnt_ptr + tile, 0)
 
     # ----------------------------------------------------------------------------------------------------------
     # Tuning
@@ -490,10 +642,13 @@ if HAVE_TRITON:
         # (BN, BK, warps, stages, CTAs per SM[, register cap]); CPS matches what fits in registers and shared
         # memory (read off the compiled kernels): e.g. BM 16, 64 x 256: 166 registers -> 3 CTAs, capped at 128
         # registers -> 4; BM 64 tiles hold a 64-wide accumulator and x tile, so 1-2 CTAs.
+        # Iteration 2 adds register caps that fit one more CTA per SM without spilling in the main loop (read off
+        # Triton 3.6 sm_90 builds: 64 x 256 at 168 -> 158 registers, 3 CTAs; 128 x 128 at 168 -> 168, 3 CTAs).
         decode = {
             16: ((64, 256, 4, 4, 2), (64, 256, 4, 4, 3), (64, 256, 4, 3, 3), (64, 256, 4, 4, 4, 128),
-                 (128, 128, 4, 4, 2), (64, 128, 4, 3, 4)),
-            32: ((64, 256, 4, 4, 2), (128, 128, 4, 4, 2), (64, 128, 4, 3, 3), (128, 256, 8, 3, 1)),
+                 (128, 128, 4, 4, 2), (64, 128, 4, 3, 4), (64, 256, 4, 3, 3, 168), (128, 128, 4, 3, 3, 168)),
+            32: ((64, 256, 4, 4, 2), (128, 128, 4, 4, 2), (64, 128, 4, 3, 3), (128, 256, 8, 3, 1),
+                 (64, 256, 4, 3, 3, 168)),
             64: ((128, 128, 4, 3, 2), (64, 128, 4, 4, 2), (128, 128, 8, 3, 1), (64, 256, 4, 3, 1)),
         }
         cfgs = []
@@ -530,6 +685,31 @@ if HAVE_TRITON:
         configs=_gemm_configs(), key=["M_BUCKET", "N", "K", "SCALE_KIND", "BF16", "HAS_BIAS"],
         prune_configs_by={"early_config_prune": _prune}, do_bench=_bench)(
             triton.heuristics({"EVEN_K": lambda a: a["K"] % a["BK"] == 0})(_fp4_gemm))
+
+    def _gemm_t_configs():
+        """Candidates for the transposed (backward) kernel: (BKO, BNR, warps, stages, programs per SM).
+
+        Not yet swept on hardware beyond this list (2026-11 iteration 2); the autotuner picks per shape."""
+        cfgs = []
+        for bm in (16, 32, 64):
+            for bko, bnr, nw, st, sx in ((128, 64, 4, 3, 2), (128, 128, 4, 3, 2), (256, 64, 4, 3, 2),
+                                         (128, 64, 4, 4, 4), (128, 64, 8, 3, 2)):
+                if bm == 64 and bko == 256:  # spills (Triton 3.6, sm_90: 255 registers + 136-560 bytes of stack)
+                    continue
+                cfgs.append(triton.Config(dict(BM=bm, BKO=bko, BNR=bnr, SPLIT_X=sx), num_warps=nw, num_stages=st))
+        return cfgs
+
+    def _prune_t(configs, named_args, **kwargs):
+        bm, kw = _bucket_bm_t(named_args["M"]), named_args["KW"]
+        return [c for c in configs if c.kwargs["BM"] == bm and kw % c.kwargs["BKO"] == 0]
+
+    _fp4_gemm_t_tuned = triton.autotune(
+        configs=_gemm_t_configs(), key=["M_BUCKET", "N", "K", "SCALE_KIND", "BF16", "ROW_SCALE"],
+        prune_configs_by={"early_config_prune": _prune_t}, do_bench=_bench)(_fp4_gemm_t)
+
+
+def _bucket_bm_t(m: int) -> int:
+    return 16 if m <= 16 else 32 if m <= 32 else 64
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -603,7 +783,7 @@ def fp4_gemm(x: torch.Tensor, w: PreparedFP4, bias: torch.Tensor | None = None, 
     # workspace for the largest stream-K config: grid <= 4 CTAs/SM, two partial slots each of BN*BM floats
     ws, cnt = _workspace(x.device, n_sm * 4 * 2 * 128 * 64, _tiles_upper_bound(m, w.n))
     args = (x, w.words, w.scales, w.out_scales, bias_arg, y, ws, cnt, m, w.n, w.k, kw, _bucket_m(m),
-            x.stride(0), w.words.stride(0), w.scales.stride(0), y.stride(0))
+            x.stride(0), w.words.stride(0), w.scales.stride(0), y.stride(0), w.out_scales.stride(0))
     use_asm = (not interp) if USE_ASM_OVERRIDE is None else USE_ASM_OVERRIDE
     meta = dict(SCALE_KIND=w.scale_kind, BF16=bf16, HAS_BIAS=bias is not None, USE_ASM=use_asm)
 
@@ -669,6 +849,86 @@ def fp4_dequantize(w: PreparedFP4, dtype: torch.dtype = torch.bfloat16) -> torch
     bn, bk = (64, 128) if interp else (64, 256 if (w.words.shape[1] * 8) % 256 == 0 else 128)
     grid = (w.words.shape[0] // bn, (w.words.shape[1] * 8) // bk)
     _fp4_dequant[grid](w.words, w.scales, w.out_scales, out, w.n, w.k, w.words.stride(0), w.scales.stride(0),
-                       out.stride(0), SCALE_KIND=w.scale_kind, BF16=dtype == torch.bfloat16, USE_ASM=not interp,
+                       out.stride(0), w.out_scales.stride(0), SCALE_KIND=w.scale_kind, BF16=dtype == torch.bfloat16, USE_ASM=not interp,
                        BN=bn, BK=bk, num_warps=4, num_stages=1)
     return out
+
+
+BWD_FUSED_MAX_M = int(os.environ.get("QERL_FP4_BWD_FUSED_MAX_M", "256"))
+_DISPATCH_T: dict = {}
+
+
+def fp4_gemm_t(g: torch.Tensor, w: PreparedFP4, *, config: dict | None = None,
+               fused: bool | None = None) -> torch.Tensor:
+    """grad_x = g @ W (the backward input gradient of y = x @ W^T), fp32 accumulation, output in g's dtype.
+
+    Args:
+        g: [M, n] float16/bfloat16 (n = w.n; for a group, the rows of all members, padding included).
+        w: the prepared weight or group.
+        config: force one config (dict of BM, BKO, BNR, SPLIT_X, num_warps, num_stages) instead of autotuning.
+        fused: force the fused transposed kernel (True) or dequantize + cuBLAS (False); default: fused for
+            M <= 16, dequantize + cuBLAS above BWD_FUSED_MAX_M (256), in between the faster as timed on first use.
+
+    Returns:
+        [M, w.k] tensor.
+
+    Raises:
+        ValueError: shape, dtype or device mismatch.
+    """
+    if g.dim() != 2 or g.shape[1] != w.n:
+        raise ValueError(f"fp4_gemm_t: expected grad of shape [M, {w.n}], got {tuple(g.shape)}")
+    if g.dtype not in (torch.float16, torch.bfloat16):
+        raise ValueError(f"fp4_gemm_t: grad must be float16 or bfloat16, got {g.dtype}")
+    if g.device != w.words.device:
+        raise ValueError(f"fp4_gemm_t: grad on {g.device} but the weight on {w.words.device}")
+    m = g.shape[0]
+    if fused is None:
+        fused = m <= 16 or (m <= BWD_FUSED_MAX_M and _fused_t_wins(g, w))
+    if not fused:
+        return g @ fp4_dequantize(w, g.dtype)
+    g = g.contiguous()
+    o = torch.empty((m, w.k), dtype=g.dtype, device=g.device)
+    if m == 0:
+        return o
+    n_pad, kw = w.words.shape[0], w.words.shape[1] * 8
+    interp = interpret_mode()
+    if interp and config is None:
+        config = dict(BM=16, BKO=128, BNR=64, SPLIT_X=1, num_warps=4, num_stages=1)
+    n_sm = 2 if interp else _num_sms(g.device.index or 0)
+    # workspace: at most (programs per SM 4) * SMs programs' partial tiles, plus one tile per program slack
+    mb = -(-m // 16)
+    ws, cnt = _workspace(g.device, max(n_sm * 8, 64) * 128 * 64 + kw * mb * 16, mb * (kw // 128))
+    use_asm = (not interp) if USE_ASM_OVERRIDE is None else USE_ASM_OVERRIDE
+    bf16 = g.dtype == torch.bfloat16
+    args = (g, w.words, w.scales, w.out_scales, o, ws, cnt, m, w.n, w.k, n_pad, kw, _bucket_m(m),
+            g.stride(0), w.words.stride(0), w.scales.stride(0), o.stride(0), w.out_scales.stride(0))
+    meta = dict(SCALE_KIND=w.scale_kind, BF16=bf16, USE_ASM=use_asm, ROW_SCALE=w.row_scale)
+
+    def grid(c):
+        kb, mbk = kw // c["BKO"], -(-m // c["BM"])
+        blocks = n_pad // c["BNR"]
+        want = max(1, (n_sm * c["SPLIT_X"]) // (kb * mbk))
+        # the workspace holds ws.numel() floats: keep splits * tiles * tile size inside it
+        want = min(want, blocks, max(1, ws.numel() // (kb * mbk * c["BKO"] * c["BM"])))
+        rows = -(-blocks // want)
+        return (kb, -(-blocks // rows), mbk)
+
+    if config is not None:
+        c = dict(config)
+        nw, ns = c.pop("num_warps", 4), c.pop("num_stages", 3)
+        _fp4_gemm_t[grid(c)](*args, **meta, **c, num_warps=nw, num_stages=ns)
+    else:
+        _fp4_gemm_t_tuned[grid](*args, **meta)
+    return o
+
+
+def _fused_t_wins(g: torch.Tensor, w: PreparedFP4) -> bool:
+    """For mid-size M: time the fused transposed kernel and dequantize + cuBLAS once per bucket, keep the faster."""
+    key = (w.n, w.k, _bucket_m(g.shape[0]), g.dtype, w.scale_kind, w.row_scale, g.device.index)
+    if key not in _DISPATCH_T:
+        if interpret_mode() or not g.is_cuda or torch.cuda.is_current_stream_capturing():
+            return True
+        t_fused = triton.testing.do_bench(lambda: fp4_gemm_t(g, w, fused=True), warmup=5, rep=25)
+        t_deq = triton.testing.do_bench(lambda: fp4_gemm_t(g, w, fused=False), warmup=5, rep=25)
+        _DISPATCH_T[key] = t_fused <= t_deq
+    return _DISPATCH_T[key]

@@ -14,8 +14,13 @@ copies that one pass over them exceeds the L2 cache, so every call streams its w
     nvfp4_deq_cublas  forced dequantize + cuBLAS (M >= 128)
     nf4               bitsandbytes matmul_4bit, QLoRA settings (blocksize 64, double quant, bf16 compute)
     bf16_bwd          grad_y @ W_bf16                           (the backward input gradient)
-    nvfp4_bwd         grad_y @ nvfp4_dequantize(W)
+    nvfp4_bwd         kernels.fp4_gemm_t (grad_y @ W), default dispatch: fused transposed kernel for M <= 16,
+                      dequantize + cuBLAS above 256, in between whichever was faster when first timed
+    nvfp4_bwd_fused / nvfp4_bwd_deq_cublas   the two backward paths forced (16 < M <= 256)
     nvfp4_dequantize  the standalone dequantize kernel alone (M column = 0)
+Groups (layers qkv_proj and gate_up_proj): q/k/v and gate/up as one weight each, NVFP4 members quantized one by one
+and joined by kernels.concat_prepared (one launch), bf16 as one concatenated matrix; summed with o_proj and down_proj
+into a 4-launch layer (GROUPED_LAYERS).
 plus a device-to-device copy (HBM ceiling, bytes read + written) and an 8192^3 bf16 matmul.
 
 Run (GPU):  python -m kernels.bench --out results/measured/h200 --commit $(git rev-parse HEAD)
@@ -55,6 +60,16 @@ def layer_shapes(model: str) -> dict[str, tuple[int, int]]:
     h, inter, heads, kv, hd = MODELS[model]
     return {"q_proj": (heads * hd, h), "k_proj": (kv * hd, h), "v_proj": (kv * hd, h), "o_proj": (h, heads * hd),
             "gate_proj": (inter, h), "up_proj": (inter, h), "down_proj": (h, inter)}
+
+
+GROUPS = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
+GROUPED_LAYERS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")  # one layer with q/k/v and gate/up fused
+
+
+def group_shapes(model: str) -> dict[str, tuple[tuple[int, int], ...]]:
+    """{group: member shapes} of one decoder layer: q/k/v and gate/up, each run as one launch."""
+    shapes = layer_shapes(model)
+    return {g: tuple(shapes[m] for m in members) for g, members in GROUPS.items()}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -125,15 +140,33 @@ def matmul_tflops(n: int = 8192) -> float:
 
 # ---------------------------------------------------------------------------------------------------------------
 class ShapeBench:
-    """All methods on one weight shape [N, K]: holds the weight copies in every format."""
+    """All methods on one weight shape [N, K]: holds the weight copies in every format.
 
-    def __init__(self, n: int, k: int, l2: int, bnb, dtype=torch.bfloat16):
-        from kernels import mxfp4, nvfp4
+    `members` (a group such as q/k/v): the NVFP4 weight is the members quantized one by one (each with its own
+    per-tensor scale) and joined by `concat_prepared`; bf16 is the same weights as one [N, K] matrix; MXFP4 and NF4
+    are not measured for groups."""
+
+    def __init__(self, n: int, k: int, l2: int, bnb, dtype=torch.bfloat16, members=None):
+        from kernels import _common, mxfp4, nvfp4
         from kernels.reference import mxfp4_quantize_reference, nvfp4_quantize_reference
 
         self.n, self.k, self.dtype = n, k, dtype
         w = torch.randn(n, k, device="cuda") * 0.02
         self.w_bf16 = w.to(dtype)
+        self.group = members is not None
+        if self.group:
+            rows = [0]
+            for mn, _ in members:
+                rows.append(rows[-1] + mn)
+            self.nv_prepared = _common.concat_prepared(
+                [nvfp4.prepare(*nvfp4_quantize_reference(w[a:b])) for a, b in zip(rows[:-1], rows[1:])])
+            self.bytes = {"bf16": n * k * 2, "nvfp4": self.nv_prepared.nbytes}
+            self.copies = {
+                "bf16": [self.w_bf16.clone() for _ in range(copies_for(self.bytes["bf16"], l2))],
+                "nvfp4": [_clone_prepared(self.nv_prepared) for _ in range(copies_for(self.bytes["nvfp4"], l2))]}
+            self.bnb = None
+            del w
+            return
         codes, scales, gs = nvfp4_quantize_reference(w)
         self.nv = (codes, scales, gs)
         self.nv_prepared = nvfp4.prepare(codes, scales, gs)
@@ -157,10 +190,12 @@ class ShapeBench:
 
     def run(self, method: str, m: int):
         """(ms per call, timing mode, weight bytes per call) for `method` at M = m; None if not applicable."""
-        from kernels._common import fp4_dequantize, fp4_gemm
+        from kernels._common import fp4_dequantize, fp4_gemm, fp4_gemm_t
 
+        if method not in self.copies and method[:5] in ("mxfp4", "nf4"):
+            return None
         x = torch.randn(m, self.k, device="cuda", dtype=self.dtype)
-        g = torch.randn(m, self.n, device="cuda", dtype=self.dtype)
+        g = torch.randn(m, self.nv_prepared.n if self.group else self.n, device="cuda", dtype=self.dtype)
         if method == "bf16":
             fns = [lambda w=w: F.linear(x, w) for w in self.copies["bf16"]]
             wb = self.bytes["bf16"]
@@ -177,8 +212,9 @@ class ShapeBench:
         elif method == "bf16_bwd":
             fns = [lambda w=w: g @ w for w in self.copies["bf16"]]
             wb = self.bytes["bf16"]
-        elif method == "nvfp4_bwd":
-            fns = [lambda w=w: g @ fp4_dequantize(w, self.dtype) for w in self.copies["nvfp4"]]
+        elif method in ("nvfp4_bwd", "nvfp4_bwd_fused", "nvfp4_bwd_deq_cublas"):
+            fused = {"nvfp4_bwd_fused": True, "nvfp4_bwd_deq_cublas": False}.get(method)
+            fns = [lambda w=w: fp4_gemm_t(g, w, fused=fused) for w in self.copies["nvfp4"]]
             wb = self.bytes["nvfp4"]
         elif method == "nvfp4_dequantize":
             fns = [lambda w=w: fp4_dequantize(w, self.dtype) for w in self.copies["nvfp4"]]
@@ -191,7 +227,7 @@ class ShapeBench:
 
 def _clone_prepared(p):
     from kernels._common import PreparedFP4
-    return PreparedFP4(p.words.clone(), p.scales.clone(), p.out_scales.clone(), p.n, p.k, p.scale_kind)
+    return PreparedFP4(p.words.clone(), p.scales.clone(), p.out_scales.clone(), p.n, p.k, p.scale_kind, p.parts)
 
 
 def _state_bytes(state) -> int:
@@ -216,13 +252,23 @@ def _prewarm_job(job) -> str:
     n, k, m = 512, 1024, 3
     words = torch.zeros(n, k // 8, dtype=torch.int32, device="cuda")
     scales = torch.zeros(n, k // 32, dtype=torch.int16 if sk == 0 else torch.uint8, device="cuda")
-    osc = torch.ones(2, dtype=torch.float32, device="cuda")
+    osc = torch.ones(2, n, dtype=torch.float32, device="cuda")
     if kind == "dequant":
         out = torch.empty(n, k, dtype=dt, device="cuda")
         _common._fp4_dequant.warmup(words, scales, osc, out, n, k, words.stride(0), scales.stride(0), out.stride(0),
-                                    grid=(1,), SCALE_KIND=sk, BF16=bf16, USE_ASM=True, BN=64, BK=cfg,
+                                    osc.stride(0), grid=(1,), SCALE_KIND=sk, BF16=bf16, USE_ASM=True, BN=64, BK=cfg,
                                     num_warps=4, num_stages=1)
         return f"dequant bk={cfg}"
+    if kind == "gemm_t":  # bias stands for ROW_SCALE here
+        g = torch.zeros(m, n, dtype=dt, device="cuda")
+        o = torch.empty(m, k, dtype=dt, device="cuda")
+        ws = torch.empty(1 << 16, dtype=torch.float32, device="cuda")
+        cnt = torch.zeros(1 << 10, dtype=torch.int32, device="cuda")
+        _common._fp4_gemm_t.warmup(g, words, scales, osc, o, ws, cnt, m, n, k, n, k, 16, g.stride(0),
+                                   words.stride(0), scales.stride(0), o.stride(0), osc.stride(0), grid=(1,),
+                                   SCALE_KIND=sk, BF16=bf16, USE_ASM=True, ROW_SCALE=bias, **cfg.kwargs,
+                                   num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+        return f"gemm_t {cfg.kwargs}"
     x = torch.zeros(m, k, dtype=dt, device="cuda")
     y = torch.empty(m, n, dtype=dt, device="cuda")
     b = torch.zeros(n, dtype=dt, device="cuda") if bias else osc
@@ -231,7 +277,7 @@ def _prewarm_job(job) -> str:
     kw = dict(cfg.kwargs)
     extra = {"maxnreg": cfg.maxnreg} if getattr(cfg, "maxnreg", None) else {}
     _common._fp4_gemm.warmup(x, words, scales, osc, b, y, ws, cnt, m, n, k, k, 16, x.stride(0), words.stride(0),
-                             scales.stride(0), y.stride(0), grid=(1,), SCALE_KIND=sk, BF16=bf16, HAS_BIAS=bias,
+                             scales.stride(0), y.stride(0), osc.stride(0), grid=(1,), SCALE_KIND=sk, BF16=bf16, HAS_BIAS=bias,
                              USE_ASM=True, EVEN_K=True, **kw, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
                              **extra)
     return f"gemm {kw}"
@@ -248,6 +294,9 @@ def prewarm(processes: int, bias_variants=(False, True), dtypes=(True, False), c
     jobs = [("gemm", c, sk, bf, b) for c in configs for sk in scale_kinds for bf in dtypes for b in bias_variants]
     if dequant:
         jobs += [("dequant", bk, sk, bf, False) for bk in (128, 256) for sk in (0, 1) for bf in (True, False)]
+        # backward kernel: bf16 (the training dtype), NVFP4 single weights and groups, MXFP4 single weights
+        jobs += [("gemm_t", c, sk, True, rs) for c in _common._gemm_t_configs() for sk, rs in
+                 ((0, False), (0, True), (1, False))]
     with cf.ProcessPoolExecutor(processes, mp_context=mp.get_context("spawn")) as ex:
         for fut in cf.as_completed([ex.submit(_prewarm_job, j) for j in jobs]):
             try:
@@ -257,12 +306,18 @@ def prewarm(processes: int, bias_variants=(False, True), dtypes=(True, False), c
     return time.time() - t
 
 
-def check_correctness(shapes, out_lines: list[str]) -> bool:
-    """Fused kernels and the dequantize kernel against the float32 reference on every benchmark shape."""
-    from kernels._common import fp4_dequantize, fp4_gemm
+def check_correctness(shapes, out_lines: list[str], groups=()) -> bool:
+    """Every kernel against the float32 reference on every benchmark shape (fresh random weights and inputs).
+
+    Forward (fused kernel), backward input gradient (fused transposed kernel), dequantize (bit-exact), both
+    formats, fp16 and bf16; then the q/k/v and gate/up groups of the first model (forward and backward)."""
+    from kernels._common import concat_prepared, fp4_dequantize, fp4_gemm, fp4_gemm_t
     from kernels.reference import (mxfp4_dequantize_reference, mxfp4_quantize_reference, nvfp4_dequantize_reference,
                                    nvfp4_quantize_reference)
     from kernels import mxfp4, nvfp4
+
+    def rel(a, b):
+        return ((a.float() - b.float()).norm() / b.float().norm()).item()
 
     ok = True
     for n, k in shapes:
@@ -274,18 +329,39 @@ def check_correctness(shapes, out_lines: list[str]) -> bool:
         for fmt, p, ref in (("nvfp4", pn, rn), ("mxfp4", pm, rm)):
             for dtype in (torch.bfloat16, torch.float16):
                 exact = torch.equal(fp4_dequantize(p, dtype), ref.to(dtype))
-                errs = []
+                errs, berrs = [], []
                 for m in (1, 5, 16, 40, 64, 200):
                     x = torch.randn(m, k, device="cuda", dtype=dtype)
                     y = fp4_gemm(x, p, fused=True)
                     r = (x.float() @ ref.t()).to(dtype).float()
-                    errs.append(((y.float() - r).norm() / r.norm()).item())
+                    errs.append(rel(y, r))
+                    g = torch.randn(m, n, device="cuda", dtype=dtype)
+                    gx = fp4_gemm_t(g, p, fused=True)
+                    berrs.append(rel(gx, (g.float() @ ref).to(dtype)))
                 tol = 4e-3 if dtype == torch.bfloat16 else 1e-3
-                good = exact and max(errs) < tol and all(math.isfinite(e) for e in errs)
+                good = exact and max(errs + berrs) < tol and all(math.isfinite(e) for e in errs + berrs)
                 ok &= good
                 out_lines.append(f"check {fmt} {str(dtype)[6:]} N={n} K={k}: dequant exact={exact} "
-                                 f"max rel err={max(errs):.2e} {'OK' if good else 'FAIL'}")
+                                 f"max rel err fwd={max(errs):.2e} bwd={max(berrs):.2e} {'OK' if good else 'FAIL'}")
                 print(out_lines[-1], flush=True)
+    for members in groups:
+        k = members[0][1]
+        ws = [torch.randn(mn, k, device="cuda") * torch.exp(torch.randn(1, device="cuda") * 2) for mn, _ in members]
+        q = [nvfp4_quantize_reference(w) for w in ws]
+        grp = concat_prepared([nvfp4.prepare(*t) for t in q])
+        ref = torch.cat([nvfp4_dequantize_reference(*t) for t in q])
+        errs = []
+        for m in (1, 16, 64):
+            x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+            errs.append(rel(fp4_gemm(x, grp, fused=True), (x.float() @ ref.t()).bfloat16()))
+            g = torch.randn(m, grp.n, device="cuda", dtype=torch.bfloat16)
+            errs.append(rel(fp4_gemm_t(g, grp, fused=True), (g.float() @ ref).bfloat16()))
+        exact = torch.equal(fp4_dequantize(grp, torch.bfloat16), ref.bfloat16())
+        good = exact and max(errs) < 4e-3
+        ok &= good
+        out_lines.append(f"check nvfp4 group {[mn for mn, _ in members]}x{k}: dequant exact={exact} "
+                         f"max rel err fwd/bwd={max(errs):.2e} {'OK' if good else 'FAIL'}")
+        print(out_lines[-1], flush=True)
     return ok
 
 
@@ -357,22 +433,26 @@ def main(argv=None) -> int:
     lines.append(f"device-to-device copy: {copy_gbs:.0f} GB/s (read + write); bf16 8192^3 matmul: {mm_tflops:.0f} TFLOP/s")
     print(lines[-1], flush=True)
 
-    shapes = {}  # (N, K) -> [(model, layer)]
+    shapes = {}  # (N, K, member shapes or None) -> [(model, layer)]; per model: its layers, then its groups
     for model in args.models:
         for layer, nk in layer_shapes(model).items():
-            shapes.setdefault(nk, []).append((model, layer))
+            shapes.setdefault((*nk, None), []).append((model, layer))
+        for grp, members in group_shapes(model).items():
+            shapes.setdefault((sum(mn for mn, _ in members), members[0][1], members), []).append((model, grp))
     check_ok = True
     if not args.no_check:
-        check_ok = check_correctness(list(shapes), lines)
+        first = {key for key, users in shapes.items() if any(mdl == args.models[0] for mdl, _ in users)}
+        check_ok = check_correctness([(n, k) for n, k, mem in shapes if mem is None and (n, k, mem) in first], lines,
+                                     [mem for n, k, mem in shapes if mem is not None and (n, k, mem) in first])
 
     rows = []
     methods_all = ["bf16", "nvfp4", "mxfp4", "nf4", "bf16_bwd", "nvfp4_bwd"]
-    for (n, k), users in shapes.items():
+    for (n, k, members), users in shapes.items():
         if time.time() - t0 > args.budget_s:
-            lines.append(f"budget reached: skipped shape N={n} K={k}")
+            lines.append(f"budget reached: skipped shape N={n} K={k}" + (" (group)" if members else ""))
             print(lines[-1], flush=True)
             continue
-        sb = ShapeBench(n, k, props.L2_cache_size, bnb)
+        sb = ShapeBench(n, k, props.L2_cache_size, bnb, members=members)
         measured = {}
         r = sb.run("nvfp4_dequantize", 0)
         measured[("nvfp4_dequantize", 0)] = r
@@ -380,12 +460,14 @@ def main(argv=None) -> int:
             meths = list(methods_all)
             if m >= 128:
                 meths += ["nvfp4_fused", "nvfp4_deq_cublas"]
+            if 16 < m <= 256:
+                meths += ["nvfp4_bwd_fused", "nvfp4_bwd_deq_cublas"]
             for meth in meths:
                 r = sb.run(meth, m)
                 if r is not None:
                     measured[(meth, m)] = r
             msg = " ".join(f"{meth}={measured[(meth, m)][0] * 1e3:.1f}us" for meth in meths if (meth, m) in measured)
-            print(f"N={n} K={k} M={m}: {msg}", flush=True)
+            print(f"N={n} K={k}{' group' if members else ''} M={m}: {msg}", flush=True)
         for (meth, m), (ms, mode, wb) in measured.items():
             act = (m * k + m * n) * 2
             flops = 2 * m * n * k
@@ -434,13 +516,56 @@ def layer_sums(rows, model, method):
     """{M: summed ms over the 7 GEMMs of one decoder layer} (only where all 7 were measured)."""
     acc: dict[int, list[float]] = {}
     for r in rows:
-        if r["model"] == model and r["method"] == method:
+        if r["model"] == model and r["method"] == method and r["layer"] in LAYERS:
             acc.setdefault(r["M"], []).append(float(r["median_ms"]))
     return {m: sum(v) for m, v in acc.items() if len(v) == len(LAYERS)}
 
 
+def grouped_sums(rows, model, method):
+    """{M: summed ms over the 4 launches of one decoder layer with q/k/v and gate/up fused (GROUPED_LAYERS)}."""
+    acc: dict[int, list[float]] = {}
+    for r in rows:
+        if r["model"] == model and r["method"] == method and r["layer"] in GROUPED_LAYERS:
+            acc.setdefault(r["M"], []).append(float(r["median_ms"]))
+    return {m: sum(v) for m, v in acc.items() if len(v) == len(GROUPED_LAYERS)}
+
+
+def grouped_table(rows, copy_gbs, model) -> list[str]:
+    """Layer sums with q/k/v and gate/up as one launch each, against bf16 unfused (the issue's definition) and
+    bf16 with the same fusion (what an inference engine would run)."""
+    bf7 = layer_sums(rows, model, "bf16")
+    bf4, nv4 = grouped_sums(rows, model, "bf16"), grouped_sums(rows, model, "nvfp4")
+    nv7 = layer_sums(rows, model, "nvfp4")
+    bb7, nb4 = layer_sums(rows, model, "bf16_bwd"), grouped_sums(rows, model, "nvfp4_bwd")
+    bb4, nb7 = grouped_sums(rows, model, "bf16_bwd"), layer_sums(rows, model, "nvfp4_bwd")
+    if not nv4:
+        return []
+    wbytes = sum(int(r["weight_bytes"]) for r in rows if r["model"] == model and r["method"] == "nvfp4"
+                 and r["layer"] in GROUPED_LAYERS and r["M"] == min(nv4))
+    nweights = sum(int(r["N"]) * int(r["K"]) for r in rows if r["model"] == model and r["method"] == "nvfp4"
+                   and r["layer"] in GROUPED_LAYERS and r["M"] == min(nv4))
+    out = [f"## Qwen2.5-{model}, q/k/v and gate/up fused: 4 launches per layer (nvfp4 weights: "
+           f"{8 * wbytes / nweights:.3f} bits per weight as held on the GPU)", "",
+           "| M | bf16 7 GEMMs us | bf16 fused 4 GEMMs us | nvfp4 4 launches us | x bf16 (7) | x bf16 (fused) | "
+           "nvfp4 weight GB/s | % copy BW | nvfp4 7 launches x bf16 | bwd nvfp4/bf16 (7) | bwd grouped nvfp4/bf16 fused |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for m in sorted(nv4):
+        nv = nv4[m]
+        gbs = wbytes / nv / 1e6
+        cells = [str(m), f"{bf7[m] * 1e3:.1f}" if m in bf7 else "-", f"{bf4[m] * 1e3:.1f}" if m in bf4 else "-",
+                 f"{nv * 1e3:.1f}", f"{bf7[m] / nv:.2f}" if m in bf7 else "-", f"{bf4[m] / nv:.2f}" if m in bf4 else "-",
+                 f"{gbs:.0f}", f"{100 * gbs / copy_gbs:.0f}%",
+                 f"{bf7[m] / nv7[m]:.2f}" if m in bf7 and m in nv7 else "-",
+                 f"{nb7[m] / bb7[m]:.2f}" if m in nb7 and m in bb7 else "-",
+                 f"{nb4[m] / bb4[m]:.2f}" if m in nb4 and m in bb4 else "-"]
+        out.append("| " + " | ".join(cells) + " |")
+    return out + [""]
+
+
 def summarize(rows, copy_gbs, models, ms, lines) -> str:
     out = ["# FP4 W4A16 kernels: layer sums", "", *[f"- {l}" for l in lines], ""]
+    for model in models:
+        out += grouped_table(rows, copy_gbs, model)
     for model in models:
         bf = layer_sums(rows, model, "bf16")
         if not bf:

@@ -6,7 +6,9 @@ load-time preparation, the torch.library ops and the torch reference they are te
 
 API:
     prepare(codes, scales) -> PreparedFP4              # once per weight (cached by `prepared`)
+    unprepare(p) -> (codes, scales)                    # the inverse (exact where `prepare` lost nothing)
     mxfp4_linear(x, codes, scales, bias=None)          # torch.ops.qerl_kernels.mxfp4_linear
+    mxfp4_linear_grad_input(grad_y, codes, scales)     # grad_y @ W (its backward)
     mxfp4_dequantize(codes, scales, dtype)             # torch.ops.qerl_kernels.mxfp4_dequantize
     mxfp4_linear_reference / mxfp4_dequantize_reference
 
@@ -21,11 +23,12 @@ from __future__ import annotations
 import torch
 
 from kernels import _common
-from kernels._common import PreparedFP4, fp4_dequantize, fp4_gemm, padded_shape, prepare_codes
+from kernels._common import (PreparedFP4, fp4_dequantize, fp4_gemm, fp4_gemm_t, padded_shape, prepare_codes,
+                             unprepare_codes)
 from kernels.reference import mxfp4_dequantize_reference, mxfp4_linear_reference, mxfp4_quantize_reference
 
-__all__ = ["prepare", "prepared", "mxfp4_linear", "mxfp4_dequantize", "mxfp4_linear_reference",
-           "mxfp4_dequantize_reference", "mxfp4_quantize_reference"]
+__all__ = ["prepare", "unprepare", "prepared", "mxfp4_linear", "mxfp4_linear_grad_input", "mxfp4_dequantize",
+           "mxfp4_linear_reference", "mxfp4_dequantize_reference", "mxfp4_quantize_reference"]
 
 
 def _check(codes: torch.Tensor, scales: torch.Tensor) -> tuple[int, int]:
@@ -59,8 +62,22 @@ def prepare(codes: torch.Tensor, scales: torch.Tensor) -> PreparedFP4:
     codes = codes.masked_fill(dead.repeat_interleave(16, dim=1), 0)
     s = torch.where(dead, torch.ones_like(s), s).to(torch.uint8)
     s = torch.nn.functional.pad(s, (0, k_pad // 32 - k // 32, 0, n_pad - n)).contiguous()
-    out_scales = torch.full((2,), 2.0 ** d, dtype=torch.float32, device=codes.device)
+    out_scales = torch.full((2, n_pad), 2.0 ** d, dtype=torch.float32, device=codes.device)
     return PreparedFP4(prepare_codes(codes), s, out_scales, n, k, scale_kind=1)
+
+
+def unprepare(p: PreparedFP4):
+    """The storage-layout tensors of a prepared MXFP4 weight: (codes uint8 [n, k // 2], scales uint8 [n, k // 32]).
+
+    Exact inverse of `prepare` unless some block lies more than 127 binades below the tensor's largest (`prepare`
+    zeroes those: their codes come back as 0 and their scale as the smallest kept one).
+    """
+    if p.scale_kind != 1 or p.parts:
+        raise ValueError("mxfp4.unprepare: expects a single prepared MXFP4 weight")
+    codes = unprepare_codes(p.words, p.n, p.k)
+    d = int(torch.frexp(p.out_scales[0, :1].float()).exponent.item()) - 1      # out_scales = 2**d
+    scales = (p.scales[:p.n, :p.k // 32].to(torch.int32) + d).to(torch.uint8)
+    return codes, scales
 
 
 _CACHE = _common.PreparedCache(prepare)
@@ -107,6 +124,20 @@ def _(codes, scales, dtype):
     return codes.new_empty((codes.shape[0], codes.shape[1] * 2), dtype=dtype)
 
 
+@torch.library.custom_op("qerl_kernels::mxfp4_linear_grad_input", mutates_args=())
+def mxfp4_linear_grad_input(grad_y: torch.Tensor, codes: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+    """grad_x = grad_y @ W [..., K] for grad_y [..., N] (fused transposed kernel on CUDA at small M)."""
+    n, k = _check(codes, scales)
+    if grad_y.is_cuda and grad_y.dtype in (torch.float16, torch.bfloat16):
+        return fp4_gemm_t(grad_y.reshape(-1, n), prepared(codes, scales)).reshape(*grad_y.shape[:-1], k)
+    return grad_y @ mxfp4_dequantize_reference(codes, scales, grad_y.dtype)
+
+
+@mxfp4_linear_grad_input.register_fake
+def _(grad_y, codes, scales):
+    return grad_y.new_empty((*grad_y.shape[:-1], codes.shape[1] * 2))
+
+
 def _setup(ctx, inputs, output):
     x, codes, scales, bias = inputs
     ctx.save_for_backward(codes, scales)
@@ -115,9 +146,8 @@ def _setup(ctx, inputs, output):
 
 def _backward(ctx, grad_y):
     codes, scales = ctx.saved_tensors
-    w = mxfp4_dequantize(codes, scales, grad_y.dtype)
     grad_b = grad_y.reshape(-1, grad_y.shape[-1]).sum(0) if ctx.has_bias else None
-    return grad_y @ w, None, None, grad_b
+    return mxfp4_linear_grad_input(grad_y, codes, scales), None, None, grad_b
 
 
 mxfp4_linear.register_autograd(_backward, setup_context=_setup)

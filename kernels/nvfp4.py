@@ -7,7 +7,9 @@ load-time preparation, the torch.library ops and the torch reference they are te
 
 API:
     prepare(codes, scales, global_scale) -> PreparedFP4     # once per weight (cached by `prepared`)
+    unprepare(p) -> (codes, scales, global_scale)           # the inverse (exact where `prepare` lost nothing)
     nvfp4_linear(x, codes, scales, global_scale, bias=None) # torch.ops.qerl_kernels.nvfp4_linear
+    nvfp4_linear_grad_input(grad_y, codes, scales, global_scale)   # grad_y @ W (its backward)
     nvfp4_dequantize(codes, scales, global_scale, dtype)    # torch.ops.qerl_kernels.nvfp4_dequantize
     nvfp4_linear_reference / nvfp4_dequantize_reference     # plain torch (kernels/reference.py)
 CUDA inputs run the Triton kernels; CPU inputs run the torch reference (same numerics: exact weights, fp32 sums).
@@ -20,11 +22,12 @@ from __future__ import annotations
 import torch
 
 from kernels import _common
-from kernels._common import PreparedFP4, fp4_dequantize, fp4_gemm, padded_shape, prepare_codes, e4m3_to_e5m3
+from kernels._common import (PreparedFP4, e4m3_to_e5m3, e5m3_to_float, fp4_dequantize, fp4_gemm, fp4_gemm_t,
+                             padded_shape, prepare_codes, row_out_scales, unprepare_codes)
 from kernels.reference import nvfp4_dequantize_reference, nvfp4_linear_reference, nvfp4_quantize_reference
 
-__all__ = ["prepare", "prepared", "nvfp4_linear", "nvfp4_dequantize", "nvfp4_linear_reference",
-           "nvfp4_dequantize_reference", "nvfp4_quantize_reference"]
+__all__ = ["prepare", "unprepare", "prepared", "nvfp4_linear", "nvfp4_linear_grad_input", "nvfp4_dequantize",
+           "nvfp4_linear_reference", "nvfp4_dequantize_reference", "nvfp4_quantize_reference"]
 
 
 def _check(codes: torch.Tensor, scales: torch.Tensor, global_scale: torch.Tensor) -> tuple[int, int]:
@@ -61,8 +64,25 @@ def prepare(codes: torch.Tensor, scales: torch.Tensor, global_scale: torch.Tenso
     q = torch.nn.functional.pad(q, (0, k_pad // 16 - k // 16, 0, n_pad - n)).contiguous()
     gs = global_scale.detach().float().reshape(1)
     # fp16 MMA: weights decode as w * 2**-14; bf16 MMA: as w * 2**-62 (see _common._scale_pairs).
-    out_scales = torch.cat((gs * 2.0 ** 14, gs * 2.0 ** 62)).contiguous()
+    out_scales = row_out_scales(torch.cat((gs * 2.0 ** 14, gs * 2.0 ** 62)), n_pad)
     return PreparedFP4(prepare_codes(codes), q.view(torch.int16), out_scales, n, k, scale_kind=0)
+
+
+def unprepare(p: PreparedFP4):
+    """The storage-layout tensors of a prepared NVFP4 weight: (codes uint8 [n, k // 2], scales float8_e4m3fn
+    [n, k // 16], global_scale float32 0-dim).
+
+    Exact inverse of `prepare` for weights whose zero-scale blocks hold zero codes and whose scales are finite and
+    non-negative (what the quantizers produce); otherwise the codes of zero-scale blocks come back as 0 and
+    negative / non-finite scales as 0 (`prepare` does not keep them: they decode to 0 either way).
+    """
+    if p.scale_kind != 0 or p.parts:
+        raise ValueError("nvfp4.unprepare: expects a single prepared NVFP4 weight")
+    codes = unprepare_codes(p.words, p.n, p.k)
+    q = p.scales.contiguous().view(torch.uint8)[:p.n, :p.k // 16]
+    scales = e5m3_to_float(q).to(torch.float8_e4m3fn)
+    gs = (p.out_scales[1, 0].float() * 2.0 ** -62).reshape(())
+    return codes, scales, gs
 
 
 _CACHE = _common.PreparedCache(prepare)
@@ -110,6 +130,23 @@ def _(codes, scales, global_scale, dtype):
     return codes.new_empty((codes.shape[0], codes.shape[1] * 2), dtype=dtype)
 
 
+@torch.library.custom_op("qerl_kernels::nvfp4_linear_grad_input", mutates_args=())
+def nvfp4_linear_grad_input(grad_y: torch.Tensor, codes: torch.Tensor, scales: torch.Tensor,
+                            global_scale: torch.Tensor) -> torch.Tensor:
+    """grad_x = grad_y @ W [..., K] for grad_y [..., N]: fused transposed kernel on CUDA at small M
+    (`_common.fp4_gemm_t`), dequantize + matmul otherwise."""
+    n, k = _check(codes, scales, global_scale)
+    if grad_y.is_cuda and grad_y.dtype in (torch.float16, torch.bfloat16):
+        g = fp4_gemm_t(grad_y.reshape(-1, n), prepared(codes, scales, global_scale))
+        return g.reshape(*grad_y.shape[:-1], k)
+    return grad_y @ nvfp4_dequantize_reference(codes, scales, global_scale, grad_y.dtype)
+
+
+@nvfp4_linear_grad_input.register_fake
+def _(grad_y, codes, scales, global_scale):
+    return grad_y.new_empty((*grad_y.shape[:-1], codes.shape[1] * 2))
+
+
 def _setup(ctx, inputs, output):
     x, codes, scales, global_scale, bias = inputs
     ctx.save_for_backward(codes, scales, global_scale)
@@ -118,9 +155,8 @@ def _setup(ctx, inputs, output):
 
 def _backward(ctx, grad_y):
     codes, scales, global_scale = ctx.saved_tensors
-    w = nvfp4_dequantize(codes, scales, global_scale, grad_y.dtype)
     grad_b = grad_y.reshape(-1, grad_y.shape[-1]).sum(0) if ctx.has_bias else None
-    return grad_y @ w, None, None, None, grad_b
+    return nvfp4_linear_grad_input(grad_y, codes, scales, global_scale), None, None, None, grad_b
 
 
 nvfp4_linear.register_autograd(_backward, setup_context=_setup)

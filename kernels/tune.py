@@ -6,6 +6,9 @@ measurements, and runs one config once for a profiler (`--one`, e.g. under `ncu`
 
 Run:  python -m kernels.tune --shapes 18944x3584 3584x3584 --m 1 16 64
       python -m kernels.tune --shapes 18944x3584 --m 1 --one 64,128,4,4,4   # BN,BK,warps,stages,CPS
+      ncu --profile-from-start off ... python -m kernels.tune --shapes 37888x3584 --m 1 --profile
+          (autotunes the forward and the backward kernel first, then brackets one call of each with
+          cudaProfilerStart/Stop, so ncu sees exactly the two tuned kernels)
 """
 from __future__ import annotations
 
@@ -46,7 +49,11 @@ def main(argv=None) -> int:
     ap.add_argument("--one", default=None, help="run this config once per shape/M (for a profiler)")
     ap.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"])
     ap.add_argument("--prewarm", type=int, default=0, help="compile the configs first in N processes")
+    ap.add_argument("--profile", action="store_true", help="one tuned forward + backward call per shape/M, "
+                    "between cudaProfilerStart/Stop (for ncu --profile-from-start off)")
     args = ap.parse_args(argv)
+    if args.profile:
+        return profile(args)
     dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     configs = [parse_cfg(c) for c in args.configs] if args.configs else DEFAULT_SWEEP
@@ -99,6 +106,27 @@ def main(argv=None) -> int:
                                                  key=lambda r: (r[0], r[1])):
             grp = list(grp)
             print(f"  {shape} M={m}: " + "; ".join(f"{r[2]} {r[3] * 1e3:.1f}us x{r[5]:.2f}" for r in grp[:4]))
+    return 0
+
+
+def profile(args) -> int:
+    dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16
+    for shape in args.shapes:
+        n, k = (int(v) for v in shape.split("x"))
+        p = nvfp4.prepare(*nvfp4_quantize_reference(torch.randn(n, k, device="cuda") * 0.02))
+        for m in args.m:
+            x = torch.randn(m, k, device="cuda", dtype=dtype)
+            g = torch.randn(m, n, device="cuda", dtype=dtype)
+            for _ in range(3):  # autotune + warm up
+                _common.fp4_gemm(x, p)
+                _common.fp4_gemm_t(g, p)
+            torch.cuda.synchronize()
+            torch.cuda.cudart().cudaProfilerStart()
+            _common.fp4_gemm(x, p)
+            _common.fp4_gemm_t(g, p)
+            torch.cuda.synchronize()
+            torch.cuda.cudart().cudaProfilerStop()
+            print(f"profiled {shape} M={m}", flush=True)
     return 0
 
 

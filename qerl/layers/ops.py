@@ -2,9 +2,10 @@
 
 Why one function: QuantLinear, the measurement scripts and the RL loop all call it, so the Triton W4A16 kernels
 (kernels/, written separately) plug in at exactly one place. On CUDA with fp16/bf16 activations the forward runs
-the fused dequantize-GEMM kernel and the backward the dequantize kernel + cuBLAS (kernels.fp4_linear /
-fp4_dequantize_weight); otherwise it dequantizes the packed weight with the torch reference (qerl.formats) and
-calls F.linear.
+the fused dequantize-GEMM kernel and the backward the fused transposed kernel at small M, dequantize + cuBLAS at
+large M (kernels.fp4_linear / fp4_linear_grad_input); otherwise it dequantizes the packed weight with the torch
+reference (qerl.formats) and calls F.linear. `w4a16_linear_prepared` is the same computation for a weight held only
+in the kernels' layout (QuantLinear after `prepare_kernels`, or a fused q/k/v group from kernels.concat_prepared).
 
 Autograd: the frozen 4-bit weight gets no gradient; the input gradient is grad_y @ W_dequant, recomputed from the
 packed weight in backward (nothing of weight size is saved between forward and backward, which is what saves memory
@@ -22,7 +23,7 @@ import torch.nn.functional as F
 
 from qerl.formats import mxfp4, nvfp4
 
-__all__ = ["FORMAT_NAMES", "dequantize_weight", "w4a16_linear", "w4a16_linear_reference"]
+__all__ = ["FORMAT_NAMES", "dequantize_weight", "w4a16_linear", "w4a16_linear_prepared", "w4a16_linear_reference"]
 
 FORMAT_NAMES = ("nvfp4", "mxfp4")
 
@@ -74,12 +75,12 @@ class _W4A16Linear(torch.autograd.Function):
         codes, scales, global_scale = ctx.saved_tensors
         grad_x = grad_b = None
         if ctx.needs_input_grad[0]:
-            if _use_kernels(grad_y):  # Triton dequantize kernel, then cuBLAS
-                from kernels import fp4_dequantize_weight
-                w = fp4_dequantize_weight(codes, scales, global_scale, ctx.fmt, grad_y.dtype)
+            if _use_kernels(grad_y):  # fused transposed kernel (small M) or dequantize kernel + cuBLAS
+                from kernels import fp4_linear_grad_input
+                grad_x = fp4_linear_grad_input(grad_y, codes, scales, global_scale, ctx.fmt)
             else:
                 w = dequantize_weight(codes, scales, global_scale, ctx.fmt, grad_y.dtype)
-            grad_x = grad_y @ w  # [..., N] @ [N, K] -> [..., K]
+                grad_x = grad_y @ w  # [..., N] @ [N, K] -> [..., K]
         if ctx.has_bias and ctx.needs_input_grad[4]:
             grad_b = grad_y.reshape(-1, grad_y.shape[-1]).sum(0)
         return grad_x, None, None, None, grad_b, None
@@ -111,6 +112,20 @@ def w4a16_linear(x: torch.Tensor, codes: torch.Tensor, scales: torch.Tensor, glo
             f"({codes.shape[0]}, {codes.shape[-1] * 2})"
         )
     return _W4A16Linear.apply(x, codes, scales, global_scale, bias, fmt)
+
+
+def w4a16_linear_prepared(x: torch.Tensor, prepared, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """y = x @ W^T + bias for a weight held in the kernels' layout (kernels.PreparedFP4, single or a group).
+
+    CUDA fp16/bf16 activations run the Triton kernels (backward: fused transposed kernel / dequantize + cuBLAS);
+    anything else the plain-torch reference of the prepared form (float32 math, output in x's dtype). Autograd gives
+    the input gradient and, when the bias requires it, the bias gradient; the weight gets none.
+
+    Raises:
+        ValueError: x's last dimension differs from the weight's K.
+    """
+    from kernels import fp4_prepared_linear
+    return fp4_prepared_linear(x, prepared, bias)
 
 
 def w4a16_linear_reference(x: torch.Tensor, codes: torch.Tensor, scales: torch.Tensor,

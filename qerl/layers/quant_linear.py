@@ -12,6 +12,16 @@ The `scales` and `global_scale` properties return the contract dtypes (float8_e4
 Scales and the global scale are stored as integer bits because nn.Module.to(dtype) / .half() cast every floating
 buffer: float8 scales and the float32 global scale would otherwise be silently rewritten by model.to(bfloat16).
 
+Prepared form (the CUDA kernels' layout, kernels/_common.py): the first CUDA forward with fp16/bf16 activations
+(or an explicit `prepare_kernels()`) converts the weight to the kernels' layout and, when `codes` / `scale_bits` can be
+re-derived from it bit for bit (always, for what the quantizers produce), drops them: the layer then holds 4.5 bits
+per weight (NVFP4; 4.25 MXFP4) plus 8 bytes per row, not the 9 of both copies. Non-persistent buffers:
+    w4_words           int32 [out_pad, in_pad // 8]        the re-laid-out codes
+    w4_scales          int16 / uint8 [out_pad, in_pad // 32] the scales as the kernels read them
+    w4_out_scales_bits int32 [2, out_pad]                  per-row fp32 factors, as bits (dtype casts leave them)
+`codes` and `scale_bits` stay readable (re-derived on access), state_dict() writes them as before, and
+load_state_dict() re-prepares; `unprepare_kernels()` restores the storage layout.
+
 Usage:
     quantize_(model, NVFP4Config())                      # q/k/v/o/gate/up/down -> QuantLinear; the rest untouched
     quantize_(model, MXFP4Config(), filter_fn=lambda m, fqn: "mlp" in fqn and isinstance(m, nn.Linear))
@@ -25,7 +35,7 @@ import torch
 from torch import nn
 
 from qerl.formats import BITS_PER_WEIGHT, FORMATS, MXFP4Tensor, NVFP4Tensor, mxfp4, nvfp4
-from qerl.layers.ops import dequantize_weight, w4a16_linear
+from qerl.layers.ops import dequantize_weight, w4a16_linear, w4a16_linear_prepared
 
 __all__ = [
     "DEFAULT_TARGETS",
@@ -95,7 +105,8 @@ class QuantLinear(nn.Module):
             return dequantize_weight(self.codes, self.scales, self.global_scale, self.fmt, self.compute_dtype)
 
     def packed(self) -> NVFP4Tensor | MXFP4Tensor:
-        """The weight as a qerl.formats packed tensor (sharing storage with the buffers)."""
+        """The weight as a qerl.formats packed tensor (sharing storage with the buffers; once the layer is
+        prepared and the storage layout dropped, a re-derived copy)."""
         shape = torch.Size((self.out_features, self.in_features))
         if self.fmt == "nvfp4":
             return NVFP4Tensor(self.codes, self.scales, self.global_scale, shape, self.compute_dtype)
@@ -147,12 +158,98 @@ class QuantLinear(nn.Module):
 
     # ---- nn.Module ------------------------------------------------------------------------------------------
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.is_cuda and x.dtype in (torch.float16, torch.bfloat16):
+            if not self.is_prepared:
+                self.prepare_kernels()
+            return w4a16_linear_prepared(x, self.prepared(), self.bias)
         return w4a16_linear(x, self.codes, self.scales, self.global_scale, self.bias, fmt=self.fmt)
+
+    # ---- prepared form (the CUDA kernels' layout) -------------------------------------------------------------
+    @property
+    def is_prepared(self) -> bool:
+        """True once the weight is held in the kernels' layout (see the module docstring)."""
+        return "w4_words" in self._buffers
+
+    def prepared(self):
+        """The weight as kernels.PreparedFP4 (views of this layer's buffers; for kernels.concat_prepared etc.).
+
+        Raises:
+            RuntimeError: the layer is not prepared (call prepare_kernels() first).
+        """
+        if not self.is_prepared:
+            raise RuntimeError("QuantLinear.prepared: call prepare_kernels() first")
+        from kernels import PreparedFP4
+        return PreparedFP4(self.w4_words, self.w4_scales, self.w4_out_scales_bits.view(torch.float32),
+                           self.out_features, self.in_features, 0 if self.fmt == "nvfp4" else 1)
+
+    def _derive_storage(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(codes, scale_bits) re-derived from the prepared form."""
+        from kernels import mxfp4 as kmx
+        from kernels import nvfp4 as knv
+        p = self.prepared()
+        if self.fmt == "nvfp4":
+            codes, scales, _ = knv.unprepare(p)
+            return codes, scales.view(torch.uint8)
+        return kmx.unprepare(p)
+
+    def prepare_kernels(self) -> bool:
+        """Convert the weight to the kernels' layout on its current device and keep only that when possible.
+
+        Returns:
+            True if `codes` / `scale_bits` were dropped (re-derivable bit for bit), False if they are kept beside the
+            prepared form (some zero-scale block held non-zero codes, or a scale that decodes to zero was not +0).
+        """
+        if self.is_prepared:
+            return "codes" not in self._buffers
+        import kernels
+        with torch.no_grad():
+            p = kernels.prepare(self.codes, self.scales, self.global_scale, self.fmt)
+            self.register_buffer("w4_words", p.words, persistent=False)
+            self.register_buffer("w4_scales", p.scales, persistent=False)
+            self.register_buffer("w4_out_scales_bits", p.out_scales.view(torch.int32), persistent=False)
+            codes, scale_bits = self._derive_storage()
+            exact = torch.equal(codes, self._buffers["codes"]) and torch.equal(scale_bits, self._buffers["scale_bits"])
+        if exact:
+            del self._buffers["codes"], self._buffers["scale_bits"]
+        return exact
+
+    def unprepare_kernels(self) -> None:
+        """Back to the storage layout only (codes / scale_bits buffers, no prepared form)."""
+        if not self.is_prepared:
+            return
+        if "codes" not in self._buffers:
+            codes, scale_bits = self._derive_storage()
+            self._buffers["codes"], self._buffers["scale_bits"] = codes, scale_bits
+        for name in ("w4_words", "w4_scales", "w4_out_scales_bits"):
+            del self._buffers[name]
+
+    def __getattr__(self, name: str):
+        if name in ("codes", "scale_bits"):
+            buffers = self.__dict__.get("_buffers", {})
+            if name not in buffers and "w4_words" in buffers:
+                return self._derive_storage()[0 if name == "codes" else 1]
+        return super().__getattr__(name)
+
+    def _save_to_state_dict(self, destination, prefix, keep_vars):
+        super()._save_to_state_dict(destination, prefix, keep_vars)
+        if self.is_prepared and "codes" not in self._buffers:  # same keys and bytes as an unprepared layer
+            codes, scale_bits = self._derive_storage()
+            destination[prefix + "codes"], destination[prefix + "scale_bits"] = codes, scale_bits
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                              error_msgs):
+        was_prepared = self.is_prepared
+        self.unprepare_kernels()
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                                      error_msgs)
+        if was_prepared:
+            self.prepare_kernels()
 
     def _apply(self, fn, recurse=True):
         # Follow dtype casts (model.to(bfloat16)) in compute_dtype; the packed buffers are integers and keep theirs.
         super()._apply(fn, recurse)
-        self.compute_dtype = fn(torch.empty(0, dtype=self.compute_dtype, device=self.codes.device)).dtype
+        device = self._buffers["w4_words" if self.is_prepared else "codes"].device
+        self.compute_dtype = fn(torch.empty(0, dtype=self.compute_dtype, device=device)).dtype
         return self
 
     def extra_repr(self) -> str:
