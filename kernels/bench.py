@@ -365,6 +365,44 @@ def check_correctness(shapes, out_lines: list[str], groups=()) -> bool:
     return ok
 
 
+def memory_report(models) -> int:
+    """Device bytes per weight of one decoder layer's 7 QuantLinear (NVFP4) layers: as loaded (storage layout),
+    after the first CUDA forward (prepared form only), and through the storage-layout op with its prepared cache
+    (both copies: what iteration 1 held)."""
+    from kernels import nvfp4 as knv
+    from qerl.layers import QuantLinear, w4a16_linear
+    for model in models:
+        shapes = layer_shapes(model)
+        n_w = sum(n * k for n, k in shapes.values())
+        torch.cuda.synchronize()
+        base = torch.cuda.memory_allocated()
+        layers = [QuantLinear(k, n, bias=False, fmt="nvfp4", dtype=torch.bfloat16, device="cuda")
+                  for n, k in shapes.values()]
+        for q in layers:  # random codes and scales (the layout cost does not depend on the values)
+            q.codes.random_(0, 256)
+            q.scale_bits.copy_(torch.rand(q.scale_bits.shape, device="cuda").add(0.1).to(torch.float8_e4m3fn)
+                               .view(torch.uint8))
+        loaded = torch.cuda.memory_allocated() - base
+        xs = {k: torch.randn(1, k, device="cuda", dtype=torch.bfloat16) for _, k in shapes.values()}
+        for q in layers:
+            q(xs[q.in_features])
+        torch.cuda.synchronize()
+        prepared = torch.cuda.memory_allocated() - base - sum(x.numel() * 2 for x in xs.values())
+        dropped = sum(not any(n in q._buffers for n in ("codes", "scale_bits")) for q in layers)
+        for q in layers:
+            q.unprepare_kernels()
+            w4a16_linear(xs[q.in_features], q.codes, q.scales, q.global_scale, fmt="nvfp4")
+        torch.cuda.synchronize()
+        both = torch.cuda.memory_allocated() - base - sum(x.numel() * 2 for x in xs.values())
+        print(f"memory {model} layer ({n_w / 1e6:.1f}M weights): loaded {8 * loaded / n_w:.3f} bits/weight, "
+              f"after the first CUDA forward {8 * prepared / n_w:.3f} (storage layout dropped in {dropped}/7 layers), "
+              f"storage layout + cached prepared copy (iteration 1) {8 * both / n_w:.3f}", flush=True)
+        del layers
+        knv._CACHE.clear()
+        torch.cuda.empty_cache()
+    return 0
+
+
 def gpu_slug(name: str) -> str:
     for key in ("H200", "H100", "B200", "A100", "L40S", "L4"):
         if key in name:
@@ -407,7 +445,11 @@ def main(argv=None) -> int:
     ap.add_argument("--budget-s", type=float, default=1e9, help="stop measuring new shapes after this many seconds")
     ap.add_argument("--prewarm", type=int, default=0, help="compile all kernel variants first in N processes")
     ap.add_argument("--prewarm-only", action="store_true")
+    ap.add_argument("--memory", action="store_true", help="only report the device memory of one decoder layer's "
+                    "QuantLinear layers per model (storage layout, prepared form, and the old cached second copy)")
     args = ap.parse_args(argv)
+    if args.memory:
+        return memory_report(args.models)
     if not torch.cuda.is_available():
         print("kernels.bench needs a CUDA device", file=sys.stderr)
         return 2
@@ -572,8 +614,8 @@ def summarize(rows, copy_gbs, models, ms, lines) -> str:
             continue
         wbytes = {}
         for meth in ("nvfp4", "mxfp4"):
-            wbytes[meth] = sum(int(r["weight_bytes"]) for r in rows
-                               if r["model"] == model and r["method"] == meth and r["M"] == min(bf))
+            wbytes[meth] = sum(int(r["weight_bytes"]) for r in rows if r["model"] == model and r["method"] == meth
+                               and r["M"] == min(bf) and r["layer"] in LAYERS)
         out += [f"## Qwen2.5-{model} (7 GEMMs of one decoder layer, summed)", "",
                 "| M | bf16 us | nvfp4 us | x bf16 | nvfp4 weight GB/s | % copy BW | mxfp4 x bf16 | nf4 us | "
                 "nvfp4 x nf4 | bwd nvfp4/bf16 | fused x bf16 | deq+cuBLAS x bf16 |",

@@ -22,7 +22,7 @@ if command -v ncu >/dev/null; then
   timeout "${NCU_S:-90}" ncu --clock-control none --profile-from-start off --section SpeedOfLight \
     --section SchedulerStats --section WarpStateStats --section LaunchStats --section Occupancy \
     --metrics smsp__inst_executed.sum,dram__bytes_read.sum \
-    python3 -m kernels.tune --shapes 37888x3584 4608x3584 --m 1 > "$OUT/ncu.log" 2>&1
+    python3 -m kernels.tune --shapes 37888x3584 4608x3584 --m 1 --profile > "$OUT/ncu.log" 2>&1
   grep -E "_fp4_gemm|Duration|DRAM Throughput|Issued Warp|Eligible Warps|Registers Per|Achieved Active|inst_executed|dram__bytes" \
     "$OUT/ncu.log" | head -40
 fi

@@ -23,13 +23,13 @@ T_CFG = {"one": dict(BM=16, BKO=128, BNR=64, SPLIT_X=1, num_warps=4, num_stages=
          "split": dict(BM=16, BKO=128, BNR=64, SPLIT_X=4, num_warps=4, num_stages=1)}
 
 
-def _quant(fmt, n, k, seed, scale=1.0):
+def _quant(fmt, n, k, seed, scale=1.0, dev=DEV):
     g = torch.Generator().manual_seed(seed)
     w = torch.randn(n, k, generator=g) * torch.exp(torch.randn(n, 1, generator=g)) * scale
     if fmt == "nvfp4":
-        raw = tuple(t.to(DEV) for t in R.nvfp4_quantize_reference(w))
+        raw = tuple(t.to(dev) for t in R.nvfp4_quantize_reference(w))
         return nvfp4.prepare(*raw), R.nvfp4_dequantize_reference(*raw), raw
-    raw = tuple(t.to(DEV) for t in R.mxfp4_quantize_reference(w))
+    raw = tuple(t.to(dev) for t in R.mxfp4_quantize_reference(w))
     return mxfp4.prepare(*raw), R.mxfp4_dequantize_reference(*raw), raw
 
 
@@ -71,7 +71,7 @@ def test_concat_prepared_keeps_each_members_scale():
 
 
 def test_prepared_op_cpu_path_and_autograd():
-    p, ref_w, _ = _quant("nvfp4", 48, 64, seed=4)
+    p, ref_w, _ = _quant("nvfp4", 48, 64, seed=4, dev="cpu")
     x = torch.randn(2, 3, 64, requires_grad=True)
     b = torch.randn(48, requires_grad=True)
     y = kernels.fp4_prepared_linear(x, p, b)
@@ -112,7 +112,7 @@ def test_group_forward_and_backward_match_the_members(dtype):
     assert [o.shape[-1] for o in outs] == [64, 32, 160]
     grads = [torch.randn_like(o) for o in outs]
     torch.autograd.backward(outs, grads)
-    ref_gx = torch.zeros(5, 128)
+    ref_gx = torch.zeros(5, 128, device=DEV)
     for (p, ref_w, _), o, b, g in zip(parts, outs, biases, grads):
         ref = x.detach().float() @ ref_w.t() + (b.float() if b is not None else 0)
         assert _rel(o, ref) < _tol(dtype)
