@@ -140,6 +140,7 @@ def run(args) -> int:
 
     cfg = load_config(args.config)
     tm, pt = cfg["tiny_model"], cfg["tiny_model"]["pretrain"]
+    torch.set_num_threads(pt["threads"])
     instruction = cfg["prompt"]["instruction"]
     data = Path(args.data)
     train_rows = _read_jsonl(data / "pretrain.jsonl")

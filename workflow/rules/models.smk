@@ -13,7 +13,7 @@ rule pretrain_tiny:
         data=lambda wildcards, input: os.path.dirname(input.pretrain),
     conda:
         CONDA_ENV
-    threads: workflow.cores
+    threads: config["tiny_model"]["pretrain"]["threads"]
     log:
         f"{R}/logs/pretrain_tiny.log",
     benchmark:
