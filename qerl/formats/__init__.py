@@ -11,7 +11,8 @@ from qerl.formats import fp4, mxfp4, nvfp4
 from qerl.formats.mxfp4 import MXFP4Tensor
 from qerl.formats.nvfp4 import NVFP4Tensor
 
-__all__ = ["fp4", "nvfp4", "mxfp4", "NVFP4Tensor", "MXFP4Tensor", "FORMATS", "BITS_PER_WEIGHT", "quantize", "dequantize"]
+__all__ = ["fp4", "nvfp4", "mxfp4", "NVFP4Tensor", "MXFP4Tensor", "FORMATS", "BITS_PER_WEIGHT", "quantize",
+           "dequantize"]
 
 FORMATS = {"nvfp4": nvfp4, "mxfp4": mxfp4}
 # Storage cost per weight of each format: 4 bits + one 8-bit scale per block (NVFP4 also has 4 bytes per tensor).

@@ -103,7 +103,8 @@ def check_input(w: torch.Tensor, block_size: int, fmt: str) -> None:
         ValueError: non-floating dtype, zero dimensions, a last dimension not divisible by `block_size`, or NaN/Inf.
     """
     if not torch.is_floating_point(w):
-        raise ValueError(f"{fmt}.quantize: expected a floating-point tensor, got dtype {w.dtype} of shape {tuple(w.shape)}")
+        raise ValueError(f"{fmt}.quantize: expected a floating-point tensor, got dtype {w.dtype} "
+                         f"of shape {tuple(w.shape)}")
     if w.dim() == 0:
         raise ValueError(f"{fmt}.quantize: expected at least one dimension, got a 0-dim tensor")
     if w.shape[-1] % block_size:

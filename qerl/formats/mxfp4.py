@@ -30,7 +30,8 @@ import torch
 
 from qerl.formats.fp4 import check_input, e2m1_decode, e2m1_encode_reference, pack_nibbles, unpack_nibbles
 
-__all__ = ["BLOCK_SIZE", "E8M0_BIAS", "EMAX_ELEM", "MXFP4Tensor", "quantize", "dequantize", "dequantize_tensors", "shared_exponent"]
+__all__ = ["BLOCK_SIZE", "E8M0_BIAS", "EMAX_ELEM", "MXFP4Tensor", "quantize", "dequantize", "dequantize_tensors",
+           "shared_exponent"]
 
 BLOCK_SIZE = 32
 E8M0_BIAS = 127

@@ -126,7 +126,8 @@ class QuantLinear(nn.Module):
         elif isinstance(packed, MXFP4Tensor):
             fmt = "mxfp4"
         else:
-            raise ValueError(f"QuantLinear.from_packed: expected NVFP4Tensor or MXFP4Tensor, got {type(packed).__name__}")
+            raise ValueError("QuantLinear.from_packed: expected NVFP4Tensor or MXFP4Tensor, "
+                             f"got {type(packed).__name__}")
         if len(packed.shape) != 2:
             raise ValueError(f"QuantLinear.from_packed: expected a 2-D weight, got shape {tuple(packed.shape)}")
         out_features, in_features = packed.shape

@@ -7,7 +7,8 @@ Files (one folder):
     config.json        the model's transformers config + "quantization_config" (below)
     model.safetensors  per quantized linear <prefix>:
                          <prefix>.weight_packed        uint8 [out, in // 2]   (element 2j in the low nibble)
-                         <prefix>.weight_scale         NVFP4: float8_e4m3fn [out, in // 16]; MXFP4: uint8 E8M0 [out, in // 32]
+                         <prefix>.weight_scale         NVFP4: float8_e4m3fn [out, in // 16];
+                                                       MXFP4: uint8 E8M0 [out, in // 32]
                          <prefix>.weight_global_scale  NVFP4 only: float32 [1] = 1 / our global_scale (448 * 6 / amax)
                          <prefix>.bias                 when the layer has one
                        and every other tensor as in a plain transformers checkpoint (a tied lm_head is not stored).

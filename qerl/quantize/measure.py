@@ -212,7 +212,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--text", default="paper", choices=["paper", "none", "plain"],
                    help="chat-templated prompt (instruction paper/none) + <think>/<answer> completion, or plain text")
     p.add_argument("--n-completion", type=int, default=0,
-                   help="also score completion-only perplexity on the first N held-out problems (needs --text paper/none)")
+                   help="also score completion-only perplexity on the first N held-out problems "
+                        "(needs --text paper/none)")
     p.add_argument("--no-nf4", action="store_true", help="skip the bitsandbytes NF4 perplexity")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     p.add_argument("--out", required=True, help="JSON file to write")
@@ -239,7 +240,8 @@ def main(argv: list[str] | None = None) -> int:
     result["setup"] = {
         "model": args.gguf or args.model_dir, "calib": args.calib, "heldout": args.heldout,
         "n_calib": args.n_calib, "n_heldout": args.n_heldout, "seq_len": args.seq_len, "grid": args.grid,
-        "seed": args.seed, "text": args.text, "n_completion": len(examples or []), "dtype": "float32", "torch": torch.__version__, "seconds_total": time.time() - t0,
+        "seed": args.seed, "text": args.text, "n_completion": len(examples or []), "dtype": "float32",
+        "torch": torch.__version__, "seconds_total": time.time() - t0,
         "note": ("weights were GGUF Q4_1 before dequantization: the unquantized row is that model in float32, and "
                  "every format re-quantizes an already 4-bit model") if args.gguf else "",
     }

@@ -47,7 +47,8 @@ def test_files_names_and_config(saved):
     q = "model.layers.0.self_attn.q_proj"
     assert tensors[f"{q}.weight_packed"].dtype == torch.uint8 and tensors[f"{q}.weight_packed"].shape == (64, 32)
     if fmt == "nvfp4":
-        assert tensors[f"{q}.weight_scale"].dtype == torch.float8_e4m3fn and tensors[f"{q}.weight_scale"].shape == (64, 4)
+        assert tensors[f"{q}.weight_scale"].dtype == torch.float8_e4m3fn
+        assert tensors[f"{q}.weight_scale"].shape == (64, 4)
         gs = tensors[f"{q}.weight_global_scale"]
         assert gs.shape == (1,) and gs.dtype == torch.float32
         layer = model.get_submodule(q)  # compressed-tensors stores the reciprocal: 448 * 6 / amax
