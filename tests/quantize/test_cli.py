@@ -13,7 +13,7 @@ from qerl.layers import QuantLinear
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
-    from qerl.data.tiny import generate_split, write_splits  # noqa: F401  (the generator the tiny scale uses)
+    from qerl.data.tiny import generate_split
     from qerl.models.tiny import build_model, build_tokenizer
 
     root = tmp_path_factory.mktemp("cli")

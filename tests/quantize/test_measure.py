@@ -53,8 +53,8 @@ def test_measure_reports_every_row():
 
 
 def test_cli_writes_json(tmp_path):
-    from qerl.models.tiny import build_model, build_tokenizer
     from qerl.data.tiny import generate_split
+    from qerl.models.tiny import build_model, build_tokenizer
 
     tok = build_tokenizer()
     build_model(tok, hidden_size=64, intermediate_size=64, num_layers=1, num_heads=2, num_kv_heads=1,
