@@ -854,6 +854,7 @@ def fp4_dequantize(w: PreparedFP4, dtype: torch.dtype = torch.bfloat16) -> torch
     return out
 
 
+BWD_FUSED_MIN_TRY = 64
 BWD_FUSED_MAX_M = int(os.environ.get("QERL_FP4_BWD_FUSED_MAX_M", "256"))
 _DISPATCH_T: dict = {}
 
@@ -867,7 +868,10 @@ def fp4_gemm_t(g: torch.Tensor, w: PreparedFP4, *, config: dict | None = None,
         w: the prepared weight or group.
         config: force one config (dict of BM, BKO, BNR, SPLIT_X, num_warps, num_stages) instead of autotuning.
         fused: force the fused transposed kernel (True) or dequantize + cuBLAS (False); default: fused for
-            M <= 16, dequantize + cuBLAS above BWD_FUSED_MAX_M (256), in between the faster as timed on first use.
+            M <= 64, dequantize + cuBLAS above BWD_FUSED_MAX_M (256), in between the faster as timed on first use.
+            (First H200 run: with a timed choice from M = 17 on, do_bench picked dequantize + cuBLAS for the
+            3584 x 3584 weight at M = 32 and 64 although graph-timed the fused kernel was 1.2-1.4x faster there;
+            at M <= 64 the fused kernel won or tied on every Qwen2.5-7B shape.)
 
     Returns:
         [M, w.k] tensor.
@@ -883,7 +887,7 @@ def fp4_gemm_t(g: torch.Tensor, w: PreparedFP4, *, config: dict | None = None,
         raise ValueError(f"fp4_gemm_t: grad on {g.device} but the weight on {w.words.device}")
     m = g.shape[0]
     if fused is None:
-        fused = m <= 16 or (m <= BWD_FUSED_MAX_M and _fused_t_wins(g, w))
+        fused = m <= BWD_FUSED_MIN_TRY or (m <= BWD_FUSED_MAX_M and _fused_t_wins(g, w))
     if not fused:
         return g @ fp4_dequantize(w, g.dtype)
     g = g.contiguous()
@@ -907,7 +911,9 @@ def fp4_gemm_t(g: torch.Tensor, w: PreparedFP4, *, config: dict | None = None,
     def grid(c):
         kb, mbk = kw // c["BKO"], -(-m // c["BM"])
         blocks = n_pad // c["BNR"]
-        want = max(1, (n_sm * c["SPLIT_X"]) // (kb * mbk))
+        # ceil: an output of >= n_sm column blocks (down_proj's 148) still gets 2+ splits (the first H200 run
+        # used floor and ran it on 148 CTAs, 4.7 warps per SM)
+        want = max(1, -(-(n_sm * c["SPLIT_X"]) // (kb * mbk)))
         # the workspace holds ws.numel() floats: keep splits * tiles * tile size inside it
         want = min(want, blocks, max(1, ws.numel() // (kb * mbk * c["BKO"] * c["BM"])))
         rows = -(-blocks // want)

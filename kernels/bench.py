@@ -14,7 +14,7 @@ copies that one pass over them exceeds the L2 cache, so every call streams its w
     nvfp4_deq_cublas  forced dequantize + cuBLAS (M >= 128)
     nf4               bitsandbytes matmul_4bit, QLoRA settings (blocksize 64, double quant, bf16 compute)
     bf16_bwd          grad_y @ W_bf16                           (the backward input gradient)
-    nvfp4_bwd         kernels.fp4_gemm_t (grad_y @ W), default dispatch: fused transposed kernel for M <= 16,
+    nvfp4_bwd         kernels.fp4_gemm_t (grad_y @ W), default dispatch: fused transposed kernel for M <= 64,
                       dequantize + cuBLAS above 256, in between whichever was faster when first timed
     nvfp4_bwd_fused / nvfp4_bwd_deq_cublas   the two backward paths forced (16 < M <= 256)
     nvfp4_dequantize  the standalone dequantize kernel alone (M column = 0)
@@ -394,9 +394,14 @@ def memory_report(models) -> int:
             w4a16_linear(xs[q.in_features], q.codes, q.scales, q.global_scale, fmt="nvfp4")
         torch.cuda.synchronize()
         both = torch.cuda.memory_allocated() - base - sum(x.numel() * 2 for x in xs.values())
+        from kernels import _common
+        ws = sum(t.numel() * t.element_size() for pair in _common._WORKSPACE.values() for t in pair)
         print(f"memory {model} layer ({n_w / 1e6:.1f}M weights): loaded {8 * loaded / n_w:.3f} bits/weight, "
               f"after the first CUDA forward {8 * prepared / n_w:.3f} (storage layout dropped in {dropped}/7 layers), "
-              f"storage layout + cached prepared copy (iteration 1) {8 * both / n_w:.3f}", flush=True)
+              f"storage layout + cached prepared copy (iteration 1) {8 * both / n_w:.3f}; both figures include the "
+              f"per-device stream-K workspace ({ws / 1e6:.1f} MB, allocated once for all layers, "
+              f"{8 * ws / n_w:.3f} bits/weight of this one layer): without it {8 * (prepared - ws) / n_w:.3f} and "
+              f"{8 * (both - ws) / n_w:.3f}", flush=True)
         del layers
         knv._CACHE.clear()
         torch.cuda.empty_cache()
