@@ -22,8 +22,12 @@ below that (0.3-0.9 TB/s measured). What this file does instead, Marlin-style:
 4. Decode shapes (M <= 64) use stream-K: a persistent grid of about 2 CTAs per SM splits (tile, k-step) work
    evenly; tiles shared by several CTAs are reduced deterministically by the last CTA to finish (fp32 partials
    in a workspace, an arrival counter that resets itself), so one launch does the whole product.
-5. Larger M uses the same kernel with one tile per CTA; very large M, and the backward input gradient, use the
-   standalone dequantize kernel followed by cuBLAS, which wins there (the decode cost is amortised over M).
+5. Larger M uses the same kernel with one tile per CTA; very large M uses the standalone dequantize kernel followed
+   by cuBLAS, which wins there (the decode cost is amortised over M).
+6. The backward input gradient grad_x = grad_y @ W (`fp4_gemm_t`) decodes the same tiles in a transposed kernel,
+   split over W's rows with a deterministic last-arrival reduction, up to M = 64; dequantize + cuBLAS above.
+7. Per-row output factors (`out_scales` [2, N_pad]) let several weights of one K run as one launch
+   (`concat_prepared`: q/k/v, gate/up), each with its own per-tensor scale.
 
 Numerics: dequantized weights are exact (bit-identical to the float32 reference cast to the MMA dtype, up to the
 documented fp16 range limits); products accumulate in fp32 (wgmma); the output is rounded once to x's dtype.
@@ -114,7 +118,8 @@ class PreparedCache:
 
     An entry is rebuilt when any source tensor is replaced (data pointer) or modified in place (version counter),
     and dropped when the first source tensor is garbage-collected. The prepared copy costs another 4.5 bits per
-    weight on the device (a layer that holds only the prepared form would avoid it).
+    weight on the device beside the storage layout; QuantLinear avoids it by holding only the prepared form
+    (qerl/layers/quant_linear.py) and calling the ops over prepared tensors (kernels/prepared_ops.py).
     """
 
     def __init__(self, build):
