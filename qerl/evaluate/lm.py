@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Sequence
 
 import torch
 from lm_eval.api.model import LM
@@ -172,7 +172,7 @@ class QerlLM(LM):
         groups: dict[str, list[int]] = {}
         parsed: dict[str, dict] = {}
         for i, req in enumerate(requests):
-            context, gen_kwargs = req.args[0], (req.args[1] if len(req.args) > 1 else {})
+            gen_kwargs = req.args[1] if len(req.args) > 1 else {}
             key = json.dumps(gen_kwargs, sort_keys=True, default=str)
             if key not in parsed:
                 parsed[key] = _parse_gen_kwargs(dict(gen_kwargs), self.default_max_new_tokens)

@@ -8,7 +8,6 @@ Run: `pytest tests/data/test_benchmarks.py -q`
 from __future__ import annotations
 
 import json
-import os
 import re
 from pathlib import Path
 
@@ -25,16 +24,6 @@ from qerl.data.benchmarks import (
 )
 
 
-def _data_root() -> Path:
-    env = os.environ.get("QERL_TEST_DATA_ROOT")
-    return Path(env) if env else Path(__file__).resolve().parents[2].parent / "shared" / "data"
-
-
-DATA_ROOT = _data_root()
-needs_data = pytest.mark.skipif(
-    not (DATA_ROOT / "gsm8k" / "test.jsonl").is_file(),
-    reason=f"real benchmark data not found at {DATA_ROOT} (set QERL_TEST_DATA_ROOT)",
-)
 
 EXPECTED_ROWS = [
     ("gsm8k", "train", 7473),
@@ -50,58 +39,53 @@ _INTEGER = re.compile(r"-?\d+")
 _GSM8K_NUMBER = re.compile(r"-?\d+(\.\d+)?")
 
 
-@needs_data
 @pytest.mark.parametrize("name, split, rows", EXPECTED_ROWS, ids=[f"{n}-{s}" for n, s, _ in EXPECTED_ROWS])
-def test_real_benchmark_row_counts(name, split, rows):
-    problems = load_benchmark(name, DATA_ROOT, split)
+def test_real_benchmark_row_counts(shared_data_root, name, split, rows):
+    problems = load_benchmark(name, shared_data_root, split)
     assert len(problems) == rows
     assert all(isinstance(p, Problem) and p.source == name for p in problems)
     assert len({p.id for p in problems}) == rows
     assert all(p.question.strip() and p.answer and p.answer == p.answer.strip() for p in problems)
 
 
-@needs_data
-def test_real_answers_are_sane():
-    gsm = load_benchmark("gsm8k", DATA_ROOT, "test")
+def test_real_answers_are_sane(shared_data_root):
+    gsm = load_benchmark("gsm8k", shared_data_root, "test")
     assert gsm[0].answer == "18"  # Janet's ducks
     assert all(_GSM8K_NUMBER.fullmatch(p.answer) for p in gsm)
     assert all("####" in p.solution for p in gsm) and all(p.level is None for p in gsm)
     for name in ("aime24", "aime25"):
-        answers = [int(p.answer) for p in load_benchmark(name, DATA_ROOT)]
+        answers = [int(p.answer) for p in load_benchmark(name, shared_data_root)]
         assert all(0 <= a <= 999 for a in answers)
-    aime24 = load_benchmark("aime24", DATA_ROOT)
+    aime24 = load_benchmark("aime24", shared_data_root)
     assert aime24[0].answer == "204" and "25" in {p.answer for p in aime24}  # "025" normalized
-    amc = load_benchmark("amc23", DATA_ROOT)
+    amc = load_benchmark("amc23", shared_data_root)
     assert amc[0].answer == "27" and all(_INTEGER.fullmatch(p.answer) for p in amc)
     for name in ("math500", "math_train"):
-        problems = load_benchmark(name, DATA_ROOT)
+        problems = load_benchmark(name, shared_data_root)
         assert {p.level for p in problems} == {1, 2, 3, 4, 5}
         assert all(p.solution and "\\boxed" in p.solution for p in problems)
 
 
-@needs_data
-def test_split_default_levels_and_limit():
-    assert len(load_benchmark("gsm8k", DATA_ROOT)) == 1319  # test is the default split
-    assert len(load_benchmark("math_train", DATA_ROOT)) == 4500  # the only split
-    hard = load_benchmark("math500", DATA_ROOT, levels=[3, 4, 5])
+def test_split_default_levels_and_limit(shared_data_root):
+    assert len(load_benchmark("gsm8k", shared_data_root)) == 1319  # test is the default split
+    assert len(load_benchmark("math_train", shared_data_root)) == 4500  # the only split
+    hard = load_benchmark("math500", shared_data_root, levels=[3, 4, 5])
     assert hard and all(p.level in (3, 4, 5) for p in hard)
-    assert len(hard) == sum(1 for p in load_benchmark("math500", DATA_ROOT) if p.level >= 3)
-    level5 = [p.id for p in load_benchmark("math500", DATA_ROOT) if p.level == 5]
-    assert [p.id for p in load_benchmark("math500", DATA_ROOT, levels=[5], limit=3)] == level5[:3]
+    assert len(hard) == sum(1 for p in load_benchmark("math500", shared_data_root) if p.level >= 3)
+    level5 = [p.id for p in load_benchmark("math500", shared_data_root) if p.level == 5]
+    assert [p.id for p in load_benchmark("math500", shared_data_root, levels=[5], limit=3)] == level5[:3]
     with pytest.raises(ValueError, match="no 'level' field"):
-        load_benchmark("gsm8k", DATA_ROOT, levels=[3])
+        load_benchmark("gsm8k", shared_data_root, levels=[3])
 
 
-@needs_data
-def test_math500_and_math_train_are_disjoint():
-    test = {p.question.strip() for p in load_benchmark("math500", DATA_ROOT)}
-    train = {p.question.strip() for p in load_benchmark("math_train", DATA_ROOT)}
+def test_math500_and_math_train_are_disjoint(shared_data_root):
+    test = {p.question.strip() for p in load_benchmark("math500", shared_data_root)}
+    train = {p.question.strip() for p in load_benchmark("math_train", shared_data_root)}
     assert not test & train
 
 
-@needs_data
-def test_missing_files_real_root_is_empty():
-    assert missing_files(DATA_ROOT, list(BENCHMARK_FILES)) == []
+def test_missing_files_real_root_is_empty(shared_data_root):
+    assert missing_files(shared_data_root, list(BENCHMARK_FILES)) == []
 
 
 # ---------------------------------------------------------------------------------------------------- synthetic

@@ -6,7 +6,6 @@ skipped when the files are absent. Run: `pytest tests/evaluate/test_grade_check.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -17,16 +16,6 @@ from qerl.cli import main  # noqa: E402
 from qerl.evaluate.grade_check import GradeCheck, _derangement, check_answers  # noqa: E402
 
 
-def _data_root() -> Path:
-    env = os.environ.get("QERL_TEST_DATA_ROOT")
-    return Path(env) if env else Path(__file__).resolve().parents[2].parent / "shared" / "data"
-
-
-DATA_ROOT = _data_root()
-needs_data = pytest.mark.skipif(
-    not (DATA_ROOT / "gsm8k" / "test.jsonl").is_file(),
-    reason=f"real benchmark data not found at {DATA_ROOT} (set QERL_TEST_DATA_ROOT)",
-)
 
 
 @pytest.mark.parametrize("n", [2, 3, 10, 501])
@@ -73,10 +62,9 @@ def test_cli_exit_status_and_json(tmp_path, capsys):
     assert main(["grade-check", "--benchmark", "aime25", "--data-root", str(tmp_path / "missing")]) == 2
 
 
-@needs_data
-def test_real_benchmarks(capsys):
+def test_real_benchmarks(shared_data_root, capsys):
     names = ["gsm8k", "math500", "aime24", "aime25", "amc23"]
-    assert main(["grade-check", "--benchmark", *names, "--data-root", str(DATA_ROOT)]) == 0
+    assert main(["grade-check", "--benchmark", *names, "--data-root", str(shared_data_root)]) == 0
     lines = capsys.readouterr().out.splitlines()
     for name in names:
         (line,) = [x for x in lines if x.startswith(name + ":")]
