@@ -22,7 +22,7 @@ rule calibrate:
         data=calibration_file(config),
     conda:
         CONDA_ENV
-    threads: workflow.cores
+    threads: 2  # capped at --cores by Snakemake
     log:
         f"{R}/logs/calibrate/{{model}}/{{fmt}}.log",
     benchmark:
@@ -45,7 +45,7 @@ rule quantize:
         scales=lambda wildcards, input: f"--scales {input.scales}" if "scales" in input.keys() else "",
     conda:
         CONDA_ENV
-    threads: workflow.cores
+    threads: 2  # capped at --cores by Snakemake
     log:
         f"{R}/logs/quantize/{{model}}/{{fmt}}.log",
     benchmark:
