@@ -5,6 +5,12 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
+
+# Triton reads TRITON_INTERPRET when a kernel module is first imported, which may happen in any test package (the
+# layers import kernels/); without a GPU the kernels run in Triton's interpreter.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -12,7 +12,7 @@ from qerl.models.pretrain import encode_examples, pretrain
 from qerl.models.tiny import build_model, build_tokenizer
 from qerl.rl import trainer as T
 
-TIMING = {"time_rollout", "time_logprobs", "time_update", "peak_memory_bytes"}
+TIMING = {"time_rollout", "time_logprobs", "time_update", "peak_memory_bytes", "rollout_tokens_per_s"}
 
 
 @pytest.fixture(scope="module")
