@@ -476,9 +476,15 @@ def run(args) -> int:
     tiny_test = Path(args.data) / "test.jsonl" if args.data else None
 
     def evaluate(model, tokenizer):  # in the training job: no second process start, no reload of the weights
+        # The adapter-active probe guards against evaluating the base model by mistake; an adapter whose lora_B is
+        # still zero was never updated (every group had equal rewards), which the probe would wrongly call inactive.
+        lora_b = [p for n, p in model.named_parameters() if "lora_B" in n]
+        updated = any(bool(p.detach().abs().sum() > 0) for p in lora_b)
         return evaluate_model(model, tokenizer, eval_benchmarks(cfg, s.task), cfg, s.seed, tiny_test=tiny_test,
+                              require_adapter=updated if lora_b else False,
                               model_info={"method": s.method, "variant": s.variant, "task": s.task,
-                                          "base": str(args.base), "quantized": args.quantized})
+                                          "base": str(args.base), "quantized": args.quantized,
+                                          "adapter_updated": updated if lora_b else None})
 
     result = train(cfg, s, args.base, args.out, quantized_dir=args.quantized, data_dir=args.data,
                    progress=not args.no_progress, evaluate=evaluate)
