@@ -98,6 +98,13 @@ def _probe_logits(model, tokenizer):
         return model(**enc).logits[0, -1].float(), enc["input_ids"][0].tolist()
 
 
+def _publish(tmp: Path, out: Path, info: dict) -> None:
+    """Write OUT/prepare_info.json into the finished temporary folder, then move it into place in one rename."""
+    (tmp / "prepare_info.json").write_text(json.dumps(info, indent=2) + "\n")
+    shutil.rmtree(out, ignore_errors=True)
+    os.replace(tmp, out)
+
+
 def convert_gguf(gguf: str | Path, out: str | Path) -> dict:
     """Convert a GGUF file into a float32 transformers checkpoint folder at `out` (atomically).
 
@@ -166,9 +173,7 @@ def convert_gguf(gguf: str | Path, out: str | Path) -> dict:
             "probe": {"prompt": _PROBE, "reload_logits_identical": True},
             "chat_template": bool(getattr(tokenizer, "chat_template", None)),
         }
-        (tmp / "prepare_info.json").write_text(json.dumps(info, indent=2) + "\n")
-        shutil.rmtree(out, ignore_errors=True)
-        os.replace(tmp, out)
+        _publish(tmp, out, info)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -208,9 +213,7 @@ def fetch_pretrained(model_id: str, out: str | Path, dtype: str = "bfloat16") ->
         info = {"source": model_id, "saved_dtype": dtype, "architecture": type(model).__name__,
                 "parameters": sum(p.numel() for p in model.parameters()),
                 "chat_template": bool(getattr(tokenizer, "chat_template", None))}
-        (tmp / "prepare_info.json").write_text(json.dumps(info, indent=2) + "\n")
-        shutil.rmtree(out, ignore_errors=True)
-        os.replace(tmp, out)
+        _publish(tmp, out, info)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
