@@ -6,6 +6,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 TORCH ?= torch==2.13.0
 CORES ?= all
+# Snakemake's jobs call the `qerl` console script: the venv's bin folder must come first on PATH.
+export PATH := $(abspath $(VENV))/bin:$(PATH)
 
 .PHONY: install reproduce test lint clean
 

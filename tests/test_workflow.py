@@ -1,7 +1,7 @@
 """The Snakefile: the default config lists every stage's jobs, a bad config fails before any job, lint is clean."""
 from __future__ import annotations
 
-import shutil
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -9,11 +9,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-SNAKEMAKE = shutil.which("snakemake") or str(Path(sys.executable).with_name("snakemake"))
+SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
+# the jobs call the `qerl` console script of this interpreter's environment, active or not
+ENV = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
 
 
 def _snakemake(repo_root, *args):
-    return subprocess.run([SNAKEMAKE, "--nolock", *args], cwd=repo_root, capture_output=True, text=True, timeout=300)
+    return subprocess.run([SNAKEMAKE, "--nolock", *args], cwd=repo_root, capture_output=True, text=True, timeout=300, env=ENV)
 
 
 @pytest.mark.slow
