@@ -34,7 +34,6 @@ import argparse
 import csv
 import datetime
 import math
-import os
 import platform
 import subprocess
 import sys

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import sys
-import time
 
 import torch
 

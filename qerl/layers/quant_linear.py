@@ -34,7 +34,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from qerl.formats import BITS_PER_WEIGHT, FORMATS, MXFP4Tensor, NVFP4Tensor, mxfp4, nvfp4
+from qerl.formats import BITS_PER_WEIGHT, FORMATS, MXFP4Tensor, NVFP4Tensor
 from qerl.layers.ops import dequantize_weight, w4a16_linear, w4a16_linear_prepared
 
 __all__ = [

@@ -279,7 +279,7 @@ def _load_checkpoint(path: Path, model, opt, sched) -> tuple[int, int]:
     return state["step"], state["bad_streak"]
 
 
-def _reference_context(model, s: RunSettings, ref_model):
+def _reference_context(model, ref_model):
     """Context in which `model` (or ref_model) computes the KL reference's log-probs."""
     if ref_model is not None:
         return contextlib.nullcontext(ref_model)
@@ -372,7 +372,7 @@ def train(cfg: dict, s: RunSettings, base_dir: str | Path, out_dir: str | Path, 
             old_logp = sequence_logprobs(model, ids, attn, P)[0] if s.updates_per_rollout > 1 else None
             ref_logp = None
             if s.kl_coef > 0:
-                with _reference_context(model, s, ref_model) as ref:
+                with _reference_context(model, ref_model) as ref:
                     ref_logp = sequence_logprobs(ref, ids, attn, P)[0]
         t_logprobs = time.perf_counter() - t0
         t0 = time.perf_counter()

@@ -1,7 +1,6 @@
 """The tiny tokenizer and model: round trips, Qwen2 classes, and pretraining that beats the untrained model."""
 from __future__ import annotations
 
-import random
 
 import pytest
 import torch
