@@ -26,6 +26,7 @@ from typing import Any, Iterable, Iterator
 from qerl.data.answers import gsm8k_final_answer, last_boxed, normalize_number
 
 __all__ = [
+    "HELD_OUT",
     "Problem",
     "BENCHMARK_FILES",
     "BENCHMARK_FIELDS",
@@ -65,6 +66,11 @@ _VALUE_PREVIEW = 80
 
 class DataFileMissingError(FileNotFoundError, ValueError):
     """A benchmark file is not where the config says; both a FileNotFoundError and a ValueError (bad config/data)."""
+
+
+#: Benchmarks a model trained on a source is evaluated on when its task names none (the trainer and the report).
+HELD_OUT: dict[str, list[str]] = {"tiny": ["tiny"], "gsm8k": ["gsm8k"],
+                                  "math_train": ["math500", "aime24", "aime25", "amc23"]}
 
 
 @dataclass(frozen=True)

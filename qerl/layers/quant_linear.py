@@ -260,35 +260,34 @@ class QuantLinear(nn.Module):
 
 # ---- torchao-shaped conversion API ------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class NVFP4Config:
-    """Convert matching nn.Linear layers to NVFP4 QuantLinear (round-to-nearest on the current weights).
+class _FP4Config:
+    """Convert matching nn.Linear layers to a 4-bit QuantLinear of the subclass's `fmt` (round-to-nearest on the
+    current weights).
 
     Attributes:
         targets: last name components of the layers to convert (used by the default filter).
     """
 
     targets: tuple[str, ...] = DEFAULT_TARGETS
-    fmt = "nvfp4"  # class constant, not a field
+    fmt = ""  # class constant of each subclass, not a field
 
     def convert(self, linear: nn.Linear) -> nn.Module:
         """The replacement module for `linear`."""
-        return QuantLinear.from_linear(linear, "nvfp4")
+        return QuantLinear.from_linear(linear, self.fmt)
 
 
 @dataclass(frozen=True)
-class MXFP4Config:
-    """Convert matching nn.Linear layers to MXFP4 QuantLinear (round-to-nearest on the current weights).
+class NVFP4Config(_FP4Config):
+    """quantize_ config for NVFP4 (E2M1, E4M3 scale per 16, FP32 global scale)."""
 
-    Attributes:
-        targets: last name components of the layers to convert (used by the default filter).
-    """
+    fmt = "nvfp4"
 
-    targets: tuple[str, ...] = DEFAULT_TARGETS
-    fmt = "mxfp4"  # class constant, not a field
 
-    def convert(self, linear: nn.Linear) -> nn.Module:
-        """The replacement module for `linear`."""
-        return QuantLinear.from_linear(linear, "mxfp4")
+@dataclass(frozen=True)
+class MXFP4Config(_FP4Config):
+    """quantize_ config for MXFP4 (E2M1, E8M0 scale per 32)."""
+
+    fmt = "mxfp4"
 
 
 def default_filter(config) -> Callable[[nn.Module, str], bool]:

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from qerl.data.benchmarks import HELD_OUT
 from qerl.methods import TRAINED_METHODS, UNTRAINED_METHODS
 from qerl.report import inputs
 from qerl.report.paper import ABLATION_RANKS, ABLATION_SCHEDULES, FIG16_LRS
@@ -137,9 +138,6 @@ def task_name(cfg: dict, role: str) -> str | None:
     return None
 
 
-_HELD_OUT = {"tiny": ["tiny"], "gsm8k": ["gsm8k"], "math_train": list(_PAPER_BENCHMARKS["dapo"])}
-
-
 def role_benchmarks(cfg: dict, role: str) -> list[str]:
     """Benchmarks whose pass@1 fills our columns of Table 1 (role grpo) or Table 2 (role dapo)."""
     tasks, name = _tasks(cfg), task_name(cfg, role)
@@ -147,8 +145,8 @@ def role_benchmarks(cfg: dict, role: str) -> list[str]:
     if isinstance(task, dict):
         if task.get("eval_benchmarks"):
             return [str(b) for b in task["eval_benchmarks"]]
-        if task.get("source") in _HELD_OUT:
-            return list(_HELD_OUT[task["source"]])
+        if task.get("source") in HELD_OUT:
+            return list(HELD_OUT[task["source"]])
     if cfg["scale"] == "tiny":
         return ["tiny"]
     return list(_PAPER_BENCHMARKS[role])

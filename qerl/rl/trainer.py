@@ -146,8 +146,7 @@ def load_task_problems(cfg: dict, s: RunSettings, data_dir: str | Path | None = 
     if s.source == "tiny":
         folder = Path(data_dir or f"{cfg['results_dir']}/{cfg['scale']}/data/tiny")
         return load_jsonl_problems(folder / "rl.jsonl", "tiny", levels=levels)
-    split = "train"
-    return load_benchmark(s.source, cfg["data"]["root"], split=split, levels=levels)
+    return load_benchmark(s.source, cfg["data"]["root"], split="train", levels=levels)
 
 
 def build_policy(cfg: dict, s: RunSettings, base_dir: str | Path, quantized_dir: str | Path | None = None):
@@ -457,11 +456,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
-HELD_OUT = {"tiny": ["tiny"], "gsm8k": ["gsm8k"], "math_train": ["math500", "aime24", "aime25", "amc23"]}
-
-
 def eval_benchmarks(cfg: dict, task: str) -> list[str]:
     """What a run of `task` is evaluated on: train.tasks.<task>.eval_benchmarks, else the task's held-out split(s)."""
+    from qerl.data.benchmarks import HELD_OUT
+
     t = cfg["train"]["tasks"][task]
     return list(t.get("eval_benchmarks") or HELD_OUT[t["source"]])
 
