@@ -1,0 +1,154 @@
+"""The static-shape decode engine computes what the model computes: prefill logits, sampled log-probs and entropies
+equal a teacher-forced transformers forward (left padding, GQA, buckets, LoRA, NVFP4 bases); EOS and lengths."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from qerl.data.prompts import build_prompt
+from qerl.models.tiny import build_model, build_tokenizer
+from qerl.rl.engine import DecodeEngine, supports
+from qerl.rl.rollout import sequence_logprobs
+
+QUESTIONS = ("Ann has 3 pens . How many pens does Ann have now ?",
+             "Ben has 12 cups . Ben eats 5 cups . How many cups does Ben have now ?",
+             "Cal has 7 hats . Cal buys 9 hats . Cal loses 2 hats . How many hats does Cal have now ?")
+
+
+@pytest.fixture(scope="module")
+def setup():
+    torch.manual_seed(0)
+    tok = build_tokenizer()
+    model = build_model(tok, seed=1).eval()
+    enc = tok([build_prompt(q, tok, "none") for q in QUESTIONS], return_tensors="pt", padding=True,
+              padding_side="left", add_special_tokens=False)
+    return model, tok, enc["input_ids"], enc["attention_mask"]
+
+
+def _lora(model, seed=0):
+    import copy
+
+    import peft
+
+    from qerl.layers.lora import lora_config
+    torch.manual_seed(seed)
+    m = peft.get_peft_model(copy.deepcopy(model), lora_config(r=4, lora_alpha=8, target_modules=[
+        "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"], lora_dropout=0.0))
+    for n, p in m.named_parameters():
+        if "lora_B" in n:
+            torch.nn.init.normal_(p, std=0.3)  # a non-zero adapter, so a missed delta shows
+    return m.eval()
+
+
+def _nvfp4(model):
+    import copy
+
+    from qerl.layers import NVFP4Config, quantize_
+    return quantize_(copy.deepcopy(model), NVFP4Config()).eval()
+
+
+def _check_against_forward(model, ids, attn, out, atol=1e-4):
+    full_ids = torch.cat([ids, out.tokens], 1)
+    full_attn = torch.cat([attn, torch.ones_like(out.tokens)], 1)
+    with torch.no_grad():
+        logp, ent = sequence_logprobs(model, full_ids, full_attn, ids.shape[1], with_entropy=True)
+    assert torch.allclose(out.logp, logp, atol=atol), (out.logp - logp).abs().max()
+    return logp, ent
+
+
+@pytest.mark.parametrize("variant", ["plain", "lora", "nvfp4", "nvfp4+lora"])
+def test_greedy_generation_matches_teacher_forcing(setup, variant):
+    model, tok, ids, attn = setup
+    if "nvfp4" in variant:
+        model = _nvfp4(model)
+    if "lora" in variant:
+        model = _lora(model)
+    assert supports(model)
+    eng = DecodeEngine(model, batch=ids.shape[0], max_len=ids.shape[1] + 20, bucket=8)
+    with torch.no_grad():
+        prefill = eng.prefill(ids, attn)
+        ref = model(input_ids=ids, attention_mask=attn,
+                    position_ids=(attn.cumsum(-1) - 1).clamp(min=0)).logits[:, -1]
+    assert torch.allclose(prefill, ref, atol=1e-4)
+    out = eng.generate(ids, attn, max_new_tokens=20, temperature=0.0, force_length=True)
+    assert out.tokens.shape == (3, 20) and (out.lengths == 20).all()
+    logp, _ = _check_against_forward(model, ids, attn, out)
+    # greedy: each token is the argmax of the teacher-forced distribution (its log-prob is the row max)
+    full = torch.cat([ids, out.tokens], 1)
+    with torch.no_grad():
+        logits = model(input_ids=full, attention_mask=torch.ones_like(full) * torch.cat(
+            [attn, torch.ones_like(out.tokens)], 1), position_ids=(torch.cat([attn, torch.ones_like(out.tokens)], 1)
+                                                               .cumsum(-1) - 1).clamp(min=0)).logits
+    pred = logits[:, ids.shape[1] - 1:-1].argmax(-1)
+    assert (pred == out.tokens).float().mean() > 0.99
+
+
+def test_sampling_logprobs_and_entropy_match_teacher_forcing(setup):
+    model, tok, ids, attn = setup
+    eng = DecodeEngine(model, batch=3, max_len=ids.shape[1] + 24, bucket=16)
+    torch.manual_seed(5)
+    out = eng.generate(ids, attn, max_new_tokens=24, temperature=1.0, force_length=True)
+    _, ent = _check_against_forward(model, ids, attn, out)
+    assert torch.allclose(out.entropy, ent, atol=1e-4)
+    torch.manual_seed(5)
+    again = eng.generate(ids, attn, max_new_tokens=24, temperature=1.0, force_length=True)
+    assert torch.equal(again.tokens, out.tokens)  # the engine is reusable and seeded by the torch RNG
+    assert len({tuple(r) for r in out.tokens.tolist()}) == 3
+
+
+def test_top_p_and_temperature_distribution(setup):
+    model, tok, ids, attn = setup
+    eng = DecodeEngine(model, batch=3, max_len=ids.shape[1] + 6)
+    torch.manual_seed(1)
+    out = eng.generate(ids, attn, max_new_tokens=6, temperature=0.6, top_p=0.9, force_length=True)
+    assert torch.isfinite(out.logp).all() and (out.logp <= 0).all()
+    assert (out.entropy >= 0).all()
+
+
+def test_eos_ends_rows(setup):
+    model, tok, ids, attn = setup
+    eng = DecodeEngine(model, batch=3, max_len=ids.shape[1] + 16, bucket=8)
+    free = eng.generate(ids, attn, max_new_tokens=16, temperature=0.0, force_length=True)
+    stop = int(free.tokens[0, 3])  # make row 0's 4th token an "EOS"
+    out = eng.generate(ids, attn, max_new_tokens=16, temperature=0.0, eos_ids=[stop], check_every=4)
+    first = [(r == stop).nonzero() for r in free.tokens]
+    for i, f in enumerate(first):
+        if len(f):
+            assert out.finished[i] and out.lengths[i] == int(f[0]) + 1
+        else:
+            assert not out.finished[i] and out.lengths[i] == out.tokens.shape[1]
+    assert int(out.lengths[0]) <= 4
+
+
+def test_rejects_bad_shapes(setup):
+    model, tok, ids, attn = setup
+    eng = DecodeEngine(model, batch=3, max_len=ids.shape[1] + 4)
+    with pytest.raises(ValueError, match="max_len"):
+        eng.generate(ids, attn, max_new_tokens=5)
+    with pytest.raises(ValueError, match="batch 3"):
+        eng.prefill(ids[:2], attn[:2])
+    with pytest.raises(ValueError, match="Qwen2/Llama"):
+        DecodeEngine(torch.nn.Linear(2, 2), batch=1, max_len=4)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs and grouped kernels need a GPU")
+@pytest.mark.parametrize("method", ["lora", "qerl", "qlora"])
+def test_cuda_graphs_and_grouping_match_eager(method):
+    if method == "qlora":
+        pytest.importorskip("bitsandbytes")
+    from qerl.profiling.build import build_random_model
+    model = build_random_model("0.5B", method, rank=8, layers=2, device="cuda")
+    ids = torch.randint(0, 1000, (2, 40), device="cuda")
+    attn = torch.ones_like(ids)
+    attn[1, :7] = 0
+    eager = DecodeEngine(model, batch=2, max_len=72, bucket=16, graphs=False, group=False)
+    fast = DecodeEngine(model, batch=2, max_len=72, bucket=16, graphs=True, group=True)
+    a = eager.generate(ids, attn, max_new_tokens=32, temperature=0.0, force_length=True)
+    b = fast.generate(ids, attn, max_new_tokens=32, temperature=0.0, force_length=True)
+    assert len(fast._graphs) == 3
+    assert (a.tokens == b.tokens).float().mean() > 0.9  # bf16: a near-tie may flip late in the sequence
+    assert torch.allclose(a.logp[:, :8], b.logp[:, :8], atol=0.05)
+    full = torch.cat([ids, b.tokens], 1)
+    with torch.no_grad():
+        logp, _ = sequence_logprobs(model, full, torch.cat([attn, torch.ones_like(b.tokens)], 1), ids.shape[1])
+    assert (logp - b.logp).abs().mean() < 0.05
