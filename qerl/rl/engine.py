@@ -31,7 +31,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
 __all__ = ["DecodeEngine", "EngineOutput", "supports"]
 

@@ -1,0 +1,358 @@
+"""`qerl profile`: rollout throughput, GRPO step time and memory of lora / qlora / qerl at the paper's shapes.
+
+What is measured (one process, one GPU, random weights of the real architectures, qerl.profiling.build):
+  * model size: bytes of the base weights (4-bit codes, scales, and what stays BF16: embeddings, LM head, norms,
+    biases; NF4's absmax constants included; LoRA excluded), as in the paper's "model size" column.
+  * rollout tokens/s (rollout.csv): prompt 256 tokens, completion forced to 2048 tokens (no EOS), as the paper's
+    Tables 5-9, with our engine (qerl.rl.engine: static KV cache, CUDA graphs per 512-slot attention bucket,
+    grouped q/k/v and gate/up launches for NVFP4). Two timings:
+      - `full`: one complete generation, timed end to end (prefill + 2047 decode steps);
+      - `buckets`: each bucket's graph replayed `reps` times; the generation time is prefill + the sum over buckets
+        of (steps that fall in the bucket x the bucket's step time). A generation replays exactly those graphs, so
+        this is the same work at a fraction of the device time; `full` rows of the same config validate it.
+  * GRPO step (e2e.csv): rollout (the bucket timing at that batch) + old-policy log-probs (no grad) + forward and
+    backward of the GRPO loss over [batch, 2304] tokens + AdamW step over the LoRA weights, with and without
+    gradient checkpointing; phases are timed separately in the same run and summed (step_s), and each is in the
+    file. Out-of-memory is recorded as OOM (the run goes on).
+  * peak GPU memory per (model, method) (memory.csv): the largest of rollout and training peaks at batch 2 with
+    gradient checkpointing (the paper's 32B setting), and every config's peak in e2e.csv.
+Also, for reference, transformers' own `generate` (dynamic cache) at batch 1 and 8 for a short completion
+(rollout_hf.csv).
+
+Run (GPU): `qerl profile --archs 7B,3B --out results/measured/h200` ; rows are appended and a config already in
+the files is skipped, so a run cut by a time limit resumes where it stopped (`--budget-s` stops starting new
+configs after that many seconds).
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import gc
+import json
+import os
+import time
+from pathlib import Path
+
+import torch
+
+__all__ = ["main", "add_arguments", "run"]
+
+ROLLOUT_COLS = ("model", "method", "rank", "batch", "tokens_per_s", "timing", "prompt_tokens", "completion_tokens",
+                "prefill_s", "decode_s", "graphs", "capture_s")
+E2E_COLS = ("model", "method", "rank", "batch", "gradient_checkpointing", "step_s", "rollout_s", "logprob_s",
+            "update_s", "peak_gb")
+MEMORY_COLS = ("model", "method", "model_size_gb", "peak_gb", "batch", "gradient_checkpointing")
+HF_COLS = ("model", "method", "rank", "batch", "tokens_per_s", "completion_tokens")
+
+
+def _now() -> float:
+    torch.cuda.synchronize()
+    return time.perf_counter()
+
+
+class _Csv:
+    """Append-only CSV with a resume key: rows already present are not measured again."""
+
+    def __init__(self, path: Path, cols: tuple[str, ...], key: tuple[str, ...]):
+        self.path, self.cols, self.key = path, cols, key
+        self.done = set()
+        if path.exists():
+            with open(path) as f:
+                for r in csv.DictReader(f):
+                    self.done.add(tuple(str(r[k]) for k in key))
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(path, "w", newline="") as f:
+                csv.writer(f).writerow(cols)
+
+    def has(self, **kw) -> bool:
+        return tuple(str(kw[k]) for k in self.key) in self.done
+
+    def add(self, **row) -> None:
+        with open(self.path, "a", newline="") as f:
+            csv.writer(f).writerow([_fmt(row.get(c, "")) for c in self.cols])
+        self.done.add(tuple(str(row[k]) for k in self.key))
+        print(json.dumps({k: _fmt(v) for k, v in row.items()}), flush=True)
+
+
+def _fmt(v):
+    return f"{v:.4g}" if isinstance(v, float) else v
+
+
+def _free():
+    gc.collect()
+    torch.cuda.empty_cache()
+
+
+def model_size_bytes(model) -> int:
+    """Base weights only (no LoRA), counting NF4 absmax constants."""
+    from baselines.nf4 import nf4_nbytes
+
+    total = nf4_nbytes(model)
+    for n, p in model.named_parameters():
+        if "lora_" in n:
+            total -= p.numel() * p.element_size()
+    return total
+
+
+def _add_lora(base, rank: int):
+    import peft
+
+    from qerl.layers.lora import register_quant_linear
+
+    cfg = register_quant_linear(peft.LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=0.0, bias="none",
+                                                target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
+                                                                "up_proj", "down_proj"], task_type="CAUSAL_LM"))
+    model = peft.get_peft_model(base, cfg)
+    for p in model.parameters():
+        if p.requires_grad:
+            p.data = p.data.to(torch.bfloat16)
+    return model
+
+
+def _prompts(batch: int, plen: int, vocab: int, seed: int = 0):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    ids = torch.randint(0, vocab, (batch, plen), device="cuda", generator=g)
+    return ids, torch.ones_like(ids)
+
+
+def rollout_timing(model, batch: int, plen: int, completion: int, *, full: bool, reps: int = 8) -> dict:
+    """Measure one rollout configuration (see the module docstring); returns the timing fields."""
+    from qerl.rl.engine import DecodeEngine
+
+    vocab = model.config.vocab_size
+    eng = DecodeEngine(model, batch, plen + completion, bucket=512)
+    ids, attn = _prompts(batch, plen, vocab)
+    t0 = _now()
+    n_graphs = eng.capture(plen, completion)
+    capture_s = _now() - t0
+    eng.generate(ids, attn, max_new_tokens=8, force_length=True)  # warm prefill
+    t0 = _now()
+    for _ in range(2):
+        eng.prefill(ids, attn)
+    prefill_s = (_now() - t0) / 2
+    if full:
+        torch.manual_seed(0)
+        t0 = _now()
+        eng.generate(ids, attn, max_new_tokens=completion, force_length=True)
+        total = _now() - t0
+        decode_s = total - prefill_s
+    else:
+        decode_s = 0.0
+        spans: dict[int, int] = {}
+        for t in range(1, completion):
+            spans[eng._span(plen + t - 1)] = spans.get(eng._span(plen + t - 1), 0) + 1
+        eng.prefill(ids, attn)
+        for span, steps in spans.items():
+            eng._slot.fill_(span - reps - 2)  # every replay below writes a slot inside this bucket
+            eng._pos.fill_(span - reps - 2)
+            eng._col.zero_()
+            graph = eng._graphs[(span, 1.0, 1.0)]
+            graph.replay()
+            t0 = _now()
+            for _ in range(reps):
+                graph.replay()
+            decode_s += steps * (_now() - t0) / reps
+        total = prefill_s + decode_s
+    del eng
+    _free()
+    return dict(tokens_per_s=batch * completion / total, timing="full" if full else "buckets",
+                prompt_tokens=plen, completion_tokens=completion, prefill_s=prefill_s, decode_s=decode_s,
+                graphs=n_graphs, capture_s=capture_s, rollout_s=total)
+
+
+def hf_generate_timing(model, batch: int, plen: int, completion: int) -> float:
+    """tokens/s of transformers' generate (dynamic cache, sampling, forced length) on the same model."""
+    ids, attn = _prompts(batch, plen, model.config.vocab_size)
+    kw = dict(do_sample=True, temperature=1.0, top_p=1.0, top_k=0, min_new_tokens=completion,
+              max_new_tokens=completion, pad_token_id=0, eos_token_id=None)
+    model.generate(input_ids=ids, attention_mask=attn, **{**kw, "min_new_tokens": 4, "max_new_tokens": 4})
+    t0 = _now()
+    out = model.generate(input_ids=ids, attention_mask=attn, **kw)
+    dt = _now() - t0
+    return batch * (out.shape[1] - plen) / dt
+
+
+def train_phase_timing(model, batch: int, seq: int, plen: int, gc_on: bool) -> dict:
+    """Old-policy log-probs (no grad) + GRPO forward/backward + AdamW step over [batch, seq] tokens."""
+    from qerl.rl.losses import grpo_loss
+    from qerl.rl.rollout import sequence_logprobs
+
+    if gc_on:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.enable_input_require_grads()
+    else:
+        model.gradient_checkpointing_disable()
+    model.train()
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=1e-6)
+    ids, attn = _prompts(batch, seq, model.config.vocab_size, seed=1)
+    mask = torch.zeros_like(ids, dtype=torch.float32)[:, plen:]
+    mask[:] = 1.0
+    adv = torch.randn(batch, device="cuda")
+    times = []
+    try:
+        for _ in range(2):  # warm-up (kernel autotuning), then the timed step
+            t0 = _now()
+            with torch.no_grad():
+                old, _ = sequence_logprobs(model, ids, attn, plen)
+            t1 = _now()
+            logp, _ = sequence_logprobs(model, ids, attn, plen)
+            loss, _ = grpo_loss(logp, old.detach(), adv, mask)
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            t2 = _now()
+            times.append((t1 - t0, t2 - t1))
+            del logp, loss, old
+    finally:
+        del opt
+        model.gradient_checkpointing_disable()
+        model.eval()
+    return dict(logprob_s=times[-1][0], update_s=times[-1][1])
+
+
+def _gb(x: int) -> float:
+    return x / 1e9
+
+
+def run(args) -> int:
+    from qerl.methods import get_method
+    from qerl.profiling.archs import ARCHS
+    from qerl.profiling.build import random_base
+
+    os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+    if not torch.cuda.is_available():
+        raise ValueError("qerl profile measures GPU throughput and memory, and no CUDA device is visible")
+    out = Path(args.out)
+    rollout = _Csv(out / "rollout.csv", ROLLOUT_COLS, ("model", "method", "rank", "batch", "timing"))
+    e2e = _Csv(out / "e2e.csv", E2E_COLS, ("model", "method", "batch", "gradient_checkpointing"))
+    memory = _Csv(out / "memory.csv", MEMORY_COLS, ("model", "method"))
+    hf = _Csv(out / "rollout_hf.csv", HF_COLS, ("model", "method", "batch"))
+    start = time.perf_counter()
+    plen, comp = args.prompt, args.completion
+    seq = plen + comp
+
+    def over() -> bool:
+        return args.budget_s and time.perf_counter() - start > args.budget_s
+
+    for arch in args.archs.split(","):
+        a = ARCHS[arch]
+        name = a.model_name
+        for method in args.methods.split(","):
+            if over():
+                print(f"budget of {args.budget_s} s reached; stopping (rerun to resume)", flush=True)
+                return 0
+            _free()
+            torch.cuda.reset_peak_memory_stats()
+            before = torch.cuda.memory_allocated()
+            t0 = time.perf_counter()
+            try:
+                base = random_base(arch, get_method(method).weights, layers=args.layers, device="cuda")
+            except torch.cuda.OutOfMemoryError:
+                memory.add(model=name, method=method, model_size_gb="OOM", peak_gb="OOM")
+                _free()
+                continue
+            size = model_size_bytes(base)
+            print(f"# built {name} {method}: {_gb(size):.2f} GB weights "
+                  f"({_gb(torch.cuda.memory_allocated() - before):.2f} GB allocated) in "
+                  f"{time.perf_counter() - t0:.0f} s", flush=True)
+            ranks = [int(r) for r in args.ranks.split(",")]
+            main_rank = 32 if 32 in ranks else ranks[0]
+            rollout_s = {}
+            model = None
+            order = [r for r in ranks if r != main_rank] + [main_rank]  # the GRPO step uses the main rank
+            for rank in order:
+                model = _add_lora(base, rank)
+                batches = [int(b) for b in (args.batches if rank == main_rank else "1").split(",")]
+                for batch in batches:
+                    for full in ([False, True] if (rank == main_rank and batch in args.full_batches) else [False]):
+                        key = dict(model=name, method=method, rank=rank, batch=batch,
+                                   timing="full" if full else "buckets")
+                        if rollout.has(**key) or over():
+                            continue
+                        try:
+                            r = rollout_timing(model, batch, plen, comp, full=full)
+                        except torch.cuda.OutOfMemoryError:
+                            _free()
+                            rollout.add(**key, tokens_per_s="OOM")
+                            continue
+                        if rank == main_rank and not full:
+                            rollout_s[batch] = r["rollout_s"]
+                        rollout.add(**key, **{k: v for k, v in r.items() if k != "rollout_s"})
+                if rank == main_rank and args.hf_batches:
+                    for batch in args.hf_batches:
+                        if not hf.has(model=name, method=method, batch=batch) and not over():
+                            tps = hf_generate_timing(model, batch, plen, args.hf_completion)
+                            hf.add(model=name, method=method, rank=rank, batch=batch, tokens_per_s=tps,
+                                   completion_tokens=args.hf_completion)
+                if rank != order[-1]:
+                    base = model.unload()
+                    model = None
+                    _free()
+            if model is None:
+                model = _add_lora(base, main_rank)
+            mem_peak = None
+            for batch in [int(b) for b in args.e2e_batches.split(",")]:
+                for gc_on in (False, True):
+                    key = dict(model=name, method=method, batch=batch, gradient_checkpointing=gc_on)
+                    if e2e.has(**key) or over():
+                        continue
+                    if batch not in rollout_s:
+                        try:
+                            rollout_s[batch] = rollout_timing(model, batch, plen, comp, full=False)["rollout_s"]
+                        except torch.cuda.OutOfMemoryError:
+                            _free()
+                            rollout_s[batch] = None
+                    roll_peak = torch.cuda.max_memory_allocated()
+                    torch.cuda.reset_peak_memory_stats()
+                    try:
+                        t = train_phase_timing(model, batch, seq, plen, gc_on)
+                        peak = max(torch.cuda.max_memory_allocated(), roll_peak)
+                        step = None if rollout_s[batch] is None else rollout_s[batch] + t["logprob_s"] + t["update_s"]
+                        e2e.add(**key, rank=main_rank, step_s=step if step is not None else "OOM",
+                                rollout_s=rollout_s[batch] if rollout_s[batch] is not None else "OOM", **t,
+                                peak_gb=_gb(peak))
+                    except torch.cuda.OutOfMemoryError:
+                        _free()
+                        e2e.add(**key, rank=main_rank, step_s="OOM", rollout_s=rollout_s[batch] or "OOM",
+                                logprob_s="", update_s="", peak_gb="OOM")
+                        peak = "OOM"
+                    if batch == 2 and gc_on:
+                        mem_peak = peak
+                    torch.cuda.reset_peak_memory_stats()
+            if not memory.has(model=name, method=method):
+                memory.add(model=name, method=method, model_size_gb=_gb(size),
+                           peak_gb=_gb(mem_peak) if isinstance(mem_peak, int) else (mem_peak or ""),
+                           batch=2, gradient_checkpointing=True)
+            del model, base
+            _free()
+    return 0
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--archs", default="7B,3B,14B,32B", help="comma-separated names of qerl.profiling.archs.ARCHS")
+    p.add_argument("--methods", default="lora,qlora,qerl", help="comma-separated methods (qerl/methods.py)")
+    p.add_argument("--ranks", default="16,32,64", help="LoRA ranks for the batch-1 rollout (Table 9)")
+    p.add_argument("--batches", default="1,2,4,8", help="rollout batch sizes at rank 32")
+    p.add_argument("--full-batches", default="1,8", type=lambda s: [int(x) for x in s.split(",") if x],
+                   help="batches also timed as one complete generation (validates the bucket timing)")
+    p.add_argument("--e2e-batches", default="2,4,8", help="GRPO step batch sizes (sequences per step)")
+    p.add_argument("--prompt", type=int, default=256)
+    p.add_argument("--completion", type=int, default=2048)
+    p.add_argument("--hf-batches", default="", type=lambda s: [int(x) for x in s.split(",") if x],
+                   help="also time transformers' generate at these batches")
+    p.add_argument("--hf-completion", type=int, default=128)
+    p.add_argument("--layers", type=int, default=None, help="build only this many layers (smoke tests)")
+    p.add_argument("--budget-s", type=float, default=0, help="start no new config after this many seconds")
+    p.add_argument("--out", required=True, help="folder of rollout.csv, e2e.csv, memory.csv, rollout_hf.csv")
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="qerl profile", description=__doc__.split("\n")[0])
+    add_arguments(p)
+    return run(p.parse_args(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
