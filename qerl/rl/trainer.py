@@ -21,8 +21,20 @@ Deviations from the paper (which trains with verl + vLLM): rollouts use our own 
 vLLM); the minibatch split of an off-policy step is over rows of the rollout batch in a seeded order; ratio clipping
 for GRPO uses clip_eps_low on both sides, DAPO uses clip_eps_low/clip_eps_high.
 
+Data parallelism (qerl/rl/distributed.py): under `torchrun --nproc_per_node N` or `accelerate launch` each rank
+takes a contiguous slice of the step's prompts (a prompt's G samples stay on one rank, so advantages and dynamic
+sampling are per-rank computations), rolls them out with its own generator (rank 0's is the single process's),
+and the update sums the ranks' gradients with the loss normalised over the global batch, so the update equals one
+process's on the same global batch up to float reduction order (tests/rl/test_distributed.py). Metrics are reduced
+over ranks; rank 0 alone writes metrics.jsonl, checkpoints, the adapter, run.json and eval.json (and evaluates).
+Deviation: N ranks draw different rollouts than one process (each rank samples its slice with its own generator),
+so an N-GPU run is statistically, not bitwise, the one-GPU run. Full fine-tuning is replicated, not FSDP (why:
+distributed.py's docstring). With a process group the model is moved to the rank's device (cuda:<local rank>);
+without one it stays where it was loaded, as before.
+
 Run: `qerl train --config config/config.yaml --task tiny_grpo --method qerl --variant default --seed 0
       --base results/tiny/models/tiny/base --out results/tiny/runs/tiny_grpo/tiny/qerl/default/seed0`
+     `torchrun --nproc_per_node 2 -m qerl.cli train ...` (same arguments) for two GPUs.
 """
 from __future__ import annotations
 
@@ -45,12 +57,15 @@ from qerl.data.prompts import build_prompt
 from qerl.methods import Method, get_method
 from qerl.noise import AdaptiveQuantizationNoise, NoiseSchedule
 from qerl.provenance import provenance
+from qerl.rl.distributed import (DistContext, all_reduce_grads, barrier, broadcast_params, init_distributed,
+                                  reduce_max, reduce_sum, shard_range, shutdown)
 from qerl.rl.losses import dapo_loss, dynamic_sampling_mask, grpo_loss, group_advantages, overlong_filter
 from qerl.rl.rewards import compute_rewards
 from qerl.rl.rollout import sample, sequence_logprobs
 from qerl.rl.variants import parse_variant
 
-__all__ = ["RunSettings", "parse_variant", "resolve_settings", "load_task_problems", "build_policy", "train", "run"]
+__all__ = ["RunSettings", "UpdateBatch", "parse_variant", "resolve_settings", "load_task_problems", "build_policy",
+           "policy_update", "train", "run"]
 
 METRIC_KEYS = ("step", "reward", "accuracy", "entropy", "sigma", "response_length", "clip_fraction", "kl",
                "grad_norm", "time_rollout", "time_logprobs", "time_update", "peak_memory_bytes")
@@ -291,9 +306,123 @@ def _disabled_adapter(model):
         yield model
 
 
+@dataclass
+class UpdateBatch:
+    """This rank's rows of one rollout batch, and where they sit in the step's global batch.
+
+    Attributes:
+        input_ids: [n, P + L] prompts and completions of this rank's rows.
+        attention_mask: [n, P + L].
+        prompt_len: P.
+        mask: [n, L] float, 1 on the completion tokens that count (after dynamic sampling / overlong filtering).
+        advantages: [n].
+        old_logp: [n, L] rollout-policy log-probs (off-policy steps), or None (on-policy: the detached policy's).
+        ref_logp: [n, L] KL-reference log-probs, or None.
+        row_offset: global index of this rank's first row (rows of a rank are contiguous: whole groups).
+        global_rows: N, the number of rows of the global batch.
+    """
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    prompt_len: int
+    mask: torch.Tensor
+    advantages: torch.Tensor
+    old_logp: torch.Tensor | None
+    ref_logp: torch.Tensor | None
+    row_offset: int = 0
+    global_rows: int | None = None
+
+
+def policy_update(model, opt, sched, trainable: list, s: RunSettings, b: UpdateBatch, step: int,
+                  ctx: DistContext = DistContext()) -> dict:
+    """`updates_per_rollout` optimizer steps over disjoint minibatches of the step's global batch.
+
+    The minibatches are chunks of a permutation of the GLOBAL rows seeded by (seed, step); each rank runs the rows
+    of a minibatch it holds. The loss is normalised over the global minibatch (DAPO: its valid tokens; GRPO: its
+    completions with a valid token), so summing the ranks' gradients gives exactly the gradient one process computes
+    on the whole batch (up to the order of float additions). A minibatch with no valid token anywhere is skipped on
+    every rank; a non-finite global loss skips its update on every rank.
+
+    Args:
+        model, opt, sched: the policy, its optimizer and LR scheduler.
+        trainable: the trainable parameters (clipped and all-reduced).
+        s: the run's settings.
+        b: this rank's rows (UpdateBatch).
+        step: the training step (seeds the minibatch order).
+        ctx: the distributed context (default: one process).
+
+    Returns:
+        {"diags": per-update loss diagnostics (global), "grad_norms": [...], "losses": global loss values,
+         "skipped": number of updates skipped for a non-finite loss}.
+    """
+    loss_fn = grpo_loss if s.algorithm == "grpo" else dapo_loss
+    n_global = b.global_rows if b.global_rows is not None else b.input_ids.shape[0]
+    lo, hi = b.row_offset, b.row_offset + b.input_ids.shape[0]
+    ids, attn, P, mask, adv = b.input_ids, b.attention_mask, b.prompt_len, b.mask, b.advantages
+    order = torch.randperm(n_global, generator=torch.Generator().manual_seed(s.seed * 7919 + step))
+    diags, grad_norms, losses, skipped = [], [], [], 0
+    model.train()
+    for mb in order.chunk(s.updates_per_rollout):
+        if ctx.distributed:
+            mb = mb[(mb >= lo) & (mb < hi)] - lo  # this rank's rows of the minibatch, in the global order
+            local_tokens = float(mask[mb].sum())
+            local_seqs = float((mask[mb].sum(1) > 0).sum())
+            global_tokens, global_seqs = reduce_sum(ctx, [local_tokens, local_seqs])
+            if global_tokens == 0:
+                continue
+            run_local = local_tokens > 0
+        else:
+            if mask[mb].sum() == 0:
+                continue
+            run_local = True
+        loss, diag = None, {}
+        if run_local:
+            logp, _ = sequence_logprobs(model, ids[mb], attn[mb], P)
+            old = b.old_logp[mb] if b.old_logp is not None else logp.detach()
+            ref = None if b.ref_logp is None else b.ref_logp[mb]
+            if s.algorithm == "grpo":
+                loss, diag = loss_fn(logp, old, adv[mb], mask[mb], ref, beta=s.kl_coef, eps=s.clip_eps_low)
+            else:
+                loss, diag = loss_fn(logp, old, adv[mb], mask[mb], eps_low=s.clip_eps_low, eps_high=s.clip_eps_high,
+                                     ref_logp=ref)
+        if ctx.distributed:  # the local share of the global loss, and the global diagnostics (token-weighted)
+            if loss is not None:
+                loss = loss * (local_tokens / global_tokens if s.algorithm == "dapo" else local_seqs / global_seqs)
+            keys = ["clip_fraction"] + (["kl"] if b.ref_logp is not None else [])
+            sums = reduce_sum(ctx, [float(loss.detach()) if loss is not None else 0.0]
+                              + [diag[k] * local_tokens if run_local else 0.0 for k in keys])
+            total, diag = sums[0], {k: v / global_tokens for k, v in zip(keys, sums[1:])}
+        else:
+            total = float(loss.detach())
+        if not math.isfinite(total):
+            skipped += 1
+            opt.zero_grad(set_to_none=True)
+            continue
+        if loss is not None:
+            loss.backward()
+        all_reduce_grads(ctx, trainable)
+        grad_norms.append(float(torch.nn.utils.clip_grad_norm_(trainable, s.grad_clip)))
+        opt.step()
+        sched.step()
+        opt.zero_grad(set_to_none=True)
+        diags.append(diag)
+        losses.append(total)
+    return {"diags": diags, "grad_norms": grad_norms, "losses": losses, "skipped": skipped}
+
+
+def _rollout_seed(seed: int, step: int, rank: int) -> int:
+    """Seed of a rank's sampling generator at a step; rank 0 draws what a single process draws."""
+    return seed * 1_000_003 + step + rank * 1_000_000_007
+
+
 def train(cfg: dict, s: RunSettings, base_dir: str | Path, out_dir: str | Path, *, quantized_dir=None,
-          data_dir=None, stop_after: int | None = None, evaluate=None, progress: bool = True) -> dict:
+          data_dir=None, stop_after: int | None = None, evaluate=None, progress: bool = True,
+          dist_ctx: DistContext | None = None) -> dict:
     """Train one run into `out_dir` (resuming from its checkpoint if there is one).
+
+    Under torchrun / accelerate launch (or with `dist_ctx`) each rank rolls out a contiguous slice of the step's
+    prompts (whole groups), gradients are summed over ranks with the global loss normalisation (policy_update),
+    metrics are reduced over ranks, and rank 0 alone writes files and evaluates.
 
     Args:
         cfg: validated config.
@@ -303,22 +432,30 @@ def train(cfg: dict, s: RunSettings, base_dir: str | Path, out_dir: str | Path, 
         quantized_dir: a quantized checkpoint to load for NVFP4/MXFP4 methods (else round-to-nearest on load).
         data_dir: folder of the tiny scale's generated data (default results/<scale>/data/tiny).
         stop_after: stop (as if killed) after this many steps, leaving the checkpoint; for resume tests.
-        evaluate: optional callable(model, tokenizer) -> dict, run after training; its result is returned.
-        progress: show a progress bar with the live reward.
+        evaluate: optional callable(model, tokenizer) -> dict, run after training (rank 0); its result is returned.
+        progress: show a progress bar with the live reward (rank 0).
+        dist_ctx: the distributed context (default: qerl.rl.distributed.init_distributed(), from the environment).
 
     Returns:
         {"steps": ..., "final": last metrics, "eval": evaluate's result or None}.
 
     Raises:
         RuntimeError: `max_bad_steps` consecutive non-finite losses.
+        ValueError: fewer prompts per step than ranks.
     """
+    ctx = init_distributed() if dist_ctx is None else dist_ctx
+    if ctx.distributed:
+        shard_range(s.prompts_per_step, ctx.rank, ctx.world_size)  # fail before loading anything
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(s.seed)
     problems = load_task_problems(cfg, s, data_dir)
     model, tokenizer = build_policy(cfg, s, base_dir, quantized_dir)
+    if ctx.device is not None:
+        model.to(ctx.device)
     device = next(model.parameters()).device
     trainable = [p for p in model.parameters() if p.requires_grad]
+    broadcast_params(ctx, trainable)  # every rank starts from rank 0's weights
     opt = _optimizer(trainable, s)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, _lr_lambda(s))
     ref_model = None
@@ -332,24 +469,29 @@ def train(cfg: dict, s: RunSettings, base_dir: str | Path, out_dir: str | Path, 
     start, bad = 0, 0
     if ckpt.exists():
         start, bad = _load_checkpoint(ckpt, model, opt, sched)
-        kept = [l for l in metrics_path.read_text().splitlines() if l and json.loads(l)["step"] < start] \
-            if metrics_path.exists() else []
-        _atomic_write_text(metrics_path, "".join(k + "\n" for k in kept))
-    elif metrics_path.exists():
+        if ctx.is_main:
+            kept = [l for l in metrics_path.read_text().splitlines() if l and json.loads(l)["step"] < start] \
+                if metrics_path.exists() else []
+            _atomic_write_text(metrics_path, "".join(k + "\n" for k in kept))
+    elif metrics_path.exists() and ctx.is_main:
         metrics_path.unlink()
-    (out / "run.json").write_text(json.dumps({"settings": s.__dict__, "provenance": provenance()}, indent=2,
-                                             default=list) + "\n")
-    loss_fn = grpo_loss if s.algorithm == "grpo" else dapo_loss
+    if ctx.is_main:
+        info = {"settings": s.__dict__, "provenance": provenance()}
+        if ctx.distributed:
+            info["distributed"] = {"world_size": ctx.world_size, "backend": ctx.backend}
+        (out / "run.json").write_text(json.dumps(info, indent=2, default=list) + "\n")
     G, last = s.group_size, {}
     bar = tqdm(total=s.steps, initial=start, desc=f"{s.method}/{s.variant}/seed{s.seed}", unit="step",
-               disable=not progress, mininterval=1.0)
+               disable=not (progress and ctx.is_main), mininterval=1.0)
     for step in range(start, s.steps):
         if stop_after is not None and step >= stop_after:
             break
-        batch_problems = [problems[i] for i in _batch_indices(len(problems), s.seed, step, s.prompts_per_step)]
+        indices = _batch_indices(len(problems), s.seed, step, s.prompts_per_step)
+        lo, hi = shard_range(len(indices), ctx.rank, ctx.world_size) if ctx.distributed else (0, len(indices))
+        batch_problems = [problems[i] for i in indices[lo:hi]]  # this rank's prompts: whole groups
         prompts = [build_prompt(p.question, tokenizer, s.instruction) for p in batch_problems]
         golds = [p.answer for p in batch_problems for _ in range(G)]
-        gen = torch.Generator(device=device).manual_seed(s.seed * 1_000_003 + step)
+        gen = torch.Generator(device=device).manual_seed(_rollout_seed(s.seed, step, ctx.rank))
         t0 = time.perf_counter()
         noise = aqn.applied(model, step, device) if aqn else contextlib.nullcontext(0.0)
         with noise as sigma:
@@ -357,15 +499,15 @@ def train(cfg: dict, s: RunSettings, base_dir: str | Path, out_dir: str | Path, 
                            temperature=s.temperature, top_p=s.top_p, generator=gen)
         t_rollout = time.perf_counter() - t0
         results = compute_rewards(batch.texts, golds, format_weight=s.format_weight)
-        rewards = torch.tensor([r.reward for r in results], dtype=torch.float32)  # [N]
-        correct = torch.tensor([float(r.correct) for r in results])  # [N]
-        adv = group_advantages(rewards, G)  # [N]
+        rewards = torch.tensor([r.reward for r in results], dtype=torch.float32)  # [n]
+        correct = torch.tensor([float(r.correct) for r in results])  # [n]
+        adv = group_advantages(rewards, G).to(device)  # [n] groups are whole on each rank
         ids, attn, P = batch.input_ids, batch.attention_mask, batch.prompt_len
-        mask = batch.completion_mask[:, P:].float()  # [N, L]
+        mask = batch.completion_mask[:, P:].float()  # [n, L]
         if s.dynamic_sampling:
-            mask = mask * dynamic_sampling_mask(rewards, G).float().unsqueeze(1)
+            mask = mask * dynamic_sampling_mask(rewards, G).to(device).float().unsqueeze(1)
         if s.overlong_filter:
-            mask = overlong_filter(mask, batch.truncated)
+            mask = overlong_filter(mask, batch.truncated.to(device))
         t0 = time.perf_counter()
         with torch.no_grad():
             old_logp = sequence_logprobs(model, ids, attn, P)[0] if s.updates_per_rollout > 1 else None
@@ -375,36 +517,16 @@ def train(cfg: dict, s: RunSettings, base_dir: str | Path, out_dir: str | Path, 
                     ref_logp = sequence_logprobs(ref, ids, attn, P)[0]
         t_logprobs = time.perf_counter() - t0
         t0 = time.perf_counter()
-        order = torch.randperm(ids.shape[0], generator=torch.Generator().manual_seed(s.seed * 7919 + step))
-        diags, grad_norms, skipped = [], [], 0
-        model.train()
-        for mb in order.chunk(s.updates_per_rollout):
-            if mask[mb].sum() == 0:
-                continue
-            logp, _ = sequence_logprobs(model, ids[mb], attn[mb], P)
-            old = old_logp[mb] if old_logp is not None else logp.detach()
-            if s.algorithm == "grpo":
-                loss, diag = loss_fn(logp, old, adv[mb], mask[mb], None if ref_logp is None else ref_logp[mb],
-                                     beta=s.kl_coef, eps=s.clip_eps_low)
-            else:
-                loss, diag = loss_fn(logp, old, adv[mb], mask[mb], eps_low=s.clip_eps_low, eps_high=s.clip_eps_high,
-                                     ref_logp=None if ref_logp is None else ref_logp[mb])
-            if not torch.isfinite(loss):
-                skipped += 1
-                opt.zero_grad(set_to_none=True)
-                continue
-            loss.backward()
-            grad_norms.append(float(torch.nn.utils.clip_grad_norm_(trainable, s.grad_clip)))
-            opt.step()
-            sched.step()
-            opt.zero_grad(set_to_none=True)
-            diags.append(diag)
+        upd = policy_update(model, opt, sched, trainable, s,
+                            UpdateBatch(ids, attn, P, mask, adv, old_logp, ref_logp, lo * G, len(indices) * G),
+                            step, ctx)
+        diags, grad_norms, skipped = upd["diags"], upd["grad_norms"], upd["skipped"]
         bad = bad + 1 if skipped else 0
         if bad >= s.max_bad_steps:
             raise RuntimeError(f"{bad} consecutive steps had a NaN/Inf loss (last at step {step}); lower train.lr "
                                f"(now {s.lr}) or check the model; the last good checkpoint is {ckpt}")
         t_update = time.perf_counter() - t0
-        comp = batch.completion_mask[:, P:]
+        comp = batch.completion_mask[:, P:].cpu()
         last = {
             "step": step, "reward": float(rewards.mean()), "accuracy": float(correct.mean()),
             "entropy": _masked_mean(batch.entropy, comp), "sigma": float(sigma),
@@ -416,26 +538,49 @@ def train(cfg: dict, s: RunSettings, base_dir: str | Path, out_dir: str | Path, 
             "truncated_fraction": float(batch.truncated.float().mean()),
             "rollout_tokens": int(batch.lengths.sum()), "rollout_tokens_per_s": float(batch.lengths.sum()) / t_rollout,
         }
-        with open(metrics_path, "a") as f:
-            f.write(json.dumps(last) + "\n")
+        if ctx.distributed:
+            last.update(_global_metrics(ctx, rewards, correct, batch.entropy, comp, batch.lengths, mask,
+                                        batch.truncated, t_rollout, t_logprobs, t_update))
+        if ctx.is_main:
+            with open(metrics_path, "a") as f:
+                f.write(json.dumps(last) + "\n")
         bar.update(1)
         bar.set_postfix(reward=f"{last['reward']:.3f}", ent=f"{last['entropy']:.3f}", sigma=f"{last['sigma']:.1e}")
-        if (step + 1) % s.checkpoint_every == 0 or step + 1 == s.steps:
+        if ((step + 1) % s.checkpoint_every == 0 or step + 1 == s.steps) and ctx.is_main:
             _save_checkpoint(ckpt, model, opt, sched, step + 1, bad)
     bar.close()
     finished = stop_after is None or stop_after >= s.steps
     if stop_after is not None and not finished:
-        _save_checkpoint(ckpt, model, opt, sched, min(stop_after, s.steps), bad)
+        if ctx.is_main:
+            _save_checkpoint(ckpt, model, opt, sched, min(stop_after, s.steps), bad)
+        barrier(ctx)
         return {"steps": min(stop_after, s.steps), "final": last, "eval": None}
-    weights_dir = out / ("model" if get_method(s.method).trainable == "all" else "adapter")
-    shutil.rmtree(weights_dir, ignore_errors=True)
-    if get_method(s.method).trainable == "all" and get_method(s.method).weights == "bf16":
-        model.save_pretrained(weights_dir)
-        tokenizer.save_pretrained(weights_dir)
-    elif get_method(s.method).trainable != "all":
-        model.save_pretrained(weights_dir)
-    result = evaluate(model, tokenizer) if evaluate is not None else None
+    if ctx.is_main:
+        weights_dir = out / ("model" if get_method(s.method).trainable == "all" else "adapter")
+        shutil.rmtree(weights_dir, ignore_errors=True)
+        if get_method(s.method).trainable == "all" and get_method(s.method).weights == "bf16":
+            model.save_pretrained(weights_dir)
+            tokenizer.save_pretrained(weights_dir)
+        elif get_method(s.method).trainable != "all":
+            model.save_pretrained(weights_dir)
+    barrier(ctx)
+    result = evaluate(model, tokenizer) if evaluate is not None and ctx.is_main else None
     return {"steps": s.steps, "final": last, "eval": result, "model": model, "tokenizer": tokenizer}
+
+
+def _global_metrics(ctx: DistContext, rewards, correct, entropy, comp, lengths, mask, truncated, t_rollout,
+                    t_logprobs, t_update) -> dict:
+    """The step's metrics over the global batch: means over every rank's rows, the slowest rank's times, the
+    largest peak memory, and the global rollout throughput (all tokens / the slowest rollout)."""
+    comp = comp.to(entropy.dtype)
+    (r_sum, c_sum, n, e_sum, e_cnt, len_sum, kept, trunc) = reduce_sum(ctx, [
+        float(rewards.sum()), float(correct.sum()), float(rewards.numel()), float((entropy * comp).sum()),
+        float(comp.sum()), float(lengths.sum()), float((mask.sum(1) > 0).sum()), float(truncated.sum())])
+    t_roll, t_lp, t_up, peak = reduce_max(ctx, [t_rollout, t_logprobs, t_update, float(_peak_memory())])
+    return {"reward": r_sum / n, "accuracy": c_sum / n, "entropy": e_sum / max(e_cnt, 1.0),
+            "response_length": len_sum / n, "time_rollout": t_roll, "time_logprobs": t_lp, "time_update": t_up,
+            "peak_memory_bytes": int(peak), "kept_fraction": kept / n, "truncated_fraction": trunc / n,
+            "rollout_tokens": int(len_sum), "rollout_tokens_per_s": len_sum / t_roll}
 
 
 def _mean(xs: list[float]) -> float:
@@ -484,12 +629,20 @@ def run(args) -> int:
                                           "base": str(args.base), "quantized": args.quantized,
                                           "adapter_updated": updated if lora_b else None})
 
-    result = train(cfg, s, args.base, args.out, quantized_dir=args.quantized, data_dir=args.data,
-                   progress=not args.no_progress, evaluate=evaluate)
-    evaluation = result["eval"]
-    evaluation["provenance"] = provenance(args.config)
-    evaluation["train"] = {"steps": result["steps"], "final": result["final"], "settings": s.__dict__}
-    write_results(evaluation, Path(args.out) / "eval.json")  # the rule's last output: written last, atomically
-    summary = {n: round(b["pass_at_1"], 2) for n, b in evaluation["benchmarks"].items()}
-    print(json.dumps({"steps": result["steps"], "final_reward": result["final"].get("reward"), "pass@1": summary}))
-    return 0
+    ctx = init_distributed()  # torchrun / accelerate launch: one process per GPU; otherwise a no-op
+    try:
+        result = train(cfg, s, args.base, args.out, quantized_dir=args.quantized, data_dir=args.data,
+                       progress=not args.no_progress, evaluate=evaluate, dist_ctx=ctx)
+        if not ctx.is_main:  # rank 0 evaluates and writes eval.json; the other ranks are done
+            return 0
+        evaluation = result["eval"]
+        evaluation["provenance"] = provenance(args.config)
+        evaluation["train"] = {"steps": result["steps"], "final": result["final"], "settings": s.__dict__}
+        if ctx.distributed:
+            evaluation["train"]["world_size"] = ctx.world_size
+        write_results(evaluation, Path(args.out) / "eval.json")  # the rule's last output: written last, atomically
+        summary = {n: round(b["pass_at_1"], 2) for n, b in evaluation["benchmarks"].items()}
+        print(json.dumps({"steps": result["steps"], "final_reward": result["final"].get("reward"), "pass@1": summary}))
+        return 0
+    finally:
+        shutdown(ctx)
