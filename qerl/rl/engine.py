@@ -273,7 +273,8 @@ class DecodeEngine:
         """Capture every decode graph a generation of this shape will replay (returns how many exist)."""
         spans = {self._span(s) for s in range(prompt_len, prompt_len + max_new_tokens - 1)}
         for span in sorted(spans):
-            self._slot.fill_(span - 1)
+            self._slot.fill_(max(span - 4, 0))  # warm-ups and the replay write slots inside the bucket
+            self._pos.fill_(max(span - 4, 0))
             self._col.zero_()
             self._run_step(span, temperature, top_p)
         self.valid.zero_()

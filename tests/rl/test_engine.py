@@ -120,6 +120,15 @@ def test_eos_ends_rows(setup):
     assert int(out.lengths[0]) <= 4
 
 
+def test_capture_covers_every_bucket_and_keeps_results(setup):
+    model, tok, ids, attn = setup
+    eng = DecodeEngine(model, batch=3, max_len=ids.shape[1] + 20, bucket=8, graphs=False)
+    ref = eng.generate(ids, attn, max_new_tokens=20, temperature=0.0, force_length=True)
+    eng.capture(ids.shape[1], 20)  # eager here: exercises the same slots as graph capture on CUDA
+    out = eng.generate(ids, attn, max_new_tokens=20, temperature=0.0, force_length=True)
+    assert torch.equal(out.tokens, ref.tokens) and torch.allclose(out.logp, ref.logp)
+
+
 def test_rejects_bad_shapes(setup):
     model, tok, ids, attn = setup
     eng = DecodeEngine(model, batch=3, max_len=ids.shape[1] + 4)
