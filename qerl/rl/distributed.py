@@ -19,21 +19,35 @@ Launch (torchrun and `accelerate launch` set RANK, WORLD_SIZE, LOCAL_RANK, MASTE
     torchrun --nproc_per_node 2 -m qerl.cli train --config ... --out ...
     accelerate launch --num_processes 2 -m qerl.cli train --config ... --out ...
 
+On one multi-GPU box the DAG runs several GPU jobs side by side (workflow/profiles/local caps their total); each
+job claims its own GPUs first, so two jobs never share one:
+
+    python -m qerl.rl.distributed --gpus 2 -- torchrun --standalone --nproc_per_node 2 -m qerl.cli train ...
+
+takes an exclusive file lock on 2 free GPUs (waiting while fewer are free), sets CUDA_VISIBLE_DEVICES to them and
+execs the command, which holds the locks until it exits. Under SLURM (SLURM_JOB_ID set) the allocation already
+chose the GPUs and the command runs as given.
+
 Without those variables everything here is a no-op and the trainer runs as one process. Backend: NCCL when CUDA
 is available (one GPU per local rank), gloo otherwise (CPU tests). `QERL_DIST_TIMEOUT_MIN` (default 60) bounds how
 long a collective waits for a slow rank (long rollouts on one rank stall the others at the next reduction).
 """
 from __future__ import annotations
 
+import argparse
 import datetime
+import fcntl
 import os
+import sys
+import tempfile
+import time
 from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
 
 __all__ = ["DistContext", "init_distributed", "shutdown", "shard_range", "all_reduce", "reduce_sum",
-           "reduce_max", "all_reduce_grads", "broadcast_params", "barrier"]
+           "reduce_max", "all_reduce_grads", "broadcast_params", "barrier", "claim_gpus", "main"]
 
 _ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
 _BUCKET_BYTES = 256 * 2**20  # gradient all-reduce bucket: few launches, bounded extra memory for full fine-tuning
@@ -209,3 +223,68 @@ def barrier(ctx: DistContext) -> None:
             dist.barrier(device_ids=[ctx.local_rank])
         else:
             dist.barrier()
+
+
+def claim_gpus(n: int, visible: list[str], lock_dir: str | os.PathLike, poll_s: float = 5.0,
+               timeout_s: float | None = None) -> tuple[list[str], list[int]]:
+    """Exclusive locks on `n` of the `visible` GPU ids (files <lock_dir>/gpu<id>.lock), waiting until n are free.
+
+    Returns:
+        (the claimed ids, their open lock file descriptors, inheritable: the locks live as long as they stay open).
+
+    Raises:
+        RuntimeError: fewer than n GPUs exist, or timeout_s passed without n free ones.
+    """
+    if n > len(visible):
+        raise RuntimeError(f"a job asks for {n} GPUs but this machine has {len(visible)} ({visible}); lower "
+                           f"resources.train.gpus or the local profile's `resources: gpu=` cap")
+    os.makedirs(lock_dir, exist_ok=True)
+    start = time.monotonic()
+    while True:
+        ids, fds = [], []
+        for gpu in visible:
+            fd = os.open(os.path.join(lock_dir, f"gpu{gpu}.lock"), os.O_CREAT | os.O_RDWR, 0o666)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue
+            ids.append(gpu)
+            fds.append(fd)
+            if len(ids) == n:
+                for f in fds:
+                    os.set_inheritable(f, True)
+                return ids, fds
+        for f in fds:
+            os.close(f)  # releases the partial claim, so two waiting jobs cannot deadlock
+        if timeout_s is not None and time.monotonic() - start > timeout_s:
+            raise RuntimeError(f"no {n} free GPUs among {visible} after {timeout_s:.0f} s (locks in {lock_dir})")
+        time.sleep(poll_s)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m qerl.rl.distributed --gpus N -- COMMAND...`: run COMMAND on N GPUs claimed for it alone."""
+    parser = argparse.ArgumentParser(prog="python -m qerl.rl.distributed", description=main.__doc__)
+    parser.add_argument("--gpus", type=int, required=True, help="GPUs the command needs")
+    parser.add_argument("--lock-dir", default=os.path.join(tempfile.gettempdir(), "qerl-gpu-locks"),
+                        help="folder of the per-GPU lock files (node-local)")
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="the command, after --")
+    args = parser.parse_args(argv)
+    cmd = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not cmd:
+        parser.error("no command given after --")
+    env = dict(os.environ)
+    if args.gpus > 0 and "SLURM_JOB_ID" not in env:
+        if env.get("CUDA_VISIBLE_DEVICES"):
+            visible = [v.strip() for v in env["CUDA_VISIBLE_DEVICES"].split(",") if v.strip()]
+        else:
+            visible = [str(i) for i in range(torch.cuda.device_count())]
+        ids, _ = claim_gpus(args.gpus, visible, args.lock_dir)
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(ids)
+        print(f"qerl.rl.distributed: CUDA_VISIBLE_DEVICES={env['CUDA_VISIBLE_DEVICES']}", file=sys.stderr)
+    os.execvpe(cmd[0], cmd, env)
+    return 0  # not reached
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

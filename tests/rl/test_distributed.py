@@ -28,7 +28,7 @@ from qerl.config import validate_config
 from qerl.data.tiny import write_splits
 from qerl.models.tiny import build_model, build_tokenizer
 from qerl.rl import trainer as T
-from qerl.rl.distributed import DistContext, init_distributed, shard_range, shutdown
+from qerl.rl.distributed import DistContext, claim_gpus, init_distributed, shard_range, shutdown
 from qerl.rl.rollout import RolloutBatch, sample
 
 WORLD = 2
@@ -207,6 +207,33 @@ def test_train_equals_one_process_and_resumes(ran, tmp_path, monkeypatch):
         assert all(torch.equal(r["resumed"][n], saved[0]["full"][n]) for n in params)
     assert (root / "two" / "adapter").is_dir() and json.loads((root / "two" / "run.json").read_text())[
         "distributed"] == {"world_size": WORLD, "backend": "gloo"}
+
+
+@pytest.mark.parametrize("n, world, expected", [(3, 2, [(0, 2), (2, 3)]), (4, 2, [(0, 2), (2, 4)]),
+                                                (5, 3, [(0, 2), (2, 4), (4, 5)])], ids=["3on2", "4on2", "5on3"])
+def test_shard_range(n, world, expected):
+    assert [shard_range(n, r, world) for r in range(world)] == expected
+
+
+def test_shard_range_needs_a_prompt_per_rank():
+    with pytest.raises(ValueError, match="prompts_per_step"):
+        shard_range(1, 0, 2)
+
+
+def test_gpu_claims_are_exclusive(tmp_path):
+    ids, fds = claim_gpus(2, ["0", "1", "2"], tmp_path)
+    assert ids == ["0", "1"]
+    assert claim_gpus(1, ["0", "1", "2"], tmp_path)[0] == ["2"]  # same process: flock is per open file
+    probe = "from qerl.rl.distributed import claim_gpus; import sys; claim_gpus(1, ['0','1'], sys.argv[1], " \
+            "poll_s=0.1, timeout_s=0.3)"
+    proc = subprocess.run([sys.executable, "-c", probe, str(tmp_path)], capture_output=True, text=True)
+    assert proc.returncode != 0 and "no 1 free GPUs" in proc.stderr  # another job waits for them
+    for fd in fds:
+        os.close(fd)
+    proc = subprocess.run([sys.executable, "-c", probe, str(tmp_path)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    with pytest.raises(RuntimeError, match="asks for 3 GPUs"):
+        claim_gpus(3, ["0", "1"], tmp_path)
 
 
 if __name__ == "__main__":  # one rank of the torchrun job the fixture launches

@@ -68,6 +68,15 @@ def train_runs():
     return runs
 
 
+def train_launcher(gpus):
+    """The command that runs `qerl <subcommand>` on `gpus` GPUs: plain on the CPU, else torchrun with one rank per
+    GPU, after claiming that many free GPUs for the job (qerl/rl/distributed.py; a no-op under SLURM)."""
+    if gpus == 0:
+        return "qerl"
+    return (f"python -m qerl.rl.distributed --gpus {gpus} -- "
+            f"torchrun --standalone --nproc_per_node {gpus} -m qerl.cli")
+
+
 def train_targets():
     return [f"{run_dir(*run)}/eval.json" for run in train_runs()]
 

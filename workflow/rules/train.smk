@@ -1,5 +1,7 @@
 # RL training: one job per run, R/runs/<task>/<model>/<method>/<variant>/seed<k>/ (metrics.jsonl, adapter/ or
 # model/, eval.json, run.json). The tiny scale evaluates inside the training job (no second process start).
+# resources.train.gpus = 0 runs `qerl train` on the CPU; N >= 1 claims N free GPUs for the job and launches N
+# data-parallel ranks with torchrun (qerl/rl/distributed.py); SLURM gets gpu/mem_mb/runtime as sbatch options.
 from qerl.methods import TRAINED_METHODS
 
 
@@ -19,16 +21,19 @@ rule train:
         out=lambda wildcards, output: os.path.dirname(output.metrics),
         data=lambda wildcards, input: f"--data {os.path.dirname(input.data)}" if input.data.endswith("rl.jsonl") else "",
         quantized=lambda wildcards, input: f"--quantized {input.quantized}" if "quantized" in input.keys() else "",
+        launch=train_launcher(config["resources"]["train"]["gpus"]),
     conda:
         CONDA_ENV
     threads: config["train"]["threads"]
     resources:
-        mem_mb=4000,
+        gpu=config["resources"]["train"]["gpus"],
+        mem_mb=config["resources"]["train"]["mem_mb"],
+        runtime=config["resources"]["train"]["runtime"],
     log:
         f"{R}/logs/train/{{task}}/{{model}}/{{method}}/{{variant}}/seed{{seed}}.log",
     benchmark:
         f"{R}/benchmarks/train/{{task}}/{{model}}/{{method}}/{{variant}}/seed{{seed}}.tsv"
     shell:
-        "qerl train --config {input.config} --task {wildcards.task} --method {wildcards.method}"
+        "{params.launch} train --config {input.config} --task {wildcards.task} --method {wildcards.method}"
         " --variant {wildcards.variant} --seed {wildcards.seed} --base {input.base} {params.data} {params.quantized}"
         " --out {params.out} --no-progress 2> {log}"
