@@ -121,6 +121,7 @@ def rollout_timing(model, batch: int, plen: int, completion: int, *, full: bool,
     from qerl.rl.engine import DecodeEngine
 
     vocab = model.config.vocab_size
+    torch.cuda.reset_peak_memory_stats()
     eng = DecodeEngine(model, batch, plen + completion, bucket=512)
     ids, attn = _prompts(batch, plen, vocab)
     t0 = _now()
@@ -154,9 +155,10 @@ def rollout_timing(model, batch: int, plen: int, completion: int, *, full: bool,
                 graph.replay()
             decode_s += steps * (_now() - t0) / reps
         total = prefill_s + decode_s
+    peak = torch.cuda.max_memory_allocated()
     del eng
     _free()
-    return dict(tokens_per_s=batch * completion / total, timing="full" if full else "buckets",
+    return dict(peak=peak, tokens_per_s=batch * completion / total, timing="full" if full else "buckets",
                 prompt_tokens=plen, completion_tokens=completion, prefill_s=prefill_s, decode_s=decode_s,
                 graphs=n_graphs, capture_s=capture_s, rollout_s=total)
 
@@ -207,6 +209,8 @@ def train_phase_timing(model, batch: int, seq: int, plen: int, gc_on: bool) -> d
             del logp, loss, old
     finally:
         del opt
+        for p in params:
+            p.grad = None
         model.gradient_checkpointing_disable()
         model.eval()
     return dict(logprob_s=times[-1][0], update_s=times[-1][1])
@@ -259,7 +263,7 @@ def run(args) -> int:
                   f"{time.perf_counter() - t0:.0f} s", flush=True)
             ranks = [int(r) for r in args.ranks.split(",")]
             main_rank = 32 if 32 in ranks else ranks[0]
-            rollout_s = {}
+            rollout_s, roll_peak = {}, {}
             model = None
             order = [r for r in ranks if r != main_rank] + [main_rank]  # the GRPO step uses the main rank
             for rank in order:
@@ -278,8 +282,8 @@ def run(args) -> int:
                             rollout.add(**key, tokens_per_s="OOM")
                             continue
                         if rank == main_rank and not full:
-                            rollout_s[batch] = r["rollout_s"]
-                        rollout.add(**key, **{k: v for k, v in r.items() if k != "rollout_s"})
+                            rollout_s[batch], roll_peak[batch] = r["rollout_s"], r["peak"]
+                        rollout.add(**key, **{k: v for k, v in r.items() if k not in ("rollout_s", "timing", "peak")})
                 if rank == main_rank and args.hf_batches:
                     for batch in args.hf_batches:
                         if not hf.has(model=name, method=method, batch=batch) and not over():
@@ -300,15 +304,15 @@ def run(args) -> int:
                         continue
                     if batch not in rollout_s:
                         try:
-                            rollout_s[batch] = rollout_timing(model, batch, plen, comp, full=False)["rollout_s"]
+                            r = rollout_timing(model, batch, plen, comp, full=False)
+                            rollout_s[batch], roll_peak[batch] = r["rollout_s"], r["peak"]
                         except torch.cuda.OutOfMemoryError:
                             _free()
-                            rollout_s[batch] = None
-                    roll_peak = torch.cuda.max_memory_allocated()
+                            rollout_s[batch], roll_peak[batch] = None, 0
                     torch.cuda.reset_peak_memory_stats()
                     try:
                         t = train_phase_timing(model, batch, seq, plen, gc_on)
-                        peak = max(torch.cuda.max_memory_allocated(), roll_peak)
+                        peak = max(torch.cuda.max_memory_allocated(), roll_peak[batch])
                         step = None if rollout_s[batch] is None else rollout_s[batch] + t["logprob_s"] + t["update_s"]
                         e2e.add(**key, rank=main_rank, step_s=step if step is not None else "OOM",
                                 rollout_s=rollout_s[batch] if rollout_s[batch] is not None else "OOM", **t,
