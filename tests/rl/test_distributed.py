@@ -5,6 +5,7 @@ The test launches this file as a script under `python -m torch.distributed.run -
 done by one process here:
   * policy_update on a fixed global batch (GRPO with a KL term, DAPO's token normalisation; LoRA and full): the same
     global losses and the same weights after two optimizer steps;
+  * the GPU benchmark (qerl.profiling.ddp) runs on the two ranks (a 1-layer 0.5B shape) and writes its CSV;
   * train() end to end (qerl = NVFP4 + AQN, GRPO with KL, two off-policy updates per step) with a rollout that is a
     function of the prompt alone (per-prompt seeded sampling) and rewards hashed from the text, so one and two
     processes see the same global batch: the same metrics and adapter, metrics.jsonl written once, and a killed
@@ -12,6 +13,8 @@ done by one process here:
 """
 from __future__ import annotations
 
+import argparse
+import csv
 import json
 import os
 import subprocess
@@ -27,6 +30,7 @@ import torch.nn.functional as F
 from qerl.config import validate_config
 from qerl.data.tiny import write_splits
 from qerl.models.tiny import build_model, build_tokenizer
+from qerl.profiling import ddp
 from qerl.rl import trainer as T
 from qerl.rl.distributed import DistContext, claim_gpus, init_distributed, shard_range, shutdown
 from qerl.rl.rollout import RolloutBatch, sample
@@ -136,7 +140,16 @@ def _worker(root: Path) -> None:
     resumed = _train(cfg, root, "killed")
     torch.save({"full": _trainable(full["model"]), "resumed": _trainable(resumed["model"])},
                root / f"train_rank{ctx.rank}.pt")
+    ddp.run(_ddp_args(root / "ddp"))  # the GPU benchmark's smoke test, on the same two ranks (it ends the group)
     shutdown(ctx)
+
+
+def _ddp_args(out: Path):
+    parser = argparse.ArgumentParser()
+    ddp.add_arguments(parser)
+    return parser.parse_args(["--arch", "0.5B", "--layers", "1", "--method", "qerl", "--rank", "4",
+                              "--prompts-per-rank", "2", "--group-size", "2", "--prompt-len", "8", "--completion", "4",
+                              "--steps", "2", "--dtype", "float32", "--out", str(out)])
 
 
 # ---- the test --------------------------------------------------------------------------------------------------------
@@ -207,6 +220,17 @@ def test_train_equals_one_process_and_resumes(ran, tmp_path, monkeypatch):
         assert all(torch.equal(r["resumed"][n], saved[0]["full"][n]) for n in params)
     assert (root / "two" / "adapter").is_dir() and json.loads((root / "two" / "run.json").read_text())[
         "distributed"] == {"world_size": WORLD, "backend": "gloo"}
+
+
+def test_ddp_benchmark_runs_on_two_ranks(ran):
+    _, root = ran
+    rows = list(csv.DictReader((root / "ddp" / "ddp.csv").open()))
+    assert len(rows) == 1 and tuple(rows[0]) == ddp.COLUMNS
+    row = rows[0]
+    assert (row["world_size"], row["global_prompts"], row["group_size"]) == ("2", "4", "2")
+    assert float(row["tokens_per_s"]) > 0 and float(row["step_s"]) >= float(row["rollout_s"]) > 0
+    detail = json.loads((root / "ddp" / "ddp_0.5B_qerl_w2.json").read_text())
+    assert detail["replicas_in_sync"] and [r["tokens"] for r in detail["steps"]] == [32.0, 32.0]  # 2 ranks x 2 prompts x 2 samples x 4 tokens
 
 
 @pytest.mark.parametrize("n, world, expected", [(3, 2, [(0, 2), (2, 3)]), (4, 2, [(0, 2), (2, 4)]),
