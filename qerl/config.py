@@ -15,7 +15,7 @@ from typing import Any
 import jsonschema
 import yaml
 
-__all__ = ["ConfigError", "SCHEMA_PATH", "REPO_ROOT", "load_schema", "validate_config", "load_config", "get"]
+__all__ = ["ConfigError", "SCHEMA_PATH", "REPO_ROOT", "load_schema", "validate_config", "load_config", "get", "task_methods"]
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SCHEMA_PATH = REPO_ROOT / "workflow" / "schemas" / "config.schema.yaml"
@@ -96,6 +96,11 @@ def _check_semantics(cfg: dict, source: str, check_data: bool) -> None:
     for key, name in named:
         if name not in METHODS:
             raise ConfigError(f"{source}: key '{key}': unknown method {name!r}; known methods: {sorted(METHODS)}")
+    for tname, t in train.get("tasks", {}).items():
+        extra = [m for m in t.get("methods", []) if m not in train.get("methods", [])]
+        if extra:
+            raise ConfigError(f"{source}: key 'train.tasks.{tname}.methods': {extra} not in train.methods "
+                              f"{train.get('methods', [])}; a task trains a subset of train.methods")
     if check_data and cfg["data"]["benchmarks"] and not cfg["data"]["download"]:
         from qerl.data.benchmarks import missing_files
 
@@ -140,6 +145,13 @@ def get(cfg: dict, dotted: str) -> Any:
             raise ConfigError(f"config key {dotted!r} is missing (stopped at {part!r})")
         node = node[part]
     return node
+
+
+def task_methods(cfg: dict, task: str) -> list[str]:
+    """The methods trained on `task`: train.tasks.<task>.methods, or all of train.methods when that is empty."""
+    train = cfg.get("train") or {}
+    listed = (train.get("tasks") or {}).get(task, {}).get("methods")
+    return list(listed) if listed else list(train.get("methods", []))
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -12,7 +12,8 @@ defaults below, so a key that is absent or renamed degrades to a default rather 
   gsm8k -> [gsm8k], math_train -> [math500, aime24, aime25, amc23]).
 - untrained formats and their benchmarks: evaluate.methods (bf16, nf4, mxfp4, nvfp4) x the role's benchmarks that
   evaluate.benchmarks lists.
-- trained methods: train.methods (default: every trained method of qerl/methods.py).
+- trained methods: train.methods (default: every trained method of qerl/methods.py); a task's own
+  train.tasks.NAME.methods, when it lists any, narrows them for that task's role.
 - ablations: train.ablations.method (qerl) and .seeds (default: the config's seeds); the task role is
   train.ablations.task when present (default grpo: the paper's 3B/7B ablations are GSM8K); Fig. 8 needs .noaqn
   (true); Fig. 9/15 .aqn_schedules (linear, exponential, cosine, logarithmic); Fig. 10 and Table 9 .ranks
@@ -159,10 +160,14 @@ def untrained_benchmarks(cfg: dict, role: str) -> list[str]:
     return [b for b in benches if b in listed] if isinstance(listed, list) else benches
 
 
-def trained_methods(cfg: dict) -> list[str]:
-    """train.methods, or every trained method."""
+def trained_methods(cfg: dict, role: str | None = None) -> list[str]:
+    """train.methods, or every trained method; with a role, the methods its task trains (train.tasks.NAME.methods
+    when that lists any)."""
     listed = _section(cfg, "train").get("methods")
-    return [str(m) for m in listed] if isinstance(listed, list) else list(TRAINED_METHODS)
+    methods = [str(m) for m in listed] if isinstance(listed, list) else list(TRAINED_METHODS)
+    task = (_tasks(cfg) or {}).get(task_name(cfg, role)) if role is not None else None
+    own = task.get("methods") if isinstance(task, dict) else None
+    return [m for m in methods if m in own] if isinstance(own, list) and own else methods
 
 
 def untrained_methods(cfg: dict) -> list[str]:

@@ -80,11 +80,13 @@ def _runs(cfg: dict, role: str, methods: list[str], variants: list[str] | None =
     """Run specs of `methods` x `variants` on the role's task; methods not trained (or no task) go to `skipped`."""
     if task_name(cfg, role) is None:
         return [], [f"{m} (no {role} task in train.tasks)" for m in methods]
-    configured = trained_methods(cfg)
+    configured = trained_methods(cfg, role)
     runs, skipped = [], []
     for method in methods:
         if method not in configured:
-            skipped.append(f"{method} (not in train.methods)")
+            where = "train.methods" if method not in trained_methods(cfg) else \
+                f"train.tasks.{task_name(cfg, role)}.methods"
+            skipped.append(f"{method} (not in {where})")
             continue
         for variant in variants or ["default"]:
             runs.append(RunSpec(role, method, variant, file, (labels or {}).get(variant, ""),

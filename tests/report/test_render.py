@@ -190,6 +190,32 @@ def test_unconfigured_role_and_methods_say_not_run(helpers, tmp_path):
     assert "Not run in this config" in render_artifact("table1", cfg)[0].read_text()
 
 
+def test_task_methods_narrow_one_role(helpers, tmp_path):
+    """train.tasks.<task>.methods trains a subset on that task: its figures name only those runs and say the rest
+    were not run there; the other task keeps every method; a method outside train.methods is a config error."""
+    from qerl.config import ConfigError, task_methods, validate_config
+
+    cfg = helpers.make_config(tmp_path / "results")
+    cfg["train"]["tasks"]["tiny_dapo"]["methods"] = ["full", "lora", "nvfp4_lora", "qerl"]
+    assert task_methods(cfg, "tiny_dapo") == ["full", "lora", "nvfp4_lora", "qerl"]
+    assert task_methods(cfg, "tiny_grpo") == cfg["train"]["methods"]
+    needs = ARTIFACTS["fig4"].needs(cfg)
+    dapo = {r.method for r in needs.runs if r.role == "dapo"}
+    grpo = {r.method for r in needs.runs if r.role == "grpo"}
+    assert dapo == {"nvfp4_lora", "lora", "full"} and grpo == {"nvfp4_lora", "mxfp4_lora", "qlora", "lora", "full"}
+    assert "mxfp4_lora (not in train.tasks.tiny_dapo.methods), dapo" in needs.skipped
+    assert not any("/tiny_dapo/tiny/qlora/" in f for f in input_files(ARTIFACTS["fig4"], cfg))
+    helpers.write_inputs(cfg)
+    rows = _csv(render_artifact("table2", cfg)[2])
+    tiny = [r for r in rows if r["model"] == "tiny"]
+    assert len(tiny) == 6 and all(r["ours (tiny): tiny"] not in ("", "not run") for r in tiny)
+    bad = {**cfg, "train": {**cfg["train"], "tasks": {"tiny_dapo": {**cfg["train"]["tasks"]["tiny_dapo"],
+                                                                    "methods": ["lora", "qlora"]}},
+                            "methods": ["lora"]}}
+    with pytest.raises(ConfigError, match=r"train\.tasks\.tiny_dapo\.methods.*\['qlora'\] not in train\.methods"):
+        validate_config(bad, source="test config", check_data=False)
+
+
 def test_paper_scale_model_shares_the_paper_rows(helpers, tmp_path):
     cfg = helpers.make_config(tmp_path / "results")
     cfg["model"]["name"] = "qwen2.5-7b"

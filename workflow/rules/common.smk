@@ -5,7 +5,7 @@ import os
 
 import yaml
 
-from qerl.config import validate_config
+from qerl.config import task_methods, validate_config
 from qerl.methods import get_method
 from qerl.rl.variants import canonical_variant, lr_variant
 
@@ -53,16 +53,16 @@ def run_dir(task, method, variant, seed):
 
 
 def train_runs():
-    """(task, method, variant, seed) of the main runs (every task) and of the ablations (their task only)."""
+    """(task, method, variant, seed) of the main runs (each task's methods) and of the ablations (their task only)."""
     tr, ab = config["train"], config["train"]["ablations"]
-    runs = [(t, m, "default", s) for t in tr["tasks"] for m in tr["methods"] for s in config["seeds"]]
+    runs = [(t, m, "default", s) for t in tr["tasks"] for m in task_methods(config, t) for s in config["seeds"]]
     task = ab["task"] or next(iter(tr["tasks"]))
     variants = []
-    if ab["method"] in tr["methods"]:
+    if ab["method"] in task_methods(config, task):
         variants += [(ab["method"], f"aqn-{k}") for k in ab["aqn_schedules"]]
         variants += [(ab["method"], "noaqn")] if ab["noaqn"] else []
         variants += [(ab["method"], f"rank{r}") for r in ab["ranks"]]
-    variants += [(m, lr_variant(lr)) for m in ab["lr_methods"] if m in tr["methods"] for lr in ab["lrs"]]
+    variants += [(m, lr_variant(lr)) for m in ab["lr_methods"] if m in task_methods(config, task) for lr in ab["lrs"]]
     runs += [(task, m, v, s) for m, v in variants for s in ab["seeds"]
              if canonical_variant(config, m, v) == v]  # a variant equal to the default run is that run
     return runs
