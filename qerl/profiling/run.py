@@ -84,6 +84,12 @@ def _free():
     torch.cuda.empty_cache()
 
 
+def _oom(where: str, exc: BaseException) -> None:
+    print(f"# OOM in {where}: {str(exc).splitlines()[0][:300]} (allocated "
+          f"{_gb(torch.cuda.memory_allocated()):.1f} GB, reserved {_gb(torch.cuda.memory_reserved()):.1f} GB)",
+          flush=True)
+
+
 def model_size_bytes(model) -> int:
     """Base weights only (no LoRA), counting NF4 absmax constants."""
     from baselines.nf4 import nf4_nbytes
@@ -253,7 +259,8 @@ def run(args) -> int:
             t0 = time.perf_counter()
             try:
                 base = random_base(arch, get_method(method).weights, layers=args.layers, device="cuda")
-            except torch.cuda.OutOfMemoryError:
+            except torch.cuda.OutOfMemoryError as exc:
+                _oom(f"building {name} {method}", exc)
                 memory.add(model=name, method=method, model_size_gb="OOM", peak_gb="OOM")
                 _free()
                 continue
@@ -277,7 +284,8 @@ def run(args) -> int:
                             continue
                         try:
                             r = rollout_timing(model, batch, plen, comp, full=full)
-                        except torch.cuda.OutOfMemoryError:
+                        except torch.cuda.OutOfMemoryError as exc:
+                            _oom(f"rollout {key}", exc)
                             _free()
                             rollout.add(**key, tokens_per_s="OOM")
                             continue
@@ -317,7 +325,8 @@ def run(args) -> int:
                         e2e.add(**key, rank=main_rank, step_s=step if step is not None else "OOM",
                                 rollout_s=rollout_s[batch] if rollout_s[batch] is not None else "OOM", **t,
                                 peak_gb=_gb(peak))
-                    except torch.cuda.OutOfMemoryError:
+                    except torch.cuda.OutOfMemoryError as exc:
+                        _oom(f"GRPO step {key}", exc)
                         _free()
                         e2e.add(**key, rank=main_rank, step_s="OOM", rollout_s=rollout_s[batch] or "OOM",
                                 logprob_s="", update_s="", peak_gb="OOM")

@@ -31,6 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 
 __all__ = ["DecodeEngine", "EngineOutput", "supports"]
 
@@ -82,6 +83,136 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
+def _rms(x: torch.Tensor, norm) -> torch.Tensor:
+    """RMSNorm with the module's weight (read at call time: AQN noise written into it is seen)."""
+    eps = getattr(norm, "variance_epsilon", None) or getattr(norm, "eps", 1e-6)
+    return F.rms_norm(x, (x.shape[-1],), norm.weight, eps)
+
+
+def _out_features(layer) -> int:
+    return int(layer.out_features)
+
+
+class _Proj:
+    """Linear layers reading one input (q/k/v, gate/up, or a single o/down) as one base GEMM plus one low-rank
+    update for all their LoRA adapters: y = x W_cat^T + b_cat + (x A_cat^T) B_cat^T, split into the members'
+    outputs. A_cat stacks the adapters' A; B_cat is block-diagonal with each adapter's scaled B (refresh() copies
+    the current adapter weights in, so an optimizer step between generations is seen). Base weights are grouped
+    when frozen: NVFP4/MXFP4 QuantLinear through kernels.concat_prepared (members' buffers become views of the
+    group), nn.Linear by concatenation (members' weights become views); anything else (bitsandbytes NF4) runs
+    member by member. Merged or multi-adapter or DoRA layers are simply called.
+
+    __call__(x) -> (y or None, [outputs]): y is the concatenated output when one tensor holds all members."""
+
+    def __init__(self, mods, fuse: bool, dtype: torch.dtype):
+        from torch import nn
+
+        from qerl.layers import QuantLinear
+
+        self.mods = list(mods)
+        parts = [_lora_parts(m) for m in self.mods]
+        self.kind, self.lora = "call", None
+        dora = any(any(getattr(m, "use_dora", {}).get(n, False) for n in getattr(m, "active_adapters", []))
+                   for m in self.mods)
+        if not fuse or dora or any(p[1] is None or len(p[1]) > 1 for p in parts):
+            return
+        bases = [p[0] for p in parts]
+        self.bases = bases
+        self.sizes = [_out_features(b) for b in bases]
+        k = {getattr(b, "in_features", None) for b in bases}
+        frozen = all(not p.requires_grad for b in bases for p in b.parameters())
+        if len(k) != 1 or not frozen:
+            return
+        w0 = next(iter(bases[0].buffers()), None) if isinstance(bases[0], QuantLinear) else None
+        if all(isinstance(b, QuantLinear) for b in bases) and len({b.fmt for b in bases}) == 1 and \
+                w0 is not None and w0.is_cuda:
+            self._group_fp4(bases)
+        elif all(type(b) is nn.Linear for b in bases):
+            self._group_dense(bases)
+        else:
+            self.kind = "bases"
+        loras = [p[1][0] if p[1] else None for p in parts]
+        if any(x is not None for x in loras):
+            ref = next(x for x in loras if x is not None)[0].weight
+            rank_total = sum(x[0].weight.shape[0] for x in loras if x is not None)
+            kin = ref.shape[1]
+            self.a_cat = torch.zeros(rank_total, kin, dtype=dtype, device=ref.device)
+            self.b_cat = torch.zeros(sum(self.sizes), rank_total, dtype=dtype, device=ref.device)
+            self.lora, r0, n0 = [], 0, 0
+            for x, n in zip(loras, self.sizes):
+                if x is not None:
+                    a, b, s = x
+                    r = a.weight.shape[0]
+                    self.lora.append((a.weight, b.weight, float(s), r0, r, n0, n))
+                    r0 += r
+                n0 += n
+            self.refresh()
+
+    def _group_fp4(self, bases) -> None:
+        from kernels.prepared_ops import group_bias
+
+        for b in bases:
+            b.prepare_kernels()
+        if len(bases) == 1:
+            self.group, self.bias = bases[0].prepared(), bases[0].bias
+        else:
+            import kernels
+            group = kernels.concat_prepared([b.prepared() for b in bases])
+            for b, (row, _) in zip(bases, group.parts):  # members become views of the group: no second copy
+                rows = b._buffers["w4_words"].shape[0]
+                b._buffers["w4_words"] = group.words[row:row + rows]
+                b._buffers["w4_scales"] = group.scales[row:row + rows]
+                b._buffers["w4_out_scales_bits"] = group.out_scales[:, row:row + rows].view(torch.int32)
+            self.group, self.bias = group, group_bias(group, [b.bias for b in bases])
+        self.kind = "fp4"
+
+    def _group_dense(self, bases) -> None:
+        if len(bases) == 1:
+            self.w, self.bias = bases[0].weight, bases[0].bias
+        else:
+            with torch.no_grad():
+                self.w = torch.cat([b.weight for b in bases])
+                row = 0
+                for b in bases:  # members become views of the concatenation: no second copy
+                    n = b.weight.shape[0]
+                    b.weight.data = self.w[row:row + n]
+                    row += n
+                biases = [b.bias for b in bases]
+                self.bias = None if all(x is None for x in biases) else torch.cat(
+                    [x if x is not None else self.w.new_zeros(n) for x, n in zip(biases, self.sizes)])
+        self.kind = "dense"
+
+    @torch.no_grad()
+    def refresh(self) -> None:
+        """Copy the adapters' current weights (B scaled) into A_cat / B_cat."""
+        if self.lora is None:
+            return
+        for a, b, s, r0, r, n0, n in self.lora:
+            self.a_cat[r0:r0 + r].copy_(a)
+            self.b_cat[n0:n0 + n, r0:r0 + r].copy_(b * s)
+
+    def __call__(self, x: torch.Tensor):
+        if self.kind == "call":
+            return None, [m(x) for m in self.mods]
+        if self.kind == "bases":
+            outs = [b(x) for b in self.bases]
+            if self.lora is not None:
+                t = F.linear(x, self.a_cat)
+                outs = [o + F.linear(t, self.b_cat[n0:n0 + n]) for o, n0, n in zip(
+                    outs, [sum(self.sizes[:i]) for i in range(len(self.sizes))], self.sizes)]
+            return None, outs
+        if self.kind == "fp4":
+            from kernels.prepared_ops import fp4_prepared_linear
+            y = fp4_prepared_linear(x, self.group, self.bias)
+        else:
+            y = F.linear(x, self.w, self.bias)
+        if self.lora is not None:
+            lead = y.shape[:-1]
+            y = torch.addmm(y.reshape(-1, y.shape[-1]), F.linear(x, self.a_cat).reshape(-1, self.a_cat.shape[0]),
+                            self.b_cat.t()).view(*lead, -1)
+        return y, list(torch.split(y, self.sizes, dim=-1)) if len(self.sizes) > 1 else [y]
+
+
 class DecodeEngine:
     """Static-shape prefill + decode of a Qwen2/Llama-family model for `batch` rows and `max_len` slots.
 
@@ -91,14 +222,15 @@ class DecodeEngine:
         max_len: cache slots per row (prompt width + completion budget).
         bucket: attention length granularity of the decode graphs.
         graphs: capture CUDA graphs (default: when the model is on CUDA).
-        group: one launch for q/k/v and for gate/up where the base layers are NVFP4/MXFP4 QuantLinear.
+        fuse: one base GEMM for q/k/v and one for gate/up (NVFP4/MXFP4 grouped kernels, frozen BF16 weights
+            concatenated), and one low-rank update per group for all LoRA adapters; False calls each module.
 
     Raises:
         ValueError: a model layout the engine does not run (see `supports`).
     """
 
     def __init__(self, model, batch: int, max_len: int, *, bucket: int = 512, graphs: bool | None = None,
-                 group: bool = True):
+                 fuse: bool = True):
         if not supports(model):
             raise ValueError("DecodeEngine runs Qwen2/Llama-family causal LMs (model.model.layers with self_attn "
                              f"q/k/v/o and mlp gate/up/down); got {type(_unwrap(model)).__name__}")
@@ -121,7 +253,13 @@ class DecodeEngine:
         pos = torch.arange(max_len, device=self.device).unsqueeze(0)
         cos, sin = self.inner.rotary_emb(emb[:1].unsqueeze(0), pos)  # [1, max_len, head_dim]
         self.cos, self.sin = cos[0].to(self.dtype), sin[0].to(self.dtype)
-        self._groups = [self._group_layer(layer) if group else (None, None) for layer in self.layers]
+        dt = self.dtype
+        self._projs = [(_Proj([layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj], fuse, dt),
+                        _Proj([layer.self_attn.o_proj], fuse, dt),
+                        _Proj([layer.mlp.gate_proj, layer.mlp.up_proj], fuse, dt),
+                        _Proj([layer.mlp.down_proj], fuse, dt)) for layer in self.layers]
+        self._norms = [(layer.input_layernorm, layer.post_attention_layernorm) for layer in self.layers]
+        self._final_norm = self.inner.norm
         # decode state, read and advanced inside the graphs: the host loop only replays
         self._tok = torch.zeros(batch, dtype=torch.long, device=self.device)  # last sampled token
         self._pos = torch.zeros(batch, dtype=torch.long, device=self.device)  # its RoPE position
@@ -133,82 +271,43 @@ class DecodeEngine:
         self._graphs: dict = {}
         self._pool = None
 
-    # ---- grouping ------------------------------------------------------------------------------------------------
-    def _group_layer(self, layer):
-        return (self._group([getattr(layer.self_attn, n) for n in ("q_proj", "k_proj", "v_proj")]),
-                self._group([getattr(layer.mlp, n) for n in ("gate_proj", "up_proj")]))
-
-    def _group(self, mods):
-        from qerl.layers import QuantLinear
-
-        bases = [_lora_parts(m)[0] for m in mods]
-        if self.device.type != "cuda" or not all(isinstance(b, QuantLinear) for b in bases):
-            return None
-        if len({b.fmt for b in bases}) != 1 or len({b.in_features for b in bases}) != 1:
-            return None
-        import kernels
-        from kernels.prepared_ops import group_bias
-
-        for b in bases:
-            b.prepare_kernels()
-        group = kernels.concat_prepared([b.prepared() for b in bases])
-        for b, (row, _) in zip(bases, group.parts):  # members become views of the group: no second copy
-            rows = b._buffers["w4_words"].shape[0]
-            b._buffers["w4_words"] = group.words[row:row + rows]
-            b._buffers["w4_scales"] = group.scales[row:row + rows]
-            b._buffers["w4_out_scales_bits"] = group.out_scales[:, row:row + rows].view(torch.int32)
-        return group, group_bias(group, [b.bias for b in bases])
-
-    def _project(self, x, mods, grouped):
-        """Outputs of `mods` on x: one grouped launch for the bases when possible, plus each LoRA delta."""
-        parts = [_lora_parts(m) for m in mods]
-        if grouped is None or any(p[1] is None for p in parts):
-            return [m(x) for m in mods]
-        from kernels.prepared_ops import fp4_linear_grouped
-
-        group, bias = grouped
-        outs = list(fp4_linear_grouped(x, group, bias))
-        for i, (_, loras) in enumerate(parts):
-            for a, b, scale in loras:
-                outs[i] = outs[i] + b(a(x)) * scale
-        return outs
-
     # ---- the step ------------------------------------------------------------------------------------------------
     def _forward(self, ids: torch.Tensor, pos: torch.Tensor, slots: torch.Tensor, span: int) -> torch.Tensor:
         """Logits [B, V] of the last of T tokens ids [B, T] at positions pos [B, T] written to cache slots
         `slots` [T]; attention over slots [0, span)."""
         bsz, t = ids.shape
-        h = self.inner.embed_tokens(ids)  # [B, T, H]
-        cos, sin = self.cos[pos].unsqueeze(1), self.sin[pos].unsqueeze(1)  # [B, 1, T, d]
+        h_, kvh, d = self.heads, self.kv_heads, self.head_dim
+        g = h_ // kvh
+        hidden = self.inner.embed_tokens(ids)  # [B, T, H]
+        cos, sin = self.cos[pos].unsqueeze(2), self.sin[pos].unsqueeze(2)  # [B, T, 1, d]
         keys = torch.arange(span, device=self.device)
         allowed = (keys.view(1, 1, span) <= slots.view(1, t, 1)) & self.valid[:, None, :span]  # [B, T, S]
         allowed = allowed | (keys.view(1, 1, span) == slots.view(1, t, 1))
-        bias = torch.zeros(allowed.shape, dtype=torch.float32, device=self.device).masked_fill_(~allowed, float("-inf"))
-        bias = bias.unsqueeze(1).unsqueeze(1)  # [B, 1, 1, T, S]
-        g = self.heads // self.kv_heads
-        scale = self.head_dim ** -0.5
+        bias = torch.zeros(allowed.shape, dtype=self.dtype, device=self.device).masked_fill_(~allowed, float("-inf"))
+        bias = bias.unsqueeze(1).unsqueeze(1).expand(bsz, kvh, g, t, span).reshape(bsz * kvh, g * t, span)
+        scale = d ** -0.5
         for i, layer in enumerate(self.layers):
-            attn, mlp = layer.self_attn, layer.mlp
-            x = layer.input_layernorm(h)
-            q, k, v = self._project(x, [attn.q_proj, attn.k_proj, attn.v_proj], self._groups[i][0])
-            q = q.view(bsz, t, self.heads, self.head_dim).transpose(1, 2)  # [B, h, T, d]
-            k = k.view(bsz, t, self.kv_heads, self.head_dim).transpose(1, 2)  # [B, kvh, T, d]
-            v = v.view(bsz, t, self.kv_heads, self.head_dim).transpose(1, 2)
-            q = q * cos + _rotate_half(q) * sin
-            k = k * cos + _rotate_half(k) * sin
-            self.k_cache[i].index_copy_(2, slots, k)
-            self.v_cache[i].index_copy_(2, slots, v)
-            kk, vv = self.k_cache[i, :, :, :span], self.v_cache[i, :, :, :span]  # [B, kvh, S, d]
-            qg = q.reshape(bsz, self.kv_heads, g * t, self.head_dim)  # head kv*g + j -> [kv, j]
-            scores = torch.matmul(qg, kk.transpose(-1, -2)).float() * scale  # [B, kvh, g*T, S]
-            scores = scores.view(bsz, self.kv_heads, g, t, span) + bias
-            p = torch.softmax(scores, dim=-1).to(self.dtype).view(bsz, self.kv_heads, g * t, span)
-            o = torch.matmul(p, vv).view(bsz, self.heads, t, self.head_dim).transpose(1, 2)  # [B, T, h, d]
-            h = h + attn.o_proj(o.reshape(bsz, t, self.heads * self.head_dim))
-            x = layer.post_attention_layernorm(h)
-            gate, up = self._project(x, [mlp.gate_proj, mlp.up_proj], self._groups[i][1])
-            h = h + mlp.down_proj(mlp.act_fn(gate) * up)
-        return self.lm_head(self.inner.norm(h[:, -1]))  # [B, V]
+            qkv, o_proj, gate_up, down = self._projs[i]
+            n1, n2 = self._norms[i]
+            y, (q, k, v) = qkv(_rms(hidden, n1))
+            if y is not None:  # q and k side by side: one RoPE over both
+                qk = y[..., :(h_ + kvh) * d].view(bsz, t, h_ + kvh, d)
+            else:
+                qk = torch.cat([q, k], -1).view(bsz, t, h_ + kvh, d)
+            qk = torch.addcmul(qk * cos, _rotate_half(qk), sin)
+            q, k = qk[:, :, :h_], qk[:, :, h_:]  # [B, T, h, d], [B, T, kvh, d]
+            self.k_cache[i].index_copy_(2, slots, k.transpose(1, 2))
+            self.v_cache[i].index_copy_(2, slots, v.view(bsz, t, kvh, d).transpose(1, 2))
+            kk = self.k_cache[i, :, :, :span].reshape(bsz * kvh, span, d)
+            vv = self.v_cache[i, :, :, :span].reshape(bsz * kvh, span, d)
+            qg = q.transpose(1, 2).reshape(bsz * kvh, g * t, d)  # head kv*g + j -> row (j, t) of group kv
+            scores = torch.baddbmm(bias, qg, kk.transpose(1, 2), alpha=scale)  # [B*kvh, g*T, S]
+            p = torch.softmax(scores, dim=-1, dtype=torch.float32).to(self.dtype)
+            o = torch.bmm(p, vv).view(bsz, kvh, g, t, d).permute(0, 3, 1, 2, 4).reshape(bsz, t, h_ * d)
+            hidden = hidden + o_proj(o)[1][0]
+            _, (gate, up) = gate_up(_rms(hidden, n2))
+            hidden = hidden + down(F.silu(gate) * up)[1][0]
+        return self.lm_head(_rms(hidden[:, -1], self._final_norm))  # [B, V]
 
     def _sample(self, logits: torch.Tensor, temperature: float, top_p: float):
         logits = logits.float()
@@ -314,6 +413,9 @@ class DecodeEngine:
                              f"max_len {self.max_len}")
         was_training = self.model.training
         self.model.eval()
+        for projs in self._projs:  # adapters may have changed since the last generation
+            for proj in projs:
+                proj.refresh()
         dev = self.device
         eos = torch.tensor(sorted(set(int(e) for e in eos_ids)) or [-1], dtype=torch.long, device=dev)
         logits = self.prefill(prompt_ids, attention_mask)

@@ -83,6 +83,19 @@ def test_greedy_generation_matches_teacher_forcing(setup, variant):
     assert (pred == out.tokens).float().mean() > 0.99
 
 
+def test_adapter_updates_between_generations_are_seen(setup):
+    model, tok, ids, attn = setup
+    model = _lora(model)
+    eng = DecodeEngine(model, batch=3, max_len=ids.shape[1] + 8)
+    eng.generate(ids, attn, max_new_tokens=8, temperature=0.0, force_length=True)
+    with torch.no_grad():  # an optimizer step changes adapter weights in place
+        for n, p in model.named_parameters():
+            if "lora_B" in n:
+                p.mul_(-2.0)
+    out = eng.generate(ids, attn, max_new_tokens=8, temperature=0.0, force_length=True)
+    _check_against_forward(model, ids, attn, out)
+
+
 def test_sampling_logprobs_and_entropy_match_teacher_forcing(setup):
     model, tok, ids, attn = setup
     eng = DecodeEngine(model, batch=3, max_len=ids.shape[1] + 24, bucket=16)
@@ -150,11 +163,13 @@ def test_cuda_graphs_and_grouping_match_eager(method):
     ids = torch.randint(0, 1000, (2, 40), device="cuda")
     attn = torch.ones_like(ids)
     attn[1, :7] = 0
-    eager = DecodeEngine(model, batch=2, max_len=72, bucket=16, graphs=False, group=False)
-    fast = DecodeEngine(model, batch=2, max_len=72, bucket=16, graphs=True, group=True)
+    eager = DecodeEngine(model, batch=2, max_len=72, bucket=16, graphs=False, fuse=False)
+    fast = DecodeEngine(model, batch=2, max_len=72, bucket=16, graphs=True, fuse=True)
     a = eager.generate(ids, attn, max_new_tokens=32, temperature=0.0, force_length=True)
     b = fast.generate(ids, attn, max_new_tokens=32, temperature=0.0, force_length=True)
     assert len(fast._graphs) == 3
+    kinds = {p.kind for projs in fast._projs for p in projs}
+    assert kinds == {"qlora": {"bases"}, "lora": {"dense"}, "qerl": {"fp4"}}[method], kinds
     assert (a.tokens == b.tokens).float().mean() > 0.9  # bf16: a near-tie may flip late in the sequence
     assert torch.allclose(a.logp[:, :8], b.logp[:, :8], atol=0.05)
     full = torch.cat([ids, b.tokens], 1)
