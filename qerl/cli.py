@@ -22,6 +22,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "train": ("qerl.rl.trainer", "RL-train one run (task, method, variant, seed) with GRPO or DAPO"),
     "grade-check": ("qerl.evaluate.grade_check", "grader self-check: gold answers must grade 100, shuffled about 0"),
     "render": ("qerl.report.render", "render one paper table or figure (or all) beside the paper's numbers"),
+    "claims": ("qerl.report.claims", "check the paper's headline claims against this scale's results (Markdown)"),
     "evaluate": ("qerl.evaluate.run", "pass@1 of a model (any weight format, optional LoRA adapter) through lm-eval"),
     "prepare-model": ("qerl.models.prepare", "convert the small scale's GGUF model into a transformers checkpoint"),
     "calibrate": ("qerl.quantize.calibrate_cmd", "search AWQ per-channel scales of a base model for NVFP4 or MXFP4"),

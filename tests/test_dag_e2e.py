@@ -1,5 +1,6 @@
-"""The whole DAG end to end at a trimmed tiny size: every table and figure is produced, non-empty, and every table
-has the paper's column beside ours. Minutes on 2 cores (the default tiny scale itself is `make reproduce`)."""
+"""The whole DAG end to end at a trimmed tiny size: every table and figure is produced, non-empty, every table
+has the paper's column beside ours, and the claim-by-claim comparison is written. Minutes on 2 cores (the default
+tiny scale itself is `make reproduce`)."""
 from __future__ import annotations
 
 import csv
@@ -26,7 +27,8 @@ TRIMMED = {
     "train": {"methods": ["lora", "qlora", "nvfp4_lora", "qerl"], "steps": 2, "prompts_per_step": 2,
               "checkpoint_every": 1,
               "tasks": {"tiny_grpo": {"source": "tiny", "algorithm": "grpo", "group_size": 2, "max_new_tokens": 12},
-                        "tiny_dapo": {"source": "tiny", "algorithm": "dapo", "group_size": 2, "max_new_tokens": 12}},
+                        "tiny_dapo": {"source": "tiny", "algorithm": "dapo", "group_size": 2, "max_new_tokens": 12,
+                                      "dynamic_sampling": True, "methods": ["lora", "nvfp4_lora", "qerl"]}},
               "ablations": {"aqn_schedules": ["cosine"], "ranks": [8], "lrs": [1.0e-3], "lr_methods": ["qerl"]}},
 }
 
@@ -60,3 +62,7 @@ def test_trimmed_tiny_dag_builds_every_artifact(repo_root, tmp_path):
             assert any(h.startswith("ours") for h in header), (name, header)
     metrics = (out / "runs/tiny_grpo/tiny/qerl/default/seed0/metrics.jsonl").read_text().splitlines()
     assert len(metrics) == 2
+    assert (out / "runs/tiny_dapo/tiny/qerl/default/seed0/eval.json").exists()
+    assert not (out / "runs/tiny_dapo/tiny/qlora").exists()  # the DAPO task trains its own methods only
+    claims = (out / "claims.md").read_text()
+    assert all(f"\n## {n}. " in claims for n in range(1, 6)), claims[:2000]

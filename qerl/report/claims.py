@@ -1,0 +1,290 @@
+"""The paper's five headline claims (REPORTED.md, "Headline claims"), each checked against one scale's own results.
+
+Why: the tables and figures put our numbers beside the paper's artifact by artifact; a reader also wants the answer
+claim by claim -- what this scale reproduces, contradicts, or cannot test -- with the numbers it rests on, generated
+from the same files (never typed by hand), so it is regenerated with every run of the DAG.
+
+How: accuracy comes from the Table 1 / Table 2 renderers (mean and sample std over seeds); entropy and reward curves
+from the runs of Figures 3/4/14 (metrics.jsonl); the schedule ablation from Figure 9's runs; speed and memory from the
+committed measurements (results/measured/<gpu>/) through the Table 3 / 5-8 renderers. A comparison of two means
+a - b reads "holds" when a - b > 2 SE (SE = sqrt(std_a^2/n_a + std_b^2/n_b), the seeds' spread), "contradicted"
+when a - b < -2 SE, and "within noise" otherwise; with one seed there is no spread and the sign alone is reported.
+
+Run: `qerl claims --config results/tiny/config.yaml --out results/tiny/claims.md` (the DAG's `claims` rule);
+docs/CLAIMS_TINY.md is a committed copy of the tiny scale's output.
+"""
+from __future__ import annotations
+
+import datetime
+import math
+from pathlib import Path
+
+from qerl.report import paper, tables
+from qerl.report.context import Context, Needs, RunSpec, ablation, role_benchmarks, task_name, trained_methods
+from qerl.report.inputs import Stat, paper_model_label, summarize
+from qerl.report.registry import ARTIFACTS, input_files
+
+__all__ = ["ARTIFACTS_READ", "claims_inputs", "compare", "render_claims", "add_arguments", "run"]
+
+# The registry entries whose inputs the claims read (the DAG rule's inputs are theirs).
+ARTIFACTS_READ = ("table1", "table2", "table3", "table5", "table6", "table7", "table8", "fig3", "fig4", "fig9")
+_FOUR_BIT = ("nvfp4_lora", "mxfp4_lora", "qlora", "qerl")
+_LABEL = {"full": "BF16 full", "lora": "BF16 LoRA", "qlora": "NF4 LoRA (QLoRA)", "mxfp4_lora": "MXFP4 LoRA",
+          "nvfp4_lora": "NVFP4 LoRA (QeRL w/o AQN)", "qerl": "NVFP4 LoRA + AQN (QeRL)"}
+_UNTRAINED_OF = {"full": "bf16", "lora": "bf16", "qlora": "nf4", "mxfp4_lora": "mxfp4", "nvfp4_lora": "nvfp4",
+                 "qerl": "nvfp4"}
+
+
+def claims_inputs(cfg: dict) -> list[str]:
+    """Every run, evaluation and measured file the claims read for this config."""
+    return list(dict.fromkeys(f for a in ARTIFACTS_READ for f in input_files(ARTIFACTS[a], cfg)))
+
+
+def compare(a: Stat, b: Stat) -> tuple[float, float | None, str]:
+    """(a - b, its standard error or None, verdict on "a > b") as the module docstring defines them."""
+    diff = a.mean - b.mean
+    if a.std is None or b.std is None or a.n < 2 or b.n < 2:
+        return diff, None, ("holds (one seed, no spread)" if diff > 0 else "does not hold (one seed, no spread)")
+    se = math.sqrt(a.std ** 2 / a.n + b.std ** 2 / b.n)
+    if diff > 2 * se:
+        return diff, se, "holds"
+    if diff < -2 * se:
+        return diff, se, "contradicted"
+    return diff, se, "within noise"
+
+
+def _context(cfg: dict, needs: Needs, seen: list[Context]) -> Context:
+    """A Context whose provenance (commits, hardware of the files read) ends up in the document's header."""
+    ctx = Context(cfg, needs)
+    seen.append(ctx)
+    return ctx
+
+
+def _fmt(x: Stat | float | None, digits: int = 3) -> str:
+    if isinstance(x, Stat):
+        return tables.format_value(x, digits)
+    return "n/a" if x is None or not math.isfinite(x) else f"{x:.{digits}f}"
+
+
+def _diff_text(a: Stat, b: Stat, digits: int) -> str:
+    diff, se, verdict = compare(a, b)
+    spread = f" ± {se:.{digits}f} SE" if se is not None else ""
+    return f"{diff:+.{digits}f}{spread}: **{verdict}**"
+
+
+# --------------------------------------------------------------------------------------------- claim 1, 2: speed
+def _measured_rows(cfg: dict, ids: tuple[str, ...], seen: list[Context]) -> list[str]:
+    """Lines for the rows of measured tables that hold at least one measured value of ours."""
+    out = []
+    for artifact_id in ids:
+        artifact = ARTIFACTS[artifact_id]
+        table = artifact.renderer(_context(cfg, artifact.needs(cfg), seen), artifact)
+        ours = table.column_names("ours")
+        keys = table.column_names("key")
+        for row in table.rows:
+            values = {c: row.get(c) for c in ours if row.get(c) not in (None, "", tables.NOT_MEASURED, tables.NOT_RUN)}
+            if values:
+                key = ", ".join(str(row.get(k, "")) for k in keys)
+                cells = "; ".join(f"{c} = {tables.format_value(v)}" for c, v in values.items())
+                out.append(f"- {artifact.title.split(':')[0]} ({key}): {cells}")
+    return out
+
+
+def _cpu_timing(cfg: dict, seen: list[Context]) -> list[str]:
+    """Per-step rollout and update seconds of the GRPO runs (this scale's own hardware)."""
+    ctx = _context(cfg, Needs(), seen)
+    lines = []
+    for method in ("lora", "qlora", "nvfp4_lora", "qerl"):
+        if method not in trained_methods(cfg, "grpo") or task_name(cfg, "grpo") is None:
+            continue
+        per_seed = ctx.metrics(RunSpec("grpo", method))
+        roll = summarize([sum(m["time_rollout"]) / len(m["time_rollout"]) for m in per_seed])
+        upd = summarize([sum(m["time_update"]) / len(m["time_update"]) for m in per_seed])
+        lines.append(f"| {_LABEL[method]} | {_fmt(roll)} | {_fmt(upd)} |")
+    if not lines:
+        return []
+    return ["| method | rollout s/step | update s/step |", "|---|---|---|", *lines]
+
+
+# --------------------------------------------------------------------------------------------- claim 3: entropy
+def _curve_stats(per_seed: list[dict[str, list[float]]]) -> dict[str, Stat]:
+    def quarter(xs: list[float], last: bool) -> float:
+        k = max(1, len(xs) // 4)
+        part = xs[-k:] if last else xs[:k]
+        return sum(part) / len(part)
+
+    return {
+        "entropy0": summarize([m["entropy"][0] for m in per_seed]),
+        "entropy": summarize([sum(m["entropy"]) / len(m["entropy"]) for m in per_seed]),
+        "reward_first": summarize([quarter(m["reward"], False) for m in per_seed]),
+        "reward_last": summarize([quarter(m["reward"], True) for m in per_seed]),
+        "growth": summarize([quarter(m["reward"], True) - quarter(m["reward"], False) for m in per_seed]),
+    }
+
+
+def _claim3(cfg: dict, seen: list[Context]) -> list[str]:
+    out = []
+    for role, title in (("grpo", "GRPO task (Figs. 3, 4 bottom, 5)"), ("dapo", "DAPO task (Figs. 4 top, 14)")):
+        methods = [m for m in ("lora", *_FOUR_BIT) if m in trained_methods(cfg, role)]
+        if task_name(cfg, role) is None or "lora" not in methods or len(methods) < 2:
+            out += [f"*{title}*: not run in this config (needs BF16 LoRA and a 4-bit LoRA method).", ""]
+            continue
+        ctx = _context(cfg, Needs(), seen)
+        stats = {m: _curve_stats(ctx.metrics(RunSpec(role, m))) for m in methods}
+        n_steps = len(ctx.metrics(RunSpec(role, "lora"))[0]["reward"])
+        out += [f"*{title}*, task `{task_name(cfg, role)}`, {n_steps} steps, mean ± std over seeds; reward growth = "
+                "mean reward of the last quarter of the steps minus that of the first quarter.", "",
+                "| method | entropy, step 0 | entropy, mean over steps | reward, first quarter | reward, last quarter "
+                "| reward growth |", "|---|---|---|---|---|---|"]
+        out += [f"| {_LABEL[m]} | {_fmt(s['entropy0'])} | {_fmt(s['entropy'])} | {_fmt(s['reward_first'])} | "
+                f"{_fmt(s['reward_last'])} | {_fmt(s['growth'])} |" for m, s in stats.items()]
+        out.append("")
+        for m in methods[1:]:
+            a, b = stats[m], stats["lora"]
+            out.append(f"- {_LABEL[m]} - BF16 LoRA: entropy at step 0 {_diff_text(a['entropy0'], b['entropy0'], 3)}; "
+                       f"mean entropy {_diff_text(a['entropy'], b['entropy'], 3)}; "
+                       f"reward growth {_diff_text(a['growth'], b['growth'], 3)}.")
+        out.append("")
+    return out
+
+
+# --------------------------------------------------------------------------------------------- claim 4: accuracy
+def _accuracy(cfg: dict, table_id: str, role: str, seen: list[Context]) -> tuple[dict[str, Stat], str] | None:
+    """{method: pass@1 Stat} of our rows of Table 1/2, and the column they come from; None if the role is not run."""
+    if task_name(cfg, role) is None:
+        return None
+    artifact = ARTIFACTS[table_id]
+    table = artifact.renderer(_context(cfg, artifact.needs(cfg), seen), artifact)
+    benches = role_benchmarks(cfg, role)
+    prefix = f"ours ({cfg['scale']})"
+    column = f"{prefix}: {benches[0]}" if len(benches) == 1 else f"{prefix}: avg"
+    label = paper_model_label(cfg["model"]["name"])
+    out = {}
+    for row in table.rows:
+        if row.get("model") == label and isinstance(row.get(column), Stat) and row[column].n > 0:
+            out.setdefault(row["method"], row[column])
+    return out, column
+
+
+def _claim4(cfg: dict, seen: list[Context]) -> list[str]:
+    out = []
+    for table_id, role in (("table1", "grpo"), ("table2", "dapo")):
+        found = _accuracy(cfg, table_id, role, seen)
+        title = f"{table_id.replace('table', 'Table ')} ({role.upper()} task)"
+        if found is None or not {"qerl", "lora"} <= set(found[0]):
+            out += [f"*{title}*: not run in this config.", ""]
+            continue
+        acc, column = found
+        out += [f"*{title}*, column `{column}` (pass@1 %, mean ± std over seeds):", "",
+                "| method | trained | untrained, same format | trained - untrained |", "|---|---|---|---|"]
+        for m in ("full", "lora", "qlora", "mxfp4_lora", "nvfp4_lora", "qerl"):
+            if m in acc:
+                base = acc.get(_UNTRAINED_OF[m])
+                gain = _diff_text(acc[m], base, 1) if base is not None else "n/a"
+                out.append(f"| {_LABEL[m]} | {_fmt(acc[m], 1)} | {_fmt(base, 1)} | {gain} |")
+        out.append("")
+        out.append(f"- QeRL - BF16 LoRA: {_diff_text(acc['qerl'], acc['lora'], 1)} (claim: QeRL >= LoRA).")
+        if "nvfp4_lora" in acc:
+            out.append(f"- AQN: QeRL - NVFP4 LoRA without AQN: {_diff_text(acc['qerl'], acc['nvfp4_lora'], 1)}.")
+        if "full" in acc:
+            out.append(f"- QeRL - BF16 full: {_diff_text(acc['qerl'], acc['full'], 1)} (claim: close to full).")
+        out.append("")
+    return out
+
+
+# --------------------------------------------------------------------------------------------- claim 5: schedules
+def _claim5(cfg: dict, seen: list[Context]) -> list[str]:
+    needs = ARTIFACTS["fig9"].needs(cfg)
+    if not needs.runs:
+        return ["Not run in this config (train.ablations.aqn_schedules).", ""]
+    ctx = _context(cfg, needs, seen)
+    rows, late_std = [], {}
+    for spec in needs.runs:
+        per_seed = ctx.metrics(spec)
+        half = [m["reward"][len(m["reward"]) // 2:] for m in per_seed]
+        std = summarize([_std(h) for h in half])
+        mean = summarize([sum(h) / len(h) for h in half])
+        name = spec.variant.removeprefix("aqn-")
+        late_std[name] = std.mean
+        rows.append(f"| {name} | {_fmt(mean)} | {_fmt(std)} | {len(per_seed)} |")
+    best = min(late_std, key=late_std.get)
+    seeds = ablation(cfg, "seeds")
+    verdict = ("holds" if best == "exponential" else f"not reproduced: the lowest late-step spread is {best}'s")
+    return [f"QeRL with each AQN schedule, train.ablations.seeds {list(seeds)}; the reward of the second half of the "
+            "steps: its mean, and its step-to-step std (lower = more stable).", "",
+            "| schedule | late reward, mean | late reward, std over steps | seeds |", "|---|---|---|---|", *rows, "",
+            f"- Most stable late (lowest std): {best}: **{verdict}**"
+            + (" (one seed: a single draw per schedule)." if len(seeds) < 2 else "."), ""]
+
+
+def _std(xs: list[float]) -> float:
+    m = sum(xs) / len(xs)
+    return math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1)) if len(xs) > 1 else float("nan")
+
+
+# --------------------------------------------------------------------------------------------- document
+def render_claims(cfg: dict) -> str:
+    """The claim-by-claim comparison of one scale's results, as Markdown.
+
+    Raises:
+        ValueError: a missing or malformed input file (naming it).
+    """
+    seen: list[Context] = []
+    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    speed = _measured_rows(cfg, ("table3", "table5", "table6", "table7", "table8"), seen)
+    timing = _cpu_timing(cfg, seen)
+    sections = [_claim3(cfg, seen), _claim4(cfg, seen), _claim5(cfg, seen)]
+    prov = Context(cfg, Needs()).prov
+    for ctx in seen:  # the commits and hardware of every file read
+        prov.commits |= ctx.prov.commits
+        prov.hardware |= ctx.prov.hardware
+        prov.sources += [s for s in ctx.prov.sources if s not in prov.sources]
+    lines = [f"# Headline claims of QeRL ({paper.PAPER_ID}) at the {cfg['scale']} scale", "",
+             f"Generated by `qerl claims` on {date} from the DAG's own results; {prov.line()}.", "",
+             "Verdicts compare two means over seeds: **holds** when the difference is above 2 standard errors (from "
+             "the seeds' spread), **contradicted** when it is below -2 SE, **within noise** otherwise. The paper's "
+             "numbers are in ../shared/paper/REPORTED.md and beside ours in every table.", ""]
+    claim = 0
+
+    def head(text: str) -> None:
+        nonlocal claim
+        claim += 1
+        lines.extend([f"## {claim}. {text}", ""])
+
+    head(paper.CLAIMS[0])
+    if speed:
+        lines += ["Measured (committed GPU measurements, results/measured/):", "", *speed, ""]
+    else:
+        lines += ["Not measured: no committed rollout.csv / e2e.csv / memory.csv under results/measured/<gpu>/, so "
+                  "Tables 3 and 5-8 read \"not measured\". This scale's training runs do not test the claim: on a "
+                  "CPU the 4-bit layers go through the torch reference (dequantize, then matmul), not the GPU "
+                  "kernels the claim is about.", ""]
+    if timing:
+        lines += ["For the record, this scale's own step phases (GRPO task, mean over steps and seeds; "
+                  f"{cfg['scale']} hardware, not the claim's setting):", "", *timing, ""]
+    head(paper.CLAIMS[1])
+    big = [line for line in speed if "32B" in line]
+    lines += (["Measured:", "", *big, ""] if big else
+              ["Not measured: no committed 32B memory or step-time measurement under results/measured/<gpu>/.", ""])
+    head(paper.CLAIMS[2])
+    lines += sections[0]
+    head(paper.CLAIMS[3])
+    lines += sections[1]
+    head(paper.CLAIMS[4])
+    lines += sections[2]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def add_arguments(parser) -> None:
+    """Arguments of `qerl claims`."""
+    parser.add_argument("--config", required=True, help="YAML config file (the one the runs were made with)")
+    parser.add_argument("--out", required=True, help="Markdown file to write (e.g. results/tiny/claims.md)")
+
+
+def run(args) -> int:
+    from qerl.config import load_config
+
+    cfg = load_config(args.config, check_data=False)
+    path = tables.write_atomic(Path(args.out), render_claims(cfg))
+    print(path)
+    return 0
