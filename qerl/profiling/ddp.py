@@ -68,17 +68,22 @@ class RandomPromptTokenizer:
 
 
 def _settings(args, world: int):
-    from qerl.config import validate_config
-    from qerl.rl.trainer import resolve_settings
+    """The trainer's settings for this benchmark: GRPO with the paper's Table 4 values (no config file, so the run
+    needs nothing beyond torch, transformers and peft on the GPU machine)."""
+    from qerl.methods import get_method
+    from qerl.rl.trainer import RunSettings
 
-    cfg = validate_config({"train": {
-        "steps": args.steps, "prompts_per_step": args.prompts_per_rank * world, "lr": 1e-5, "lr_by_method": {},
-        "gradient_checkpointing": args.gradient_checkpointing, "lora": {"rank": args.rank, "alpha": 2 * args.rank},
-        "aqn": {"stages": 2},
-        "tasks": {"bench": {"source": "tiny", "algorithm": "grpo", "group_size": args.group_size,
-                            "updates_per_rollout": args.updates_per_rollout, "max_new_tokens": args.completion}}}},
-        source="qerl.profiling.ddp", check_data=False)
-    return resolve_settings(cfg, "bench", args.method, "default", seed=0)
+    targets = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+    return RunSettings(
+        task="bench", method=args.method, variant="default", seed=0, source="random", levels=(), algorithm="grpo",
+        group_size=args.group_size, updates_per_rollout=args.updates_per_rollout, max_new_tokens=args.completion,
+        dynamic_sampling=False, overlong_filter=False, steps=args.steps, prompts_per_step=args.prompts_per_rank * world,
+        lr=1e-5, warmup_steps=0, min_lr_ratio=0.1, weight_decay=0.0, grad_clip=1.0, optimizer="adamw",
+        temperature=1.0, top_p=1.0, clip_eps_low=0.2, clip_eps_high=0.28, kl_coef=0.0, format_weight=0.0,
+        gradient_checkpointing=args.gradient_checkpointing, checkpoint_every=args.steps, max_bad_steps=args.steps,
+        lora_rank=args.rank, lora_alpha=2.0 * args.rank, lora_dropout=0.0, lora_targets=targets,
+        aqn=get_method(args.method).aqn, aqn_schedule="exponential", sigma_start=1e-2, sigma_end=5e-4, aqn_stages=2,
+        aqn_resample="step", instruction="none")
 
 
 def _sync(device: torch.device) -> None:

@@ -29,7 +29,8 @@ execs the command, which holds the locks until it exits. Under SLURM (SLURM_JOB_
 chose the GPUs and the command runs as given.
 
 Without those variables everything here is a no-op and the trainer runs as one process. Backend: NCCL when CUDA
-is available (one GPU per local rank), gloo otherwise (CPU tests). `QERL_DIST_TIMEOUT_MIN` (default 60) bounds how
+is available (one GPU per local rank), gloo otherwise (CPU tests); QERL_DIST_BACKEND=gloo keeps a run on the CPU
+even where GPUs exist (the equivalence test does). `QERL_DIST_TIMEOUT_MIN` (default 60) bounds how
 long a collective waits for a slow rank (long rollouts on one rank stall the others at the next reduction).
 """
 from __future__ import annotations
@@ -116,14 +117,17 @@ def init_distributed() -> DistContext:
         raise ValueError(f"distributed launch: {', '.join(present)} set but {', '.join(missing)} missing; launch "
                          f"with `torchrun --nproc_per_node N` or `accelerate launch`, or unset them")
     rank, world, local = (_env_int(k) for k in _ENV)
-    if torch.cuda.is_available():
+    forced = os.environ.get("QERL_DIST_BACKEND")
+    if forced not in (None, "", "nccl", "gloo"):
+        raise ValueError(f"QERL_DIST_BACKEND={forced!r}: use nccl or gloo (or unset it)")
+    if forced == "gloo" or (not forced and not torch.cuda.is_available()):
+        backend, device = "gloo", torch.device("cpu")
+    else:
         if local >= torch.cuda.device_count():
             raise RuntimeError(f"local rank {local} has no GPU: this machine has {torch.cuda.device_count()}; "
                                f"lower --nproc_per_node")
         torch.cuda.set_device(local)
         backend, device = "nccl", torch.device("cuda", local)
-    else:
-        backend, device = "gloo", torch.device("cpu")
     timeout = datetime.timedelta(minutes=float(os.environ.get("QERL_DIST_TIMEOUT_MIN", "60")))
     kwargs = {"device_id": device} if backend == "nccl" else {}
     dist.init_process_group(backend, rank=rank, world_size=world, timeout=timeout, **kwargs)

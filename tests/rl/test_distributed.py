@@ -164,7 +164,7 @@ def ran(tmp_path_factory):
     cfg = validate_config(json.loads(json.dumps(CONFIG)))
     (root / "cfg.json").write_text(json.dumps(cfg))
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
-    env.update(OMP_NUM_THREADS="1", PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+    env.update(OMP_NUM_THREADS="1", QERL_DIST_BACKEND="gloo", PYTHONPATH=str(Path(__file__).resolve().parents[2]))
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={WORLD}",
                            __file__, str(root)], capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
