@@ -27,7 +27,8 @@ from qerl.report.registry import ARTIFACTS, input_files
 __all__ = ["ARTIFACTS_READ", "claims_inputs", "compare", "render_claims", "add_arguments", "run"]
 
 # The registry entries whose inputs the claims read (the DAG rule's inputs are theirs).
-ARTIFACTS_READ = ("table1", "table2", "table3", "table5", "table6", "table7", "table8", "fig3", "fig4", "fig9")
+ARTIFACTS_READ = ("table1", "table2", "table3", "table5", "table6", "table7", "table8", "fig3", "fig4", "fig8", "fig9",
+                  "fig14")
 _FOUR_BIT = ("nvfp4_lora", "mxfp4_lora", "qlora", "qerl")
 _LABEL = {"full": "BF16 full", "lora": "BF16 LoRA", "qlora": "NF4 LoRA (QLoRA)", "mxfp4_lora": "MXFP4 LoRA",
           "nvfp4_lora": "NVFP4 LoRA (QeRL w/o AQN)", "qerl": "NVFP4 LoRA + AQN (QeRL)"}
@@ -66,10 +67,20 @@ def _fmt(x: Stat | float | None, digits: int = 3) -> str:
     return "n/a" if x is None or not math.isfinite(x) else f"{x:.{digits}f}"
 
 
-def _diff_text(a: Stat, b: Stat, digits: int) -> str:
+def _diff_text(a: Stat, b: Stat, digits: int, tally: list[str] | None = None) -> str:
+    """"+1.2 ± 0.3 SE: **holds**"; the verdict's first word is appended to `tally` when given."""
     diff, se, verdict = compare(a, b)
+    if tally is not None:
+        tally.append(verdict.split(" (")[0])
     spread = f" ± {se:.{digits}f} SE" if se is not None else ""
     return f"{diff:+.{digits}f}{spread}: **{verdict}**"
+
+
+def _count(tally: list[str]) -> str:
+    """"2 hold, 1 within noise" from a list of verdicts."""
+    names = {"holds": "hold", "does not hold": "do not hold"}
+    order = ("holds", "within noise", "contradicted", "does not hold")
+    return ", ".join(f"{tally.count(v)} {names.get(v, v)}" for v in order if v in tally) or "nothing to compare"
 
 
 # --------------------------------------------------------------------------------------------- claim 1, 2: speed
@@ -122,12 +133,13 @@ def _curve_stats(per_seed: list[dict[str, list[float]]]) -> dict[str, Stat]:
     }
 
 
-def _claim3(cfg: dict, seen: list[Context]) -> list[str]:
-    out = []
+def _claim3(cfg: dict, seen: list[Context]) -> tuple[list[str], str]:
+    out, summary = [], []
     for role, title in (("grpo", "GRPO task (Figs. 3, 4 bottom, 5)"), ("dapo", "DAPO task (Figs. 4 top, 14)")):
         methods = [m for m in ("lora", *_FOUR_BIT) if m in trained_methods(cfg, role)]
         if task_name(cfg, role) is None or "lora" not in methods or len(methods) < 2:
             out += [f"*{title}*: not run in this config (needs BF16 LoRA and a 4-bit LoRA method).", ""]
+            summary.append(f"{role.upper()}: not run")
             continue
         ctx = _context(cfg, Needs(), seen)
         stats = {m: _curve_stats(ctx.metrics(RunSpec(role, m))) for m in methods}
@@ -139,13 +151,18 @@ def _claim3(cfg: dict, seen: list[Context]) -> list[str]:
         out += [f"| {_LABEL[m]} | {_fmt(s['entropy0'])} | {_fmt(s['entropy'])} | {_fmt(s['reward_first'])} | "
                 f"{_fmt(s['reward_last'])} | {_fmt(s['growth'])} |" for m, s in stats.items()]
         out.append("")
+        entropy0, entropy, growth = [], [], []
         for m in methods[1:]:
             a, b = stats[m], stats["lora"]
-            out.append(f"- {_LABEL[m]} - BF16 LoRA: entropy at step 0 {_diff_text(a['entropy0'], b['entropy0'], 3)}; "
-                       f"mean entropy {_diff_text(a['entropy'], b['entropy'], 3)}; "
-                       f"reward growth {_diff_text(a['growth'], b['growth'], 3)}.")
+            out.append(f"- {_LABEL[m]} - BF16 LoRA: entropy at step 0 "
+                       f"{_diff_text(a['entropy0'], b['entropy0'], 3, entropy0)}; "
+                       f"mean entropy {_diff_text(a['entropy'], b['entropy'], 3, entropy)}; "
+                       f"reward growth {_diff_text(a['growth'], b['growth'], 3, growth)}.")
         out.append("")
-    return out
+        summary.append(f"{role.upper()}, {len(methods) - 1} methods: higher mean entropy "
+                       f"{_count(entropy)}; higher entropy at step 0 {_count(entropy0)}; faster reward growth "
+                       f"{_count(growth)}")
+    return out, "; ".join(summary) + "."
 
 
 # --------------------------------------------------------------------------------------------- claim 4: accuracy
@@ -166,37 +183,44 @@ def _accuracy(cfg: dict, table_id: str, role: str, seen: list[Context]) -> tuple
     return out, column
 
 
-def _claim4(cfg: dict, seen: list[Context]) -> list[str]:
-    out = []
+def _claim4(cfg: dict, seen: list[Context]) -> tuple[list[str], str]:
+    out, summary = [], []
     for table_id, role in (("table1", "grpo"), ("table2", "dapo")):
         found = _accuracy(cfg, table_id, role, seen)
         title = f"{table_id.replace('table', 'Table ')} ({role.upper()} task)"
         if found is None or not {"qerl", "lora"} <= set(found[0]):
             out += [f"*{title}*: not run in this config.", ""]
+            summary.append(f"{title}: not run")
             continue
         acc, column = found
         out += [f"*{title}*, column `{column}` (pass@1 %, mean ± std over seeds):", "",
-                "| method | trained | untrained, same format | trained - untrained |", "|---|---|---|---|"]
+                "| method | trained | untrained, same format | trained - untrained (verdict: RL raised pass@1) |",
+                "|---|---|---|---|"]
         for m in ("full", "lora", "qlora", "mxfp4_lora", "nvfp4_lora", "qerl"):
             if m in acc:
                 base = acc.get(_UNTRAINED_OF[m])
                 gain = _diff_text(acc[m], base, 1) if base is not None else "n/a"
                 out.append(f"| {_LABEL[m]} | {_fmt(acc[m], 1)} | {_fmt(base, 1)} | {gain} |")
         out.append("")
-        out.append(f"- QeRL - BF16 LoRA: {_diff_text(acc['qerl'], acc['lora'], 1)} (claim: QeRL >= LoRA).")
+        vs_lora = _diff_text(acc["qerl"], acc["lora"], 1)
+        out.append(f"- QeRL - BF16 LoRA: {vs_lora} (claim: QeRL >= LoRA).")
+        line = f"{title}: QeRL - BF16 LoRA {vs_lora}"
         if "nvfp4_lora" in acc:
             out.append(f"- AQN: QeRL - NVFP4 LoRA without AQN: {_diff_text(acc['qerl'], acc['nvfp4_lora'], 1)}.")
         if "full" in acc:
-            out.append(f"- QeRL - BF16 full: {_diff_text(acc['qerl'], acc['full'], 1)} (claim: close to full).")
+            vs_full = _diff_text(acc["qerl"], acc["full"], 1)
+            out.append(f"- QeRL - BF16 full: {vs_full} (claim: close to full).")
+            line += f"; QeRL - BF16 full {vs_full}"
         out.append("")
-    return out
+        summary.append(line)
+    return out, "; ".join(summary) + "."
 
 
 # --------------------------------------------------------------------------------------------- claim 5: schedules
-def _claim5(cfg: dict, seen: list[Context]) -> list[str]:
+def _claim5(cfg: dict, seen: list[Context]) -> tuple[list[str], str]:
     needs = ARTIFACTS["fig9"].needs(cfg)
     if not needs.runs:
-        return ["Not run in this config (train.ablations.aqn_schedules).", ""]
+        return ["Not run in this config (train.ablations.aqn_schedules).", ""], "not run."
     ctx = _context(cfg, needs, seen)
     rows, late_std = [], {}
     for spec in needs.runs:
@@ -210,11 +234,11 @@ def _claim5(cfg: dict, seen: list[Context]) -> list[str]:
     best = min(late_std, key=late_std.get)
     seeds = ablation(cfg, "seeds")
     verdict = ("holds" if best == "exponential" else f"not reproduced: the lowest late-step spread is {best}'s")
+    note = " (one seed: a single draw per schedule)" if len(seeds) < 2 else ""
     return [f"QeRL with each AQN schedule, train.ablations.seeds {list(seeds)}; the reward of the second half of the "
             "steps: its mean, and its step-to-step std (lower = more stable).", "",
             "| schedule | late reward, mean | late reward, std over steps | seeds |", "|---|---|---|---|", *rows, "",
-            f"- Most stable late (lowest std): {best}: **{verdict}**"
-            + (" (one seed: a single draw per schedule)." if len(seeds) < 2 else "."), ""]
+            f"- Most stable late (lowest std): {best}: **{verdict}**{note}.", ""], f"**{verdict}**{note}."
 
 
 def _std(xs: list[float]) -> float:
@@ -233,7 +257,7 @@ def render_claims(cfg: dict) -> str:
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     speed = _measured_rows(cfg, ("table3", "table5", "table6", "table7", "table8"), seen)
     timing = _cpu_timing(cfg, seen)
-    sections = [_claim3(cfg, seen), _claim4(cfg, seen), _claim5(cfg, seen)]
+    (c3, s3), (c4, s4), (c5, s5) = _claim3(cfg, seen), _claim4(cfg, seen), _claim5(cfg, seen)
     prov = Context(cfg, Needs()).prov
     for ctx in seen:  # the commits and hardware of every file read
         prov.commits |= ctx.prov.commits
@@ -243,7 +267,13 @@ def render_claims(cfg: dict) -> str:
              f"Generated by `qerl claims` on {date} from the DAG's own results; {prov.line()}.", "",
              "Verdicts compare two means over seeds: **holds** when the difference is above 2 standard errors (from "
              "the seeds' spread), **contradicted** when it is below -2 SE, **within noise** otherwise. The paper's "
-             "numbers are in ../shared/paper/REPORTED.md and beside ours in every table.", ""]
+             "numbers are in ../shared/paper/REPORTED.md and beside ours in every table. Differences treat the "
+             "seeds of two methods as independent samples.", "", "## Summary", "",
+             f"1. Speed: {'measured, see below' if speed else 'not measured at this commit'}.",
+             f"2. 32B on one 80 GB GPU: {'measured, see below' if any('32B' in s for s in speed) else 'not measured'}.",
+             f"3. Entropy and reward growth, 4-bit LoRA vs BF16 LoRA: {s3}",
+             f"4. Accuracy: {s4}",
+             f"5. Exponential AQN schedule most stable late: {s5}", ""]
     claim = 0
 
     def head(text: str) -> None:
@@ -267,11 +297,11 @@ def render_claims(cfg: dict) -> str:
     lines += (["Measured:", "", *big, ""] if big else
               ["Not measured: no committed 32B memory or step-time measurement under results/measured/<gpu>/.", ""])
     head(paper.CLAIMS[2])
-    lines += sections[0]
+    lines += c3
     head(paper.CLAIMS[3])
-    lines += sections[1]
+    lines += c4
     head(paper.CLAIMS[4])
-    lines += sections[2]
+    lines += c5
     return "\n".join(lines).rstrip() + "\n"
 
 
