@@ -11,6 +11,7 @@
 #   R/quantized/<model>/<format>/                    NVFP4 / MXFP4 (AWQ-calibrated) and NF4 checkpoints
 #   R/runs/<task>/<model>/<method>/<variant>/seed<k>/  one training run (metrics.jsonl, adapter, eval)
 #   R/tables/table<N>.{md,tex,csv}, R/figures/fig<N>.{png,pdf}
+#   R/claims.md                                       the paper's headline claims checked claim by claim
 #   R/logs/<rule>/...  and  R/benchmarks/<rule>/...  per-job logs and timings
 from snakemake.utils import validate
 
@@ -33,6 +34,7 @@ include: "workflow/rules/quantize.smk"
 include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/render.smk"
+include: "workflow/rules/claims.smk"
 
 
 

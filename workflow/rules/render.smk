@@ -44,25 +44,3 @@ def render_targets():
     """Every table and figure file of the registry, and the claims, for `rule all`."""
     return [path for artifact in ARTIFACTS.values() for path in output_files(artifact, config)] + [f"{R}/claims.md"]
 
-
-# The paper's headline claims, each checked against this scale's runs and measurements (qerl/report/claims.py):
-#   snakemake --cores all claims        ->  R/claims.md   (docs/CLAIMS_TINY.md is the tiny scale's, committed)
-from qerl.report.claims import claims_inputs
-
-
-rule claims:
-    input:
-        config=ancient(CONFIGFILE),
-        data=claims_inputs(config),
-    output:
-        report(f"{R}/claims.md", caption="../report/claims.rst", category="Claims"),
-    params:
-        cfg=section("scale", "model", "seeds", "train", "evaluate", "profile"),
-    conda:
-        CONDA_ENV
-    log:
-        f"{R}/logs/render/claims.log",
-    benchmark:
-        f"{R}/benchmarks/render/claims.tsv"
-    shell:
-        "qerl claims --config {input.config} --out {output} 2> {log}"
