@@ -18,8 +18,8 @@ defaults below, so a key that is absent or renamed degrades to a default rather 
   train.ablations.task when present (default grpo: the paper's 3B/7B ablations are GSM8K); Fig. 8 needs .noaqn
   (true); Fig. 9/15 .aqn_schedules (linear, exponential, cosine, logarithmic); Fig. 10 and Table 9 .ranks
   (16, 32, 64, 128); Fig. 16/17 .lrs (5e-6, 3e-5) for the methods in .lr_methods (qerl, lora).
-- measured GPU folder: profile.measured_gpu, else the only folder of <results_dir>/measured, else one whose name
-  contains h100, else the first in name order.
+- measured GPU folder: profile.measured_gpu, else among the folders of <results_dir>/measured holding a profiling
+  CSV (rollout/e2e/memory.csv): one whose name contains h100, else the first in name order.
 
 A role without a task (e.g. no DAPO task configured) makes its artifacts say "not run" instead of naming files.
 Variant names: "default"; "noaqn"; "aqn-<schedule>"; "rank<r>"; "lr<value>" with value formatted by `lr_variant`
@@ -231,7 +231,8 @@ def measured_dir(cfg: dict) -> Path | None:
         return root / str(chosen)
     if not root.is_dir():
         return None
-    folders = sorted(p for p in root.iterdir() if p.is_dir())
+    profiled = ("rollout.csv", "e2e.csv", "memory.csv")
+    folders = sorted(p for p in root.iterdir() if p.is_dir() and any((p / n).exists() for n in profiled))
     if not folders:
         return None
     preferred = [p for p in folders if "h100" in p.name.lower()]
