@@ -84,21 +84,82 @@ def _count(tally: list[str]) -> str:
 
 
 # --------------------------------------------------------------------------------------------- claim 1, 2: speed
-def _measured_rows(cfg: dict, ids: tuple[str, ...], seen: list[Context]) -> list[str]:
-    """Lines for the rows of measured tables that hold at least one measured value of ours."""
-    out = []
-    for artifact_id in ids:
-        artifact = ARTIFACTS[artifact_id]
-        table = artifact.renderer(_context(cfg, artifact.needs(cfg), seen), artifact)
-        ours = table.column_names("ours")
-        keys = table.column_names("key")
-        for row in table.rows:
-            values = {c: row.get(c) for c in ours if row.get(c) not in (None, "", tables.NOT_MEASURED, tables.NOT_RUN)}
-            if values:
-                key = ", ".join(str(row.get(k, "")) for k in keys)
-                cells = "; ".join(f"{c} = {tables.format_value(v)}" for c, v in values.items())
-                out.append(f"- {artifact.title.split(':')[0]} ({key}): {cells}")
-    return out
+def _num(x) -> float | None:
+    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
+
+
+def _cell(x) -> str:
+    return f"{x:.2f}" if _num(x) is not None else str(x)
+
+
+def _speed(cfg: dict, seen: list[Context]) -> tuple[list[str], str] | None:
+    """Claim 1 from the committed rollout.csv / e2e.csv (the Table 5-8 arithmetic); None when neither exists."""
+    ctx = _context(cfg, Needs(measured=("rollout.csv", "e2e.csv")), seen)
+    rollout, e2e = ctx.measured("rollout.csv"), ctx.measured("e2e.csv")
+    if rollout is None and e2e is None:
+        return None
+    rows, rx, ex, qx = [], [], [], []
+    models = list(dict.fromkeys(r["model"] for r in (rollout or []) + (e2e or [])))
+    for model in models:
+        batches = sorted({r["batch"] for r in (rollout or []) + (e2e or []) if r["model"] == model})
+        for batch in batches:
+            def tps(method):
+                cands = [r for r in rollout or [] if r["model"] == model and r["batch"] == batch
+                         and r["method"] in tables.method_aliases(method)]
+                return min(cands, key=lambda r: r["rank"])["tokens_per_s"] if cands else None
+            q, ref = tps("qerl"), tps("lora")
+            roll = q / ref if q and ref else tables.NOT_MEASURED
+            e_no, e_gc = (tables.e2e_speedup(e2e, model, "qerl", batch, gc) for gc in (False, True))
+            ql_no, ql_gc = (tables.e2e_speedup(e2e, model, "qlora", batch, gc) for gc in (False, True))
+            rx += [roll] if _num(roll) is not None else []
+            ex += [v for v in (e_no, e_gc) if _num(v) is not None]
+            qx += [v for v in (ql_no, ql_gc) if _num(v) is not None]
+            rows.append(f"| {paper_model_label(model)} | {batch} | {_cell(roll)} | {_cell(e_no)} | {_cell(e_gc)} | "
+                        f"{_cell(ql_no)} | {_cell(ql_gc)} |")
+
+    def span(xs: list[float], lo: float, hi: float | None, what: str) -> str:
+        if not xs:
+            return f"{what}: not measured"
+        inside = sum(1 for x in xs if x >= lo and (hi is None or x <= hi))
+        band = f">= {lo:g}x" if hi is None else f"in {lo:g}-{hi:g}x"
+        return f"{what} {min(xs):.2f}-{max(xs):.2f}x, {band} in {inside} of {len(xs)} cells"
+
+    summary = "; ".join([span(rx, 1.5, None, "QeRL rollout"), span(ex, 1.2, 1.5, "QeRL E2E"),
+                         span(qx, 0.7, 0.9, "QLoRA E2E")])
+    where = "; ".join(s for s in ctx.prov.sources)
+    lines = [f"Measured ({where}); speedup = BF16 LoRA time / method time at the same batch, rollout at the lowest "
+             "LoRA rank measured; E2E without and with gradient checkpointing (GC); \"OOM\" or \"s/step\" where "
+             "BF16 LoRA has no step to compare with.", "",
+             "| model | batch | QeRL rollout x | QeRL E2E x | QeRL E2E x (GC) | QLoRA E2E x | QLoRA E2E x (GC) |",
+             "|---|---|---|---|---|---|---|", *rows, "", f"- {summary}.", ""]
+    return lines, summary + "."
+
+
+def _memory_32b(cfg: dict, seen: list[Context]) -> tuple[list[str], str] | None:
+    """Claim 2 from the committed memory.csv and e2e.csv rows of the 32B model; None when there are none."""
+    ctx = _context(cfg, Needs(measured=("e2e.csv", "memory.csv")), seen)
+    memory = [r for r in ctx.measured("memory.csv") or [] if paper_model_label(r["model"]) == "32B"]
+    e2e = [r for r in ctx.measured("e2e.csv") or [] if paper_model_label(r["model"]) == "32B"]
+    if not memory and not e2e:
+        return None
+    lines = [f"- {tables._METHOD_LABEL.get(r['method'], r['method'])}: weights {r['model_size_gb']:.1f} GB, peak "
+             f"{_cell(r['peak_gb'])} GB (memory.csv)" for r in memory]
+    lines += [f"- {tables._METHOD_LABEL.get(r['method'], r['method'])} GRPO step, batch {r['batch']}"
+              f"{' with GC' if r['gc'] else ''}: {_cell(r['step_s'])}{'' if r['step_s'] == 'OOM' else ' s'}"
+              for r in e2e]
+    qerl_peak = [_num(r["peak_gb"]) for r in memory if r["method"] in tables.method_aliases("qerl")]
+    qerl_steps = [r for r in e2e if r["method"] in tables.method_aliases("qerl") and _num(r["step_s"]) is not None]
+    lora_peak = [_cell(r["peak_gb"]) for r in memory if r["method"] == "lora"]
+    others = f"; BF16 LoRA's peak: {lora_peak[0]} GB" if lora_peak else ""
+    if qerl_steps and qerl_peak and all(p is not None and p <= 80 for p in qerl_peak):
+        verdict = (f"**holds**: QeRL 32B completes GRPO steps and its measured peak is {max(qerl_peak):.1f} GB "
+                   f"(<= 80 GB){others}")
+    elif qerl_steps or qerl_peak:
+        verdict = "**not shown**: no QeRL 32B step with a measured peak <= 80 GB"
+    else:
+        verdict = "**not measured** for QeRL"
+    where = "; ".join(ctx.prov.sources)
+    return [f"Measured ({where}):", "", *lines, "", f"- {verdict}.", ""], verdict + "."
 
 
 def _cpu_timing(cfg: dict, seen: list[Context]) -> list[str]:
@@ -255,7 +316,7 @@ def render_claims(cfg: dict) -> str:
     """
     seen: list[Context] = []
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    speed = _measured_rows(cfg, ("table3", "table5", "table6", "table7", "table8"), seen)
+    speed, big = _speed(cfg, seen), _memory_32b(cfg, seen)
     timing = _cpu_timing(cfg, seen)
     (c3, s3), (c4, s4), (c5, s5) = _claim3(cfg, seen), _claim4(cfg, seen), _claim5(cfg, seen)
     prov = Context(cfg, Needs()).prov
@@ -269,8 +330,8 @@ def render_claims(cfg: dict) -> str:
              "the seeds' spread), **contradicted** when it is below -2 SE, **within noise** otherwise. The paper's "
              "numbers are in ../shared/paper/REPORTED.md and beside ours in every table. Differences treat the "
              "seeds of two methods as independent samples.", "", "## Summary", "",
-             f"1. Speed: {'measured, see below' if speed else 'not measured at this commit'}.",
-             f"2. 32B on one 80 GB GPU: {'measured, see below' if any('32B' in s for s in speed) else 'not measured'}.",
+             f"1. Speed: {speed[1] if speed else 'not measured at this commit.'}",
+             f"2. 32B on one 80 GB GPU: {big[1] if big else 'not measured at this commit.'}",
              f"3. Entropy and reward growth, 4-bit LoRA vs BF16 LoRA: {s3}",
              f"4. Accuracy: {s4}",
              f"5. Exponential AQN schedule most stable late: {s5}", ""]
@@ -283,7 +344,7 @@ def render_claims(cfg: dict) -> str:
 
     head(paper.CLAIMS[0])
     if speed:
-        lines += ["Measured (committed GPU measurements, results/measured/):", "", *speed, ""]
+        lines += speed[0]
     else:
         lines += ["Not measured: no committed rollout.csv / e2e.csv / memory.csv under results/measured/<gpu>/, so "
                   "Tables 3 and 5-8 read \"not measured\". This scale's training runs do not test the claim: on a "
@@ -293,8 +354,7 @@ def render_claims(cfg: dict) -> str:
         lines += ["For the record, this scale's own step phases (GRPO task, mean over steps and seeds; "
                   f"{cfg['scale']} hardware, not the claim's setting):", "", *timing, ""]
     head(paper.CLAIMS[1])
-    big = [line for line in speed if "32B" in line]
-    lines += (["Measured:", "", *big, ""] if big else
+    lines += (big[0] if big else
               ["Not measured: no committed 32B memory or step-time measurement under results/measured/<gpu>/.", ""])
     head(paper.CLAIMS[2])
     lines += c3
