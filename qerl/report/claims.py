@@ -122,7 +122,8 @@ def _speed(cfg: dict, seen: list[Context]) -> tuple[list[str], str] | None:
             return f"{what}: not measured"
         inside = sum(1 for x in xs if x >= lo and (hi is None or x <= hi))
         band = f">= {lo:g}x" if hi is None else f"in {lo:g}-{hi:g}x"
-        return f"{what} {min(xs):.2f}-{max(xs):.2f}x, {band} in {inside} of {len(xs)} cells"
+        verdict = "holds" if inside == len(xs) else ("not reproduced" if inside == 0 else "partly")
+        return f"{what} {min(xs):.2f}-{max(xs):.2f}x, {band} in {inside} of {len(xs)} cells: **{verdict}**"
 
     summary = "; ".join([span(rx, 1.5, None, "QeRL rollout"), span(ex, 1.2, 1.5, "QeRL E2E"),
                          span(qx, 0.7, 0.9, "QLoRA E2E")])
