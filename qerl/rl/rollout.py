@@ -89,14 +89,29 @@ def _top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
 _TAIL_TOKENS = 24  # tokens decoded to look for a stop string that spans several tokens
 
 
+_PROMPT_ALIGN = 64  # prompt widths are padded to a multiple of this, so engines (and their graphs) are reused
+
+
+def _engine_usable(model) -> bool:
+    """The static-shape engine runs this model: CUDA, a Qwen2/Llama layout, and no forward hooks on the norms (AQN's
+    per-forward resampling uses hooks, which the engine's fused RMSNorm would bypass)."""
+    from qerl.rl.engine import supports
+
+    if not next(model.parameters()).is_cuda or not supports(model):
+        return False
+    return not any(m._forward_pre_hooks or m._forward_hooks for n, m in model.named_modules() if n.endswith("norm"))
+
+
 @torch.no_grad()
 def sample(model, tokenizer, prompts: list[str], *, group_size: int, max_new_tokens: int, temperature: float = 1.0,
            top_p: float = 1.0, generator: torch.Generator | None = None,
-           stop_strings: tuple[str, ...] = ("</answer>",)) -> RolloutBatch:
+           stop_strings: tuple[str, ...] = ("</answer>",), engine: bool | None = None) -> RolloutBatch:
     """Sample `group_size` completions for each prompt.
 
-    Finished rows leave the batch (and the KV cache), so a batch costs what its longest completion costs only for
-    the rows still running.
+    Two paths with the same result layout: on CUDA (engine=None) the static-shape engine (qerl.rl.engine: CUDA
+    graphs, fused projections; rows run to the longest completion, checked for EOS every 32 steps; its sampling
+    uses the torch RNG, seeded from `generator`); otherwise the eager loop, where finished rows leave the batch (and
+    the KV cache). engine=True forces the engine (also on CPU, for tests), False the eager loop.
 
     Args:
         model: a causal LM (transformers, optionally peft-wrapped, quantized or not).
@@ -123,6 +138,9 @@ def sample(model, tokenizer, prompts: list[str], *, group_size: int, max_new_tok
         raise ValueError(f"top_p must be in (0, 1], got {top_p}")
     if not temperature >= 0:
         raise ValueError(f"temperature must be >= 0, got {temperature}")
+    if engine or (engine is None and _engine_usable(model)):
+        return _sample_engine(model, tokenizer, prompts, group_size, max_new_tokens, temperature, top_p, generator,
+                              stop_strings)
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()
@@ -192,6 +210,58 @@ def sample(model, tokenizer, prompts: list[str], *, group_size: int, max_new_tok
     model.train(was_training)
     return RolloutBatch(input_ids, attention, completion_mask, plen, texts, lengths.cpu(), (~done).cpu(),
                         entropy.cpu(), sample_logp.cpu())
+
+
+def _sample_engine(model, tokenizer, prompts, group_size, max_new_tokens, temperature, top_p, generator,
+                   stop_strings) -> RolloutBatch:
+    from qerl.rl.engine import DecodeEngine
+
+    device = next(model.parameters()).device
+    texts_in = [p for p in prompts for _ in range(group_size)]
+    enc = tokenizer(texts_in, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
+    ids, attn = enc["input_ids"], enc["attention_mask"]
+    pad = tokenizer.pad_token_id
+    width = -(-ids.shape[1] // _PROMPT_ALIGN) * _PROMPT_ALIGN
+    if width > ids.shape[1]:  # extra left padding: engines and graphs are reused across steps
+        extra = width - ids.shape[1]
+        ids = torch.cat([torch.full((ids.shape[0], extra), pad, dtype=ids.dtype), ids], 1)
+        attn = torch.cat([torch.zeros((attn.shape[0], extra), dtype=attn.dtype), attn], 1)
+    n, plen = ids.shape
+    limit = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    if isinstance(limit, int) and int(attn.sum(1).max()) + max_new_tokens > limit:
+        raise ValueError(f"max_new_tokens = {max_new_tokens} plus the longest prompt exceeds the model's "
+                         f"max_position_embeddings = {limit}; lower the generation budget")
+    ids, attn = ids.to(device), attn.to(device)
+    eng = model.__dict__.pop("_qerl_engine", None)  # one engine (one shape) kept with the model; it dies with it
+    if eng is None or eng.batch != n or eng.max_len != plen + max_new_tokens:
+        del eng
+        eng = DecodeEngine(model, n, plen + max_new_tokens)
+    model.__dict__["_qerl_engine"] = eng
+    if generator is not None:  # the engine samples from the torch RNG of the model's device
+        seed = int(torch.randint(0, 2**62, (1,), generator=generator, device=generator.device))
+        torch.manual_seed(seed)
+    eos = sorted(eos_token_ids(model, tokenizer))
+    out = eng.generate(ids, attn, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, eos_ids=eos)
+    tokens, lengths, done = out.tokens.cpu(), out.lengths.cpu().clone(), out.finished.cpu().clone()
+    if stop_strings:  # cut each row after the token that completes its first stop string (before its EOS, if any)
+        cands = _stop_candidates(tokenizer, stop_strings)
+        hits = torch.isin(tokens, cands)
+        for row, col in hits.nonzero().tolist():  # row-major: each row's candidates in column order
+            if col >= lengths[row]:
+                continue  # after the row's end (its EOS, or a stop string found earlier)
+            tail = tokenizer.decode(tokens[row, max(0, col + 1 - _TAIL_TOKENS):col + 1], skip_special_tokens=True)
+            if any(st in tail for st in stop_strings):
+                lengths[row], done[row] = col + 1, True
+    width_c = int(lengths.max())
+    comp_mask = torch.arange(width_c).unsqueeze(0) < lengths.unsqueeze(1)  # [N, L]
+    tokens = tokens[:, :width_c].masked_fill(~comp_mask, pad)
+    entropy = out.entropy.cpu()[:, :width_c].masked_fill(~comp_mask, 0.0)
+    sample_logp = out.logp.cpu()[:, :width_c].masked_fill(~comp_mask, 0.0)
+    input_ids = torch.cat([ids.cpu(), tokens], 1).to(device)
+    attention = torch.cat([attn.cpu(), comp_mask.long()], 1).to(device)
+    completion_mask = torch.cat([torch.zeros_like(ids.cpu()), comp_mask.long()], 1).to(device)
+    texts = tokenizer.batch_decode(tokens, skip_special_tokens=True)
+    return RolloutBatch(input_ids, attention, completion_mask, plen, texts, lengths, ~done, entropy, sample_logp)
 
 
 def sequence_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_len: int,
