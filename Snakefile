@@ -35,6 +35,7 @@ include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/render.smk"
 include: "workflow/rules/claims.smk"
+include: "workflow/rules/profile.smk"
 
 
 

@@ -46,3 +46,18 @@ def test_unknown_key_fails_before_any_job(repo_root, tmp_path):
 def test_lint_is_clean(repo_root):
     proc = _snakemake(repo_root, "--lint")
     assert proc.returncode == 0 and "good condition" in proc.stdout + proc.stderr, (proc.stdout + proc.stderr)[-3000:]
+
+
+@pytest.mark.slow
+def test_profile_rule_passes_the_config(repo_root, tmp_path):
+    cfg = yaml.safe_load((repo_root / "config" / "config.yaml").read_text())
+    cfg["results_dir"] = str(tmp_path / "results")
+    cfg["profile"] = {"archs": ["7B", "32B"], "ranks": [32], "completion_tokens": 512}
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    target = str(tmp_path / "results" / "measured" / "h100" / "rollout.csv")
+    proc = _snakemake(repo_root, target, "-n", "-p", "--configfile", str(path))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = proc.stdout + proc.stderr
+    assert "qerl profile --archs 7B,32B --methods lora,qlora,qerl --ranks 32" in out
+    assert "--completion 512" in out and f"--out {tmp_path}/results/measured/h100" in out
