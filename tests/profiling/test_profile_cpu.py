@@ -1,0 +1,60 @@
+"""The profiling stage's CPU-checkable parts: architecture table, random-weight builder, model size accounting,
+the resumable CSV, and a clear error without a GPU."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from qerl.profiling.archs import ARCHS, qwen25_config
+from qerl.profiling.build import build_random_model, random_base
+from qerl.profiling.run import _Csv, model_size_bytes
+
+
+def test_architectures_have_the_published_sizes():
+    # parameter counts of the released Qwen2.5-Instruct models (billions, as published)
+    for name, billions in {"3B": 3.09, "7B": 7.62, "14B": 14.77, "32B": 32.76, "72B": 72.71}.items():
+        assert abs(ARCHS[name].params / 1e9 - billions) < 0.01, name
+    cfg = qwen25_config("7B", layers=2)
+    assert (cfg.hidden_size, cfg.num_key_value_heads, cfg.num_hidden_layers) == (3584, 4, 2)
+    with pytest.raises(ValueError, match="unknown architecture"):
+        qwen25_config("8B")
+
+
+@pytest.mark.parametrize("weights", ["bf16", "nvfp4"])
+def test_random_base_matches_the_architecture(weights):
+    a = ARCHS["0.5B"]
+    model = random_base("0.5B", weights, layers=1, device="cpu", dtype=torch.bfloat16)
+    per_layer_linear = a.linear_params // a.layers
+    emb = a.vocab * a.hidden  # tied
+    rest = a.hidden + 2 * a.kv_heads * a.head_dim + 2 * a.hidden + a.hidden  # q/k/v biases, two norms, final norm
+    size = model_size_bytes(model) - 2 * 4 * a.head_dim // 2  # RoPE inv_freq and its original copy (float32)
+    if weights == "bf16":
+        assert size == 2 * (per_layer_linear + emb + rest)
+    else:  # 4 bits + one E4M3 scale per 16 weights + a 4-byte global scale per layer (7 layers)
+        assert size == per_layer_linear // 2 + per_layer_linear // 16 + 7 * 4 + 2 * (emb + rest)
+    assert not any(p.requires_grad for p in model.parameters())
+    x = torch.randint(0, 1000, (1, 4))
+    assert torch.isfinite(model(input_ids=x).logits.float()).all()
+
+
+def test_lora_model_size_excludes_adapters():
+    lora = build_random_model("0.5B", "qerl", rank=8, layers=1, device="cpu")
+    assert any(p.requires_grad for p in lora.parameters())
+    assert model_size_bytes(lora) == model_size_bytes(random_base("0.5B", "nvfp4", layers=1, device="cpu"))
+
+
+def test_csv_appends_and_resumes(tmp_path):
+    path = tmp_path / "r.csv"
+    f = _Csv(path, ("model", "batch", "tokens_per_s"), ("model", "batch"))
+    f.add(model="7B", batch=1, tokens_per_s=123.456)
+    again = _Csv(path, ("model", "batch", "tokens_per_s"), ("model", "batch"))
+    assert again.has(model="7B", batch=1) and not again.has(model="7B", batch=8)
+    again.add(model="7B", batch=8, tokens_per_s="OOM")
+    assert path.read_text().splitlines() == ["model,batch,tokens_per_s", "7B,1,123.5", "7B,8,OOM"]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message shown without a GPU")
+def test_profile_without_gpu_says_so(tmp_path, capsys):
+    from qerl.cli import main
+    assert main(["profile", "--out", str(tmp_path)]) == 2
+    assert "no CUDA device" in capsys.readouterr().err
