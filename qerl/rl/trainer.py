@@ -30,7 +30,8 @@ over ranks; rank 0 alone writes metrics.jsonl, checkpoints, the adapter, run.jso
 Deviation: N ranks draw different rollouts than one process (each rank samples its slice with its own generator),
 so an N-GPU run is statistically, not bitwise, the one-GPU run. Full fine-tuning is replicated, not FSDP (why:
 distributed.py's docstring). With a process group the model is moved to the rank's device (cuda:<local rank>);
-without one it stays where it was loaded, as before.
+without one, `qerl train --device` picks it (auto: a CUDA GPU when there is one; the DAG passes cpu when
+resources.train.gpus is 0).
 
 Run: `qerl train --config config/config.yaml --task tiny_grpo --method qerl --variant default --seed 0
       --base results/tiny/models/tiny/base --out results/tiny/runs/tiny_grpo/tiny/qerl/default/seed0`
@@ -417,7 +418,7 @@ def _rollout_seed(seed: int, step: int, rank: int) -> int:
 
 def train(cfg: dict, s: RunSettings, base_dir: str | Path, out_dir: str | Path, *, quantized_dir=None,
           data_dir=None, stop_after: int | None = None, evaluate=None, progress: bool = True,
-          dist_ctx: DistContext | None = None) -> dict:
+          dist_ctx: DistContext | None = None, device: str | torch.device | None = None) -> dict:
     """Train one run into `out_dir` (resuming from its checkpoint if there is one).
 
     Under torchrun / accelerate launch (or with `dist_ctx`) each rank rolls out a contiguous slice of the step's
@@ -435,6 +436,7 @@ def train(cfg: dict, s: RunSettings, base_dir: str | Path, out_dir: str | Path, 
         evaluate: optional callable(model, tokenizer) -> dict, run after training (rank 0); its result is returned.
         progress: show a progress bar with the live reward (rank 0).
         dist_ctx: the distributed context (default: qerl.rl.distributed.init_distributed(), from the environment).
+        device: where a single process trains (None: where the model was loaded, the CPU); ranks use their own.
 
     Returns:
         {"steps": ..., "final": last metrics, "eval": evaluate's result or None}.
@@ -451,8 +453,8 @@ def train(cfg: dict, s: RunSettings, base_dir: str | Path, out_dir: str | Path, 
     torch.manual_seed(s.seed)
     problems = load_task_problems(cfg, s, data_dir)
     model, tokenizer = build_policy(cfg, s, base_dir, quantized_dir)
-    if ctx.device is not None:
-        model.to(ctx.device)
+    if ctx.device is not None or device is not None:
+        model.to(ctx.device if ctx.device is not None else device)
     device = next(model.parameters()).device
     trainable = [p for p in model.parameters() if p.requires_grad]
     broadcast_params(ctx, trainable)  # every rank starts from rank 0's weights
@@ -599,6 +601,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--data", default=None, help="tiny scale data folder (default results/<scale>/data/tiny)")
     parser.add_argument("--out", required=True, help="run folder")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--device", default="auto",
+                        help="auto (a CUDA GPU when there is one, else the CPU), cpu, cuda or cuda:N; under torchrun "
+                             "each rank uses its local GPU")
 
 
 def eval_benchmarks(cfg: dict, task: str) -> list[str]:
@@ -630,9 +635,10 @@ def run(args) -> int:
                                           "adapter_updated": updated if lora_b else None})
 
     ctx = init_distributed()  # torchrun / accelerate launch: one process per GPU; otherwise a no-op
+    device = args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
     try:
         result = train(cfg, s, args.base, args.out, quantized_dir=args.quantized, data_dir=args.data,
-                       progress=not args.no_progress, evaluate=evaluate, dist_ctx=ctx)
+                       progress=not args.no_progress, evaluate=evaluate, dist_ctx=ctx, device=device)
         if not ctx.is_main:  # rank 0 evaluates and writes eval.json; the other ranks are done
             return 0
         evaluation = result["eval"]

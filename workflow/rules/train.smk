@@ -22,6 +22,7 @@ rule train:
         data=lambda wildcards, input: f"--data {os.path.dirname(input.data)}" if input.data.endswith("rl.jsonl") else "",
         quantized=lambda wildcards, input: f"--quantized {input.quantized}" if "quantized" in input.keys() else "",
         launch=train_launcher(config["resources"]["train"]["gpus"]),
+        device="--device cpu" if config["resources"]["train"]["gpus"] == 0 else "",
     conda:
         CONDA_ENV
     threads: config["train"]["threads"]
@@ -36,4 +37,4 @@ rule train:
     shell:
         "{params.launch} train --config {input.config} --task {wildcards.task} --method {wildcards.method}"
         " --variant {wildcards.variant} --seed {wildcards.seed} --base {input.base} {params.data} {params.quantized}"
-        " --out {params.out} --no-progress 2> {log}"
+        " --out {params.out} {params.device} --no-progress 2> {log}"
