@@ -200,3 +200,22 @@ def test_sample_through_the_engine_matches_the_eager_loop(setup):
         m = b.completion_mask[:, b.prompt_len:].bool()
         assert torch.allclose(logp[m], b.sample_logp[m], atol=1e-4)
     assert (a.truncated == False).any()  # noqa: E712 - some rows ended by the stop string
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the CUDA path of sample() (graphs) needs a GPU")
+def test_sample_on_cuda_uses_the_engine_and_agrees_with_the_eager_loop(setup):
+    from qerl.rl.rollout import sample
+    model, tok, _, _ = setup
+    model = _lora(model).cuda()
+    prompts = [build_prompt(q, tok, "none") for q in QUESTIONS]
+    kw = dict(group_size=2, max_new_tokens=40, temperature=0.0)
+    a = sample(model, tok, prompts, engine=False, **kw)
+    b = sample(model, tok, prompts, **kw)  # auto: CUDA -> the engine, with graphs
+    assert "_qerl_engine" in model.__dict__ and model.__dict__["_qerl_engine"].graphs
+    assert sum(x == y for x, y in zip(a.texts, b.texts)) >= len(a.texts) - 1  # fp32 on GPU: near-ties may flip
+    c = sample(model, tok, prompts, generator=torch.Generator(device="cuda").manual_seed(3), group_size=2,
+               max_new_tokens=40, temperature=1.0)
+    with torch.no_grad():
+        logp, _ = sequence_logprobs(model, c.input_ids, c.attention_mask, c.prompt_len)
+    m = c.completion_mask[:, c.prompt_len:].bool()
+    assert (logp[m] - c.sample_logp.to(logp.device)[m]).abs().max() < 1e-2
