@@ -48,17 +48,22 @@ rule evaluate:
         data=lambda wildcards, input: (
             f"--tiny-test {input.data}" if wildcards.benchmark == "tiny" else ""
         ),
+        # with GPUs for training (resources.train.gpus > 0) each evaluation claims one free GPU, as training jobs do
+        launch="python -m qerl.rl.distributed --gpus 1 -- qerl" if config["resources"]["train"]["gpus"] else "qerl",
+        device="--device cuda" if config["resources"]["train"]["gpus"] else "--device cpu",
         quantized=lambda wildcards, input: (
             f"--quantized {input.quantized}" if input.quantized else ""
         ),
     conda:
         CONDA_ENV
     threads: 1
+    resources:
+        gpu=1 if config["resources"]["train"]["gpus"] else 0,
     log:
         f"{R}/logs/evaluate/{{model}}/{{method}}/{{benchmark}}/seed{{seed}}.log",
     benchmark:
         f"{R}/benchmarks/evaluate/{{model}}/{{method}}/{{benchmark}}/seed{{seed}}.tsv"
     shell:
-        "qerl evaluate --config {input.config} --model {input.model} --format {wildcards.method}"
+        "{params.launch} evaluate --config {input.config} --model {input.model} --format {wildcards.method}"
         " --method {wildcards.method} --benchmarks {wildcards.benchmark} --seed {wildcards.seed}"
-        " {params.data} {params.quantized} --threads {threads} --out {output} 2> {log}"
+        " {params.data} {params.quantized} {params.device} --threads {threads} --out {output} 2> {log}"
