@@ -217,8 +217,10 @@ def draw_paper_schedules(ax, ctx: Context) -> None:
     ax.legend(fontsize=7)
 
 
-def _bars(ax, groups: list[str], series: list[tuple[str, dict[str, Any], dict]], ylabel: str) -> None:
-    """Grouped bars: one group per x label, one bar per series (label, {group: value or (mean, lo, hi, points)})."""
+def _bars(ax, groups: list[str], series: list[tuple[str, dict[str, Any], dict]], ylabel: str,
+          legend: bool = True) -> None:
+    """Grouped bars: one group per x label, one bar per series (label, {group: value or (mean, lo, hi, points)});
+    legend=False leaves the legend to the caller (one figure legend for several panels)."""
     import numpy as np
 
     width = 0.8 / max(1, len(series))
@@ -245,7 +247,7 @@ def _bars(ax, groups: list[str], series: list[tuple[str, dict[str, Any], dict]],
     tops = [v[2] if isinstance(v, tuple) else v for _, values, _ in series for v in values.values()]
     if tops:
         ax.set_ylim(0, 1.3 * max(tops))  # headroom for the legend above the bars
-    if series:
+    if series and legend:
         ax.legend(fontsize=6, loc="upper center", ncol=min(3, len(series)), framealpha=0.9)
 
 
@@ -334,7 +336,7 @@ def render_fig11(ctx: Context, artifact):
     plt = _plt()
     rollout = ctx.measured("rollout.csv")
     models = list(dict.fromkeys([r["model"] for r in paper.TABLE9] + [r["model"] for r in rollout or []]))
-    fig, axes = plt.subplots(1, len(models), figsize=(4.2 * len(models), 4.6), squeeze=False)
+    fig, axes = plt.subplots(1, len(models), figsize=(4.2 * len(models), 5.0), squeeze=False)
     o = ctx.measured_label()
     wname = {"lora": "BF16", "qerl": "NVFP4", "qlora": "QLoRA"}
     colors = {"lora": "tab:gray", "qerl": "tab:green", "qlora": "tab:orange"}
@@ -354,7 +356,7 @@ def render_fig11(ctx: Context, artifact):
                 ov = {f"r{r['rank']}": r["tokens_per_s"] for r in cand if r["batch"] == batch}
                 series.append((f"{o} {wname[method]} (bs {batch})", ov,
                                {"color": colors[method], "hatch": "//", "edgecolor": "white"}))
-        _bars(ax, groups, series, "rollout tokens/s")
+        _bars(ax, groups, series, "rollout tokens/s", legend=False)
         if rollout is None or not any(r["model"] == model for r in rollout):
             ax.set_title(f"{model} (ours: {NOT_MEASURED})", fontsize=9, color="tab:red")
         else:
@@ -362,6 +364,14 @@ def render_fig11(ctx: Context, artifact):
     fig.suptitle(_title(artifact, ctx), fontsize=10)
     extra = "" if rollout is not None else f"Ours not measured: {ctx.measured_where('rollout.csv')} absent."
     _footer(fig, artifact, ctx, extra)
+    entries = {}  # one legend for all panels: every series label once
+    for ax in axes.flat:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            entries.setdefault(label, handle)
+    height = fig.get_size_inches()[1]
+    fig.legend(list(entries.values()), list(entries.keys()), loc="upper center", ncol=min(6, len(entries)),
+               fontsize=7, frameon=False, bbox_to_anchor=(0.5, 1 - 0.45 / height))
+    fig.subplots_adjust(top=1 - 1.0 / height)
     return fig
 
 
