@@ -78,7 +78,7 @@ def _settings(args, world: int):
         task="bench", method=args.method, variant="default", seed=0, source="random", levels=(), algorithm="grpo",
         group_size=args.group_size, updates_per_rollout=args.updates_per_rollout, max_new_tokens=args.completion,
         dynamic_sampling=False, overlong_filter=False, steps=args.steps, prompts_per_step=args.prompts_per_rank * world,
-        lr=1e-5, warmup_steps=0, min_lr_ratio=0.1, weight_decay=0.0, grad_clip=1.0, optimizer="adamw",
+        rollout_max_rows=None, lr=1e-5, warmup_steps=0, min_lr_ratio=0.1, weight_decay=0.0, grad_clip=1.0, optimizer="adamw",
         temperature=1.0, top_p=1.0, clip_eps_low=0.2, clip_eps_high=0.28, kl_coef=0.0, format_weight=0.0,
         gradient_checkpointing=args.gradient_checkpointing, checkpoint_every=args.steps, max_bad_steps=args.steps,
         lora_rank=args.rank, lora_alpha=2.0 * args.rank, lora_dropout=0.0, lora_targets=targets,

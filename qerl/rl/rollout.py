@@ -105,7 +105,8 @@ def _engine_usable(model) -> bool:
 @torch.no_grad()
 def sample(model, tokenizer, prompts: list[str], *, group_size: int, max_new_tokens: int, temperature: float = 1.0,
            top_p: float = 1.0, generator: torch.Generator | None = None,
-           stop_strings: tuple[str, ...] = ("</answer>",), engine: bool | None = None) -> RolloutBatch:
+           stop_strings: tuple[str, ...] = ("</answer>",), engine: bool | None = None,
+           max_rows: int | None = None) -> RolloutBatch:
     """Sample `group_size` completions for each prompt.
 
     Two paths with the same result layout: on CUDA (engine=None) the static-shape engine (qerl.rl.engine: CUDA
@@ -123,6 +124,9 @@ def sample(model, tokenizer, prompts: list[str], *, group_size: int, max_new_tok
         top_p: nucleus sampling mass (1.0 = off).
         generator: torch RNG for the sampling (on the model's device).
         stop_strings: strings that end a completion (besides EOS), kept at its end.
+        engine: True / False forces the engine / the eager loop; None picks (see above).
+        max_rows: sample at most this many rows together (whole groups; at least one group): bounds the KV cache.
+            The chunks are sampled in order with the same generator and joined into one batch.
 
     Returns:
         A RolloutBatch with N = B * G rows.
@@ -138,6 +142,12 @@ def sample(model, tokenizer, prompts: list[str], *, group_size: int, max_new_tok
         raise ValueError(f"top_p must be in (0, 1], got {top_p}")
     if not temperature >= 0:
         raise ValueError(f"temperature must be >= 0, got {temperature}")
+    if max_rows is not None and len(prompts) * group_size > max_rows:
+        per = max(1, max_rows // group_size)
+        return _concat([sample(model, tokenizer, prompts[i:i + per], group_size=group_size,
+                               max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
+                               generator=generator, stop_strings=stop_strings, engine=engine)
+                        for i in range(0, len(prompts), per)], tokenizer.pad_token_id)
     if engine or (engine is None and _engine_usable(model)):
         return _sample_engine(model, tokenizer, prompts, group_size, max_new_tokens, temperature, top_p, generator,
                               stop_strings)
@@ -210,6 +220,27 @@ def sample(model, tokenizer, prompts: list[str], *, group_size: int, max_new_tok
     model.train(was_training)
     return RolloutBatch(input_ids, attention, completion_mask, plen, texts, lengths.cpu(), (~done).cpu(),
                         entropy.cpu(), sample_logp.cpu())
+
+
+def _concat(parts: list[RolloutBatch], pad: int) -> RolloutBatch:
+    """One RolloutBatch from several: prompts left-padded to the widest, completions right-padded to the longest."""
+    plen = max(b.prompt_len for b in parts)
+    width = max(b.input_ids.shape[1] - b.prompt_len for b in parts)
+
+    def widen(t: torch.Tensor, b: RolloutBatch, fill) -> torch.Tensor:  # [n, P_b + L_b] -> [n, plen + width]
+        left = t.new_full((t.shape[0], plen - b.prompt_len), fill)
+        right = t.new_full((t.shape[0], width - (t.shape[1] - b.prompt_len)), fill)
+        return torch.cat([left, t, right], 1)
+
+    def tail(t: torch.Tensor) -> torch.Tensor:  # [n, L_b] -> [n, width], zeros after
+        return torch.cat([t, t.new_zeros((t.shape[0], width - t.shape[1]))], 1)
+
+    return RolloutBatch(torch.cat([widen(b.input_ids, b, pad) for b in parts]),
+                        torch.cat([widen(b.attention_mask, b, 0) for b in parts]),
+                        torch.cat([widen(b.completion_mask, b, 0) for b in parts]), plen,
+                        [t for b in parts for t in b.texts], torch.cat([b.lengths for b in parts]),
+                        torch.cat([b.truncated for b in parts]), torch.cat([tail(b.entropy) for b in parts]),
+                        torch.cat([tail(b.sample_logp) for b in parts]))
 
 
 def _sample_engine(model, tokenizer, prompts, group_size, max_new_tokens, temperature, top_p, generator,

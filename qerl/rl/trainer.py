@@ -90,6 +90,7 @@ class RunSettings:
     overlong_filter: bool
     steps: int
     prompts_per_step: int
+    rollout_max_rows: int | None
     lr: float
     warmup_steps: int
     min_lr_ratio: float
@@ -136,7 +137,8 @@ def resolve_settings(cfg: dict, task: str, method: str, variant: str, seed: int)
         algorithm=t["algorithm"], group_size=t.get("group_size", 8), updates_per_rollout=t.get("updates_per_rollout", 1),
         max_new_tokens=t.get("max_new_tokens", 96), dynamic_sampling=t.get("dynamic_sampling", False),
         overlong_filter=t.get("overlong_filter", False), steps=tr["steps"], prompts_per_step=tr["prompts_per_step"],
-        lr=tr["lr_by_method"].get(method, tr["lr"]), warmup_steps=tr["warmup_steps"], min_lr_ratio=tr["min_lr_ratio"],
+        rollout_max_rows=tr["rollout_max_rows"], lr=tr["lr_by_method"].get(method, tr["lr"]),
+        warmup_steps=tr["warmup_steps"], min_lr_ratio=tr["min_lr_ratio"],
         weight_decay=tr["weight_decay"], grad_clip=tr["grad_clip"], optimizer=tr["optimizer"],
         temperature=tr["temperature"], top_p=tr["top_p"], clip_eps_low=tr["clip_eps_low"],
         clip_eps_high=tr["clip_eps_high"], kl_coef=tr["kl_coef"], format_weight=tr["format_weight"],
@@ -498,7 +500,7 @@ def train(cfg: dict, s: RunSettings, base_dir: str | Path, out_dir: str | Path, 
         noise = aqn.applied(model, step, device) if aqn else contextlib.nullcontext(0.0)
         with noise as sigma:
             batch = sample(model, tokenizer, prompts, group_size=G, max_new_tokens=s.max_new_tokens,
-                           temperature=s.temperature, top_p=s.top_p, generator=gen)
+                           temperature=s.temperature, top_p=s.top_p, generator=gen, max_rows=s.rollout_max_rows)
         t_rollout = time.perf_counter() - t0
         results = compute_rewards(batch.texts, golds, format_weight=s.format_weight)
         rewards = torch.tensor([r.reward for r in results], dtype=torch.float32)  # [n]

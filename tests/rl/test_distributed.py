@@ -25,7 +25,6 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from qerl.config import validate_config
 from qerl.data.tiny import write_splits
@@ -33,7 +32,7 @@ from qerl.models.tiny import build_model, build_tokenizer
 from qerl.profiling import ddp
 from qerl.rl import trainer as T
 from qerl.rl.distributed import DistContext, claim_gpus, init_distributed, shard_range, shutdown
-from qerl.rl.rollout import RolloutBatch, sample
+from qerl.rl.rollout import _concat, sample
 
 WORLD = 2
 B, G, PROMPT, COMPLETION = 4, 4, 6, 8  # the synthetic global batch of the policy_update cases
@@ -90,25 +89,13 @@ def _update_case(cfg: dict, root: Path, method: str, task: str, ctx: DistContext
             "clip": [d["clip_fraction"] for d in out["diags"]], "kl": [d.get("kl") for d in out["diags"]]}
 
 
-def _per_prompt_sample(model, tokenizer, prompts, *, group_size, max_new_tokens, temperature, top_p, generator):
+def _per_prompt_sample(model, tokenizer, prompts, *, group_size, max_new_tokens, temperature, top_p, generator,
+                       max_rows=None):
     """The real sampler run prompt by prompt, seeded by the prompt text: a rollout independent of the sharding."""
     parts = [sample(model, tokenizer, [p], group_size=group_size, max_new_tokens=max_new_tokens,
                     temperature=temperature, top_p=top_p,
                     generator=torch.Generator().manual_seed(zlib.crc32(p.encode()))) for p in prompts]
-    P = max(b.prompt_len for b in parts)
-    L = max(b.input_ids.shape[1] - b.prompt_len for b in parts)
-
-    def pad(b, x, left):
-        right = L - (b.input_ids.shape[1] - b.prompt_len)
-        return F.pad(x, (P - b.prompt_len if left else 0, right), value=0)
-
-    return RolloutBatch(
-        torch.cat([F.pad(b.input_ids, (P - b.prompt_len, L - b.input_ids.shape[1] + b.prompt_len),
-                         value=tokenizer.pad_token_id) for b in parts]),
-        torch.cat([pad(b, b.attention_mask, True) for b in parts]),
-        torch.cat([pad(b, b.completion_mask, True) for b in parts]), P, [t for b in parts for t in b.texts],
-        torch.cat([b.lengths for b in parts]), torch.cat([b.truncated for b in parts]),
-        torch.cat([pad(b, b.entropy, False) for b in parts]), torch.cat([pad(b, b.sample_logp, False) for b in parts]))
+    return _concat(parts, tokenizer.pad_token_id)
 
 
 def _hashed_rewards(texts, golds, format_weight=0.0):

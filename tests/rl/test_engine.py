@@ -219,3 +219,21 @@ def test_sample_on_cuda_uses_the_engine_and_agrees_with_the_eager_loop(setup):
         logp, _ = sequence_logprobs(model, c.input_ids, c.attention_mask, c.prompt_len)
     m = c.completion_mask[:, c.prompt_len:].bool()
     assert (logp[m] - c.sample_logp.to(logp.device)[m]).abs().max() < 1e-2
+
+
+@pytest.mark.parametrize("engine", [False, True])
+def test_chunked_sampling_joins_into_one_consistent_batch(setup, engine):
+    from qerl.rl.rollout import sample
+    model, tok, _, _ = setup
+    prompts = [build_prompt(q, tok, "none") for q in QUESTIONS]
+    kw = dict(group_size=2, max_new_tokens=24, temperature=0.0, engine=engine)
+    whole = sample(model, tok, prompts, **kw)
+    parts = sample(model, tok, prompts, max_rows=5, **kw)  # 5 rows -> chunks of 2 prompts and 1 prompt
+    assert parts.texts == whole.texts
+    assert torch.equal(parts.lengths, whole.lengths) and torch.equal(parts.truncated, whole.truncated)
+    assert parts.input_ids.shape[0] == 6 and parts.completion_mask.sum() == whole.completion_mask.sum()
+    with torch.no_grad():
+        logp, _ = sequence_logprobs(model, parts.input_ids, parts.attention_mask, parts.prompt_len)
+    m = parts.completion_mask[:, parts.prompt_len:].bool()
+    assert torch.allclose(logp[m], parts.sample_logp[m], atol=1e-4)
+    assert (parts.sample_logp[~m] == 0).all() and (parts.entropy[~m] == 0).all()
