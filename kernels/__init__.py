@@ -21,7 +21,7 @@ from kernels.prepared_ops import fp4_linear_grouped, fp4_prepared_linear, group_
 
 __all__ = ["fp4_linear", "fp4_linear_grad_input", "fp4_dequantize_weight", "prepare", "PreparedFP4",
            "concat_prepared", "dequantize_prepared_reference", "fp4_prepared_linear", "fp4_linear_grouped",
-           "group_bias", "nvfp4", "mxfp4", "reference"]
+           "group_bias", "random_prepared", "nvfp4", "mxfp4", "reference"]
 
 
 def fp4_linear(x: torch.Tensor, codes: torch.Tensor, scales: torch.Tensor, global_scale: torch.Tensor | None,
@@ -65,3 +65,9 @@ def prepare(codes: torch.Tensor, scales: torch.Tensor, global_scale: torch.Tenso
     if fmt == "mxfp4":
         return mxfp4.prepare(codes, scales)
     raise ValueError(f"unknown 4-bit format {fmt!r}; known: ['nvfp4', 'mxfp4']")
+
+
+def random_prepared(fmt: str, n: int, k: int, seed: int, *, scale: float = 1.0, device="cpu"):
+    """reference.random_quantized's seeded random weight, also in the kernels' layout: (prepared, dense, raw)."""
+    raw, dense = reference.random_quantized(fmt, n, k, seed, scale=scale, device=device)
+    return (nvfp4 if fmt == "nvfp4" else mxfp4).prepare(*raw), dense, raw

@@ -740,13 +740,14 @@ def _workspace(device: torch.device, floats: int, counters: int):
     return ws, cnt
 
 
-def _check_2d(x: torch.Tensor, w: PreparedFP4) -> None:
-    if x.dim() != 2 or x.shape[1] != w.k:
-        raise ValueError(f"fp4_gemm: expected x of shape [M, {w.k}], got {tuple(x.shape)}")
+def _check_2d(x: torch.Tensor, w: PreparedFP4, cols: int, op: str, name: str) -> None:
+    """x must be [M, cols], float16/bfloat16, on the weight's device; errors name the op and the argument."""
+    if x.dim() != 2 or x.shape[1] != cols:
+        raise ValueError(f"{op}: expected {name} of shape [M, {cols}], got {tuple(x.shape)}")
     if x.dtype not in (torch.float16, torch.bfloat16):
-        raise ValueError(f"fp4_gemm: x must be float16 or bfloat16, got {x.dtype}")
+        raise ValueError(f"{op}: {name} must be float16 or bfloat16, got {x.dtype}")
     if x.device != w.words.device:
-        raise ValueError(f"fp4_gemm: x on {x.device} but the weight on {w.words.device}")
+        raise ValueError(f"{op}: {name} on {x.device} but the weight on {w.words.device}")
 
 
 def fp4_gemm(x: torch.Tensor, w: PreparedFP4, bias: torch.Tensor | None = None, *, config: dict | None = None,
@@ -768,7 +769,7 @@ def fp4_gemm(x: torch.Tensor, w: PreparedFP4, bias: torch.Tensor | None = None, 
     Raises:
         ValueError: shape, dtype or device mismatch.
     """
-    _check_2d(x, w)
+    _check_2d(x, w, w.k, "fp4_gemm", "x")
     m = x.shape[0]
     if fused is None:
         fused = m <= FUSED_MIN_TRY or (m <= FUSED_MAX_M and _fused_wins(x, w, bias))
@@ -884,12 +885,7 @@ def fp4_gemm_t(g: torch.Tensor, w: PreparedFP4, *, config: dict | None = None,
     Raises:
         ValueError: shape, dtype or device mismatch.
     """
-    if g.dim() != 2 or g.shape[1] != w.n:
-        raise ValueError(f"fp4_gemm_t: expected grad of shape [M, {w.n}], got {tuple(g.shape)}")
-    if g.dtype not in (torch.float16, torch.bfloat16):
-        raise ValueError(f"fp4_gemm_t: grad must be float16 or bfloat16, got {g.dtype}")
-    if g.device != w.words.device:
-        raise ValueError(f"fp4_gemm_t: grad on {g.device} but the weight on {w.words.device}")
+    _check_2d(g, w, w.n, "fp4_gemm_t", "grad")
     m = g.shape[0]
     if fused is None:
         fused = m <= BWD_FUSED_MIN_TRY or (m <= BWD_FUSED_MAX_M and _fused_t_wins(g, w))

@@ -313,10 +313,8 @@ def check_correctness(shapes, out_lines: list[str], groups=()) -> bool:
     from kernels._common import concat_prepared, fp4_dequantize, fp4_gemm, fp4_gemm_t
     from kernels.reference import (mxfp4_dequantize_reference, mxfp4_quantize_reference, nvfp4_dequantize_reference,
                                    nvfp4_quantize_reference)
+    from kernels.reference import rel_error as rel
     from kernels import mxfp4, nvfp4
-
-    def rel(a, b):
-        return ((a.float() - b.float()).norm() / b.float().norm()).item()
 
     ok = True
     for n, k in shapes:
@@ -558,32 +556,24 @@ def main(argv=None) -> int:
     return 0 if check_ok else 1
 
 
-def layer_sums(rows, model, method):
-    """{M: summed ms over the 7 GEMMs of one decoder layer} (only where all 7 were measured)."""
+def layer_sums(rows, model, method, layers=LAYERS):
+    """{M: summed ms over the launches `layers` of one decoder layer} (only where all were measured): the 7 GEMMs
+    by default, GROUPED_LAYERS for the 4 launches with q/k/v and gate/up fused."""
     acc: dict[int, list[float]] = {}
     for r in rows:
-        if r["model"] == model and r["method"] == method and r["layer"] in LAYERS:
+        if r["model"] == model and r["method"] == method and r["layer"] in layers:
             acc.setdefault(r["M"], []).append(float(r["median_ms"]))
-    return {m: sum(v) for m, v in acc.items() if len(v) == len(LAYERS)}
-
-
-def grouped_sums(rows, model, method):
-    """{M: summed ms over the 4 launches of one decoder layer with q/k/v and gate/up fused (GROUPED_LAYERS)}."""
-    acc: dict[int, list[float]] = {}
-    for r in rows:
-        if r["model"] == model and r["method"] == method and r["layer"] in GROUPED_LAYERS:
-            acc.setdefault(r["M"], []).append(float(r["median_ms"]))
-    return {m: sum(v) for m, v in acc.items() if len(v) == len(GROUPED_LAYERS)}
+    return {m: sum(v) for m, v in acc.items() if len(v) == len(layers)}
 
 
 def grouped_table(rows, copy_gbs, model) -> list[str]:
     """Layer sums with q/k/v and gate/up as one launch each, against bf16 unfused (the issue's definition) and
     bf16 with the same fusion (what an inference engine would run)."""
     bf7 = layer_sums(rows, model, "bf16")
-    bf4, nv4 = grouped_sums(rows, model, "bf16"), grouped_sums(rows, model, "nvfp4")
+    bf4, nv4 = layer_sums(rows, model, "bf16", GROUPED_LAYERS), layer_sums(rows, model, "nvfp4", GROUPED_LAYERS)
     nv7 = layer_sums(rows, model, "nvfp4")
-    bb7, nb4 = layer_sums(rows, model, "bf16_bwd"), grouped_sums(rows, model, "nvfp4_bwd")
-    bb4, nb7 = grouped_sums(rows, model, "bf16_bwd"), layer_sums(rows, model, "nvfp4_bwd")
+    bb7, nb4 = layer_sums(rows, model, "bf16_bwd"), layer_sums(rows, model, "nvfp4_bwd", GROUPED_LAYERS)
+    bb4, nb7 = layer_sums(rows, model, "bf16_bwd", GROUPED_LAYERS), layer_sums(rows, model, "nvfp4_bwd")
     if not nv4:
         return []
     wbytes = sum(int(r["weight_bytes"]) for r in rows if r["model"] == model and r["method"] == "nvfp4"

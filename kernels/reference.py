@@ -32,6 +32,8 @@ __all__ = [
     "mxfp4_quantize_reference",
     "mxfp4_dequantize_reference",
     "mxfp4_linear_reference",
+    "random_quantized",
+    "rel_error",
 ]
 
 E2M1_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0)
@@ -133,3 +135,27 @@ def nvfp4_linear_reference(x, codes, scales, global_scale, bias=None):
 def mxfp4_linear_reference(x, codes, scales, bias=None):
     """y = x @ W^T (+ bias) with W the MXFP4 weight, float32 math, output in x's dtype."""
     return _linear(x, mxfp4_dequantize_reference(codes, scales), bias)
+
+
+def random_quantized(fmt: str, n: int, k: int, seed: int, *, scale: float = 1.0, device="cpu"):
+    """A seeded random weight [n, k] (normal, rows of different scale: x exp(N(0, 1)) per row, x `scale`)
+    quantized by this reference: the weights the kernel tests check.
+
+    Returns:
+        (raw, dense): raw = (codes, scales, global_scale) for nvfp4 or (codes, scales) for mxfp4, on `device`;
+        dense = its exact dequantized float32 weight [n, k] on `device`.
+    """
+    g = torch.Generator().manual_seed(seed)
+    w = torch.randn(n, k, generator=g) * torch.exp(torch.randn(n, 1, generator=g)) * scale
+    if fmt == "nvfp4":
+        raw = tuple(t.to(device) for t in nvfp4_quantize_reference(w))
+        return raw, nvfp4_dequantize_reference(*raw)
+    if fmt == "mxfp4":
+        raw = tuple(t.to(device) for t in mxfp4_quantize_reference(w))
+        return raw, mxfp4_dequantize_reference(*raw)
+    raise ValueError(f"unknown 4-bit format {fmt!r}; known: ['nvfp4', 'mxfp4']")
+
+
+def rel_error(a: torch.Tensor, b: torch.Tensor) -> float:
+    """||a - b|| / ||b|| in float32 (the kernels' accuracy measure)."""
+    return ((a.float() - b.float()).norm() / b.float().norm().clamp(min=1e-30)).item()

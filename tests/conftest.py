@@ -1,4 +1,6 @@
-"""Shared fixtures: the real benchmark files (../shared/data beside the checkout, or $QERL_TEST_DATA_ROOT)."""
+"""Shared fixtures: the real benchmark files (../shared/data beside the checkout, or $QERL_TEST_DATA_ROOT); the
+markers `gpu` (needs a CUDA device) and `triton_device` (needs a GPU, or Triton's CPU interpreter) skip where
+they cannot run."""
 from __future__ import annotations
 
 import os
@@ -13,6 +15,16 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def pytest_collection_modifyitems(config, items):
+    cuda = torch.cuda.is_available()
+    interpreter = os.environ.get("TRITON_INTERPRET") == "1"
+    for item in items:
+        if item.get_closest_marker("gpu") and not cuda:
+            item.add_marker(pytest.mark.skip(reason="needs a CUDA device"))
+        elif item.get_closest_marker("triton_device") and not (cuda or interpreter):
+            item.add_marker(pytest.mark.skip(reason="needs a GPU or TRITON_INTERPRET=1"))
 
 
 @pytest.fixture(scope="session")

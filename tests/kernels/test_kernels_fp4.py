@@ -1,39 +1,27 @@
 """Triton FP4 kernels against the torch reference.
 
-CPU (TRITON_INTERPRET=1, set by this folder's conftest when there is no GPU): tiny shapes, fixed configs that
+CPU (TRITON_INTERPRET=1, set by tests/conftest.py when there is no GPU): tiny shapes, fixed configs that
 exercise padding, stream-K partial tiles and the tiled path; the interpreter uses the pure-Triton decoder.
 GPU: random shapes through the autotuned kernels (inline-PTX decoder) and the torch.library ops.
 """
+import functools
+
 import pytest
 import torch
 
 triton = pytest.importorskip("triton")
 
+import kernels  # noqa: E402
 from kernels import _common, mxfp4, nvfp4  # noqa: E402
 from kernels import reference as R  # noqa: E402
 
 CUDA = torch.cuda.is_available()
 INTERP = _common.interpret_mode()
-needs_triton_device = pytest.mark.skipif(not (CUDA or INTERP), reason="needs a GPU or TRITON_INTERPRET=1")
-gpu = pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
 DEV = "cuda" if CUDA else "cpu"
 
 
-def _weight(fmt, n, k, seed):
-    g = torch.Generator().manual_seed(seed)
-    w = torch.randn(n, k, generator=g) * torch.exp(torch.randn(n, 1, generator=g))  # rows of different scale
-    if fmt == "nvfp4":
-        codes, scales, gs = R.nvfp4_quantize_reference(w)
-        codes, scales, gs = codes.to(DEV), scales.to(DEV), gs.to(DEV)
-        ref_w = R.nvfp4_dequantize_reference(codes, scales, gs)
-        return nvfp4.prepare(codes, scales, gs), ref_w, (codes, scales, gs)
-    codes, scales = R.mxfp4_quantize_reference(w)
-    codes, scales = codes.to(DEV), scales.to(DEV)
-    return mxfp4.prepare(codes, scales), R.mxfp4_dequantize_reference(codes, scales), (codes, scales)
-
-
-def _rel(a, b):
-    return ((a.float() - b.float()).norm() / b.float().norm().clamp(min=1e-30)).item()
+_weight = functools.partial(kernels.random_prepared, device=DEV)
+_rel = R.rel_error
 
 
 def _tol(dtype):
@@ -41,7 +29,7 @@ def _tol(dtype):
     return 4e-3 if dtype == torch.bfloat16 else 1e-3
 
 
-@needs_triton_device
+@pytest.mark.triton_device
 @pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
 def test_dequantize_kernel_exact(fmt, dtype):
@@ -61,7 +49,7 @@ CPU_CONFIGS = {
 }
 
 
-@needs_triton_device
+@pytest.mark.triton_device
 @pytest.mark.parametrize("cfg", list(CPU_CONFIGS), ids=list(CPU_CONFIGS))
 @pytest.mark.parametrize("fmt,dtype,m,bias", [
     ("nvfp4", torch.float16, 3, False), ("nvfp4", torch.bfloat16, 20, True),
@@ -103,7 +91,7 @@ def test_shape_errors_name_the_shapes():
 # ---------------------------------------------------------------------------------------------------------------
 # GPU: autotuned kernels on random shapes
 # ---------------------------------------------------------------------------------------------------------------
-@gpu
+@pytest.mark.gpu
 @pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
 def test_gpu_random_shapes(fmt, dtype):
@@ -121,7 +109,7 @@ def test_gpu_random_shapes(fmt, dtype):
         assert torch.equal(_common.fp4_dequantize(prepared, dtype), ref_w.to(dtype))
 
 
-@gpu
+@pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
 def test_gpu_asm_decoder_matches_pure_triton(dtype):
     prepared, ref_w, _ = _weight("nvfp4", 256, 1024, seed=5)
@@ -136,7 +124,7 @@ def test_gpu_asm_decoder_matches_pure_triton(dtype):
     assert _rel(y_asm, y_pure) < 1e-3
 
 
-@gpu
+@pytest.mark.gpu
 def test_gpu_ops_autograd_and_compile():
     codes, scales, gs = R.nvfp4_quantize_reference(torch.randn(256, 512))
     codes, scales, gs = codes.cuda(), scales.cuda(), gs.cuda()
@@ -151,7 +139,7 @@ def test_gpu_ops_autograd_and_compile():
     assert _rel(f(x.detach()), y.detach()) < 1e-6
 
 
-@gpu
+@pytest.mark.gpu
 @pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
 def test_gpu_w4a16_linear_entry_point(fmt):
     ops = pytest.importorskip("qerl.layers.ops")

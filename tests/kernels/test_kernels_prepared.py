@@ -1,9 +1,11 @@
 """Iteration 2 of the FP4 kernels: the fused backward kernel, q/k/v-style groups, ops over prepared tensors and
 QuantLinear holding only the prepared form.
 
-CPU (TRITON_INTERPRET=1, set by this folder's conftest when there is no GPU): tiny shapes and fixed configs through
+CPU (TRITON_INTERPRET=1, set by tests/conftest.py when there is no GPU): tiny shapes and fixed configs through
 the interpreter; the storage tests need no Triton at all. GPU: the autotuned kernels on random shapes.
 """
+import functools
+
 import pytest
 import torch
 from torch import nn
@@ -16,25 +18,13 @@ from kernels import reference as R  # noqa: E402
 
 CUDA = torch.cuda.is_available()
 INTERP = _common.interpret_mode()
-needs_triton_device = pytest.mark.skipif(not (CUDA or INTERP), reason="needs a GPU or TRITON_INTERPRET=1")
-gpu = pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
 DEV = "cuda" if CUDA else "cpu"
 T_CFG = {"one": dict(BM=16, BKO=128, BNR=64, SPLIT_X=1, num_warps=4, num_stages=1),
          "split": dict(BM=16, BKO=128, BNR=64, SPLIT_X=4, num_warps=4, num_stages=1)}
 
 
-def _quant(fmt, n, k, seed, scale=1.0, dev=DEV):
-    g = torch.Generator().manual_seed(seed)
-    w = torch.randn(n, k, generator=g) * torch.exp(torch.randn(n, 1, generator=g)) * scale
-    if fmt == "nvfp4":
-        raw = tuple(t.to(dev) for t in R.nvfp4_quantize_reference(w))
-        return nvfp4.prepare(*raw), R.nvfp4_dequantize_reference(*raw), raw
-    raw = tuple(t.to(dev) for t in R.mxfp4_quantize_reference(w))
-    return mxfp4.prepare(*raw), R.mxfp4_dequantize_reference(*raw), raw
-
-
-def _rel(a, b):
-    return ((a.float() - b.float()).norm() / b.float().norm().clamp(min=1e-30)).item()
+_quant = functools.partial(kernels.random_prepared, device=DEV)
+_rel = R.rel_error
 
 
 def _tol(dtype):
@@ -71,7 +61,7 @@ def test_concat_prepared_keeps_each_members_scale():
 
 
 def test_prepared_op_cpu_path_and_autograd():
-    p, ref_w, _ = _quant("nvfp4", 48, 64, seed=4, dev="cpu")
+    p, ref_w, _ = _quant("nvfp4", 48, 64, seed=4, device="cpu")
     x = torch.randn(2, 3, 64, requires_grad=True)
     b = torch.randn(48, requires_grad=True)
     y = kernels.fp4_prepared_linear(x, p, b)
@@ -86,7 +76,7 @@ def test_prepared_op_cpu_path_and_autograd():
 # ---------------------------------------------------------------------------------------------------------------
 # kernels: fused transposed (backward) kernel and groups
 # ---------------------------------------------------------------------------------------------------------------
-@needs_triton_device
+@pytest.mark.triton_device
 @pytest.mark.parametrize("cfg", list(T_CFG), ids=list(T_CFG))
 @pytest.mark.parametrize("fmt,dtype,m", [("nvfp4", torch.float16, 3), ("nvfp4", torch.bfloat16, 17),
                                          ("mxfp4", torch.bfloat16, 1), ("mxfp4", torch.float16, 5)],
@@ -99,7 +89,7 @@ def test_backward_kernel_fixed_configs(cfg, fmt, dtype, m):
     assert _rel(out, g.float() @ ref_w) < _tol(dtype)
 
 
-@needs_triton_device
+@pytest.mark.triton_device
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
 def test_group_forward_and_backward_match_the_members(dtype):
     parts = [_quant("nvfp4", n, 128, seed=10 + i, scale=s) for i, (n, s) in enumerate(((64, 1.0), (32, 3e-3),
@@ -160,7 +150,7 @@ def test_quant_linear_keeps_codes_it_cannot_rederive():
     assert torch.equal(q.codes, codes) and torch.equal(q.state_dict()["codes"], codes)
 
 
-@gpu
+@pytest.mark.gpu
 @pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
 def test_gpu_quant_linear_prepared_forward_backward(fmt):
     layers = pytest.importorskip("qerl.layers")
@@ -177,7 +167,7 @@ def test_gpu_quant_linear_prepared_forward_backward(fmt):
         assert _rel(y, ref) < 4e-3 and _rel(x.grad, g.float() @ w) < 4e-3
 
 
-@gpu
+@pytest.mark.gpu
 @pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
 def test_gpu_backward_random_shapes(fmt, dtype):
