@@ -145,21 +145,8 @@ def rollout_timing(model, batch: int, plen: int, completion: int, *, full: bool,
         total = _now() - t0
         decode_s = total - prefill_s
     else:
-        decode_s = 0.0
-        spans: dict[int, int] = {}
-        for t in range(1, completion):
-            spans[eng._span(plen + t - 1)] = spans.get(eng._span(plen + t - 1), 0) + 1
         eng.prefill(ids, attn)
-        for span, steps in spans.items():
-            eng._slot.fill_(span - reps - 2)  # every replay below writes a slot inside this bucket
-            eng._pos.fill_(span - reps - 2)
-            eng._col.zero_()
-            graph = eng._graphs[(span, 1.0, 1.0)]
-            graph.replay()
-            t0 = _now()
-            for _ in range(reps):
-                graph.replay()
-            decode_s += steps * (_now() - t0) / reps
+        decode_s = sum(steps * eng.step_seconds(span, reps) for span, steps in eng.spans(plen, completion).items())
         total = prefill_s + decode_s
     peak = torch.cuda.max_memory_allocated()
     del eng

@@ -28,6 +28,7 @@ On CPU (tests) the same step runs eagerly; `graphs=False` forces eager on CUDA t
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import torch
@@ -89,10 +90,6 @@ def _rms(x: torch.Tensor, norm) -> torch.Tensor:
     return F.rms_norm(x, (x.shape[-1],), norm.weight, eps)
 
 
-def _out_features(layer) -> int:
-    return int(layer.out_features)
-
-
 class _Proj:
     """Linear layers reading one input (q/k/v, gate/up, or a single o/down) as one base GEMM plus one low-rank
     update for all their LoRA adapters: y = x W_cat^T + b_cat + (x A_cat^T) B_cat^T, split into the members'
@@ -118,7 +115,7 @@ class _Proj:
             return
         bases = [p[0] for p in parts]
         self.bases = bases
-        self.sizes = [_out_features(b) for b in bases]
+        self.sizes = [int(b.out_features) for b in bases]
         k = {getattr(b, "in_features", None) for b in bases}
         frozen = all(not p.requires_grad for b in bases for p in b.parameters())
         if len(k) != 1 or not frozen:
@@ -368,16 +365,39 @@ class DecodeEngine:
                 live.copy_(saved)  # the warm-up steps advanced the state; the replay below is the real step
         graph.replay()
 
+    def spans(self, prompt_len: int, max_new_tokens: int) -> dict[int, int]:
+        """{attention span (bucket): decode steps in it} of a generation of this shape (its graphs and their use)."""
+        steps: dict[int, int] = {}
+        for slot in range(prompt_len, prompt_len + max_new_tokens - 1):  # decode step t feeds slot P + t - 1
+            steps[self._span(slot)] = steps.get(self._span(slot), 0) + 1
+        return steps
+
+    def _enter_bucket(self, span: int, room: int) -> None:
+        """Place the decode state `room` slots before the bucket's end, so the next steps stay inside it."""
+        self._slot.fill_(max(span - room, 0))
+        self._pos.fill_(max(span - room, 0))
+        self._col.zero_()
+
     def capture(self, prompt_len: int, max_new_tokens: int, temperature: float = 1.0, top_p: float = 1.0) -> int:
         """Capture every decode graph a generation of this shape will replay (returns how many exist)."""
-        spans = {self._span(s) for s in range(prompt_len, prompt_len + max_new_tokens - 1)}
-        for span in sorted(spans):
-            self._slot.fill_(max(span - 4, 0))  # warm-ups and the replay write slots inside the bucket
-            self._pos.fill_(max(span - 4, 0))
-            self._col.zero_()
+        for span in sorted(self.spans(prompt_len, max_new_tokens)):
+            self._enter_bucket(span, 4)  # warm-ups and the replay write slots inside the bucket
             self._run_step(span, temperature, top_p)
         self.valid.zero_()
         return len(self._graphs)
+
+    def step_seconds(self, span: int, reps: int, temperature: float = 1.0, top_p: float = 1.0) -> float:
+        """Mean wall time of one decode step in bucket `span` (its graph replayed `reps` times after one untimed
+        replay; CUDA only, after `capture`). For throughput measurements; the cache's contents are arbitrary."""
+        graph = self._graphs[(span, float(temperature), float(top_p))]
+        self._enter_bucket(span, reps + 2)
+        graph.replay()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            graph.replay()
+        torch.cuda.synchronize()
+        return (time.perf_counter() - t0) / reps
 
     def prefill(self, prompt_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """Write the prompts' K/V (slots [0, P)) and return the logits [B, V] after the last prompt column."""

@@ -138,6 +138,9 @@ def test_capture_covers_every_bucket_and_keeps_results(setup):
     eng = DecodeEngine(model, batch=3, max_len=ids.shape[1] + 20, bucket=8, graphs=False)
     ref = eng.generate(ids, attn, max_new_tokens=20, temperature=0.0, force_length=True)
     eng.capture(ids.shape[1], 20)  # eager here: exercises the same slots as graph capture on CUDA
+    spans = eng.spans(ids.shape[1], 20)  # the 19 decode steps, by the bucket they attend over
+    assert sum(spans.values()) == 19 and all(s % 8 == 0 or s == eng.max_len for s in spans)
+    assert min(spans) >= ids.shape[1] + 1 and max(spans) == min(eng.max_len, -(-(ids.shape[1] + 19) // 8) * 8)
     out = eng.generate(ids, attn, max_new_tokens=20, temperature=0.0, force_length=True)
     assert torch.equal(out.tokens, ref.tokens) and torch.allclose(out.logp, ref.logp)
 
