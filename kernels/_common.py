@@ -28,6 +28,11 @@ below that (0.3-0.9 TB/s measured). What this file does instead, Marlin-style:
    split over W's rows with a deterministic last-arrival reduction, up to M = 64; dequantize + cuBLAS above.
 7. Per-row output factors (`out_scales` [2, N_pad]) let several weights of one K run as one launch
    (`concat_prepared`: q/k/v, gate/up), each with its own per-tensor scale.
+8. Segments (`segment_prepared`): the same one launch over weights left where they are (a model's own q/k/v
+   buffers): each 128-row block of the virtual stacked weight reads its member's words, scales and factors through
+   an offset table, so a reader (the decode engine) groups them without copying or re-homing them. The epilogue can
+   also add a LoRA update t @ B^T (one small MMA per tile) and the residual stream, so o_proj / down_proj of a
+   decode step are one launch each (`prepared_ops.fp4_linear_fused`).
 
 Numerics: dequantized weights are exact (bit-identical to the float32 reference cast to the MMA dtype, up to the
 documented fp16 range limits); products accumulate in fp32 (wgmma); the output is rounded once to x's dtype.
@@ -53,7 +58,8 @@ except ImportError:  # pragma: no cover - exercised only where triton is absent
     HAVE_TRITON = False
 
 __all__ = [
-    "CHUNK", "ROW_ALIGN", "PreparedFP4", "prepare_codes", "fp4_gemm", "fp4_gemm_t", "fp4_dequantize",
+    "CHUNK", "ROW_ALIGN", "PreparedFP4", "SegmentedFP4", "segment_prepared", "prepare_codes", "fp4_gemm",
+    "fp4_gemm_t", "fp4_dequantize",
     "concat_prepared", "dequantize_prepared_reference", "interpret_mode", "FUSED_MAX_M", "BWD_FUSED_MAX_M",
 ]
 
@@ -186,6 +192,97 @@ def concat_prepared(members) -> PreparedFP4:
                        torch.cat([p.scales for p in members]).contiguous(),
                        torch.cat([p.out_scales for p in members], dim=1).contiguous(),
                        parts[-1][0] + parts[-1][1], k, kind, tuple(parts))
+
+
+@dataclass
+class SegmentedFP4:
+    """Several prepared weights of one K multiplied as one launch WITHOUT copying them (`segment_prepared`).
+
+    The members stay where they are (e.g. a model's q/k/v QuantLinear buffers); the kernel maps each 128-row block
+    of the virtual stacked weight to its member through `table` (element offsets from the first member's tensors),
+    so the output is exactly what `concat_prepared` of the same members gives, at no extra memory.
+
+    Attributes:
+        members: the PreparedFP4 weights (held, so their memory stays valid while this object lives).
+        parts: (first virtual row, rows) of each member; members start at multiples of ROW_ALIGN.
+        n, k, scale_kind: the virtual weight's rows (padded rows of all but the last member + the last's rows), K,
+            format.
+        table: int64 [2, blocks, 3]: for the fp16 (0) / bf16 (1) MMA and each 128-row block, the element offsets
+            that map a virtual row to the member's words, scales and per-row factor.
+    """
+
+    members: tuple
+    parts: tuple
+    n: int
+    k: int
+    scale_kind: int
+    table: torch.Tensor
+
+    @property
+    def words(self) -> torch.Tensor:
+        return self.members[0].words
+
+    @property
+    def scales(self) -> torch.Tensor:
+        return self.members[0].scales
+
+    @property
+    def out_scales(self) -> torch.Tensor:
+        return self.members[0].out_scales
+
+    @property
+    def row_scale(self) -> bool:
+        return True
+
+    @property
+    def nbytes(self) -> int:
+        return sum(p.nbytes for p in self.members)
+
+    def data_ptrs(self) -> tuple:
+        """The members' tensors' addresses (the table is valid while these are unchanged)."""
+        return tuple(t.data_ptr() for p in self.members for t in (p.words, p.scales, p.out_scales))
+
+
+def segment_prepared(members) -> SegmentedFP4:
+    """Group prepared weights of one K for a single launch of `fp4_gemm`, without copying them.
+
+    Args:
+        members: PreparedFP4 single weights with equal k, format, device and row strides (e.g. q/k/v of a layer).
+
+    Returns:
+        SegmentedFP4 over the members.
+
+    Raises:
+        ValueError: mismatched members, or member tensors whose relative offsets are not multiples of 16
+            elements (the kernel's alignment hint; allocations from PyTorch's allocator always are).
+    """
+    members = list(members)
+    if not members:
+        raise ValueError("segment_prepared: no weights given")
+    p0 = members[0]
+    for p in members:
+        if (p.k, p.scale_kind, p.words.device, p.words.stride(0), p.scales.stride(0), p.scales.element_size()) != \
+                (p0.k, p0.scale_kind, p0.words.device, p0.words.stride(0), p0.scales.stride(0),
+                 p0.scales.element_size()) or p.parts or p.words.shape[0] % ROW_ALIGN:
+            raise ValueError("segment_prepared: members must share K, format, device and strides, and not be groups; "
+                             f"got {[(q.n, q.k, q.scale_kind, str(q.words.device), q.words.stride(0)) for q in members]}")
+    parts, rows, entries = [], 0, []
+    w0, s0, o0 = p0.words.data_ptr(), p0.scales.data_ptr(), p0.out_scales.data_ptr()
+    for p in members:
+        n_pad = p.words.shape[0]
+        dw, rw = divmod(p.words.data_ptr() - w0, p.words.element_size())
+        ds, rs = divmod(p.scales.data_ptr() - s0, p.scales.element_size())
+        do, ro = divmod(p.out_scales.data_ptr() - o0, 4)
+        w_off = dw - rows * p.words.stride(0)
+        s_off = ds - rows * p.scales.stride(0)
+        if rw or rs or ro or w_off % 16 or s_off % 16:
+            raise ValueError("segment_prepared: member tensors are not 16-element aligned relative to each other")
+        for b in range(n_pad // ROW_ALIGN):
+            entries.append([(w_off, s_off, do + d * p.out_scales.stride(0) - rows) for d in (0, 1)])
+        parts.append((rows, p.n))
+        rows += n_pad
+    table = torch.tensor(entries, dtype=torch.int64).permute(1, 0, 2).contiguous().to(p0.words.device)
+    return SegmentedFP4(tuple(members), tuple(parts), parts[-1][0] + parts[-1][1], p0.k, p0.scale_kind, table)
 
 
 def prepare_codes(codes: torch.Tensor) -> torch.Tensor:
@@ -438,27 +535,42 @@ if HAVE_TRITON:
         return tl.reshape(w, [BN, BK])
 
     @triton.jit
-    def _epilogue(acc, os_ptr, bias_ptr, y_ptr, rn, rm, M, N, stride_ym, HAS_BIAS: tl.constexpr):
-        # os_ptr: this MMA dtype's row of the per-row factors
+    def _epilogue(acc, os_ptr, bias_ptr, y_ptr, rn, rm, M, N, stride_ym, t_ptr, lb_ptr, res_ptr, stride_t, stride_res,
+                  HAS_BIAS: tl.constexpr, HAS_LORA: tl.constexpr, R: tl.constexpr, HAS_RES: tl.constexpr,
+                  IEEE: tl.constexpr):
+        # os_ptr: this MMA dtype's row of the per-row factors (already offset to the tile's segment)
         out = acc * tl.load(os_ptr + rn, mask=rn < N, other=0.0)[:, None]   # [BN, BM] fp32
         if HAS_BIAS:
             out += tl.load(bias_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)[:, None]
         mask = (rn < N)[:, None] & (rm < M)[None, :]
+        if HAS_LORA:  # + (t @ B^T)^T: B [N, R] (scaled), t [M, R], one small MMA per tile
+            rr = tl.arange(0, R)
+            bt = tl.load(lb_ptr + rn[:, None] * R + rr[None, :], mask=(rn < N)[:, None], other=0.0)   # [BN, R]
+            tt = tl.load(t_ptr + rm[None, :] * stride_t + rr[:, None], mask=(rm < M)[None, :], other=0.0)  # [R, BM]
+            if IEEE:
+                out += tl.dot(bt.to(tl.float32), tt.to(tl.float32), input_precision="ieee")
+            else:
+                out += tl.dot(bt, tt)
+        if HAS_RES:  # + the residual stream: the output is the new hidden state
+            out += tl.load(res_ptr + rm[None, :] * stride_res + rn[:, None], mask=mask, other=0.0).to(tl.float32)
         tl.store(y_ptr + rm[None, :] * stride_ym + rn[:, None], out.to(y_ptr.dtype.element_ty), mask=mask)
 
     @triton.jit(do_not_specialize=["M", "M_BUCKET"])
     def _fp4_gemm(
             # pointers
-            x_ptr, w_ptr, s_ptr, out_scale_ptr, bias_ptr, y_ptr, ws_ptr, cnt_ptr,
+            x_ptr, w_ptr, s_ptr, out_scale_ptr, bias_ptr, y_ptr, ws_ptr, cnt_ptr, seg_ptr, t_ptr, lb_ptr, res_ptr,
             # sizes (KW: padded K, a multiple of BK; M_BUCKET only keys the autotuner)
             M, N, K, KW, M_BUCKET,
             # strides (elements)
-            stride_xm, stride_wn, stride_sn, stride_ym, stride_os,
+            stride_xm, stride_wn, stride_sn, stride_ym, stride_os, stride_t, stride_res,
             # meta
             SCALE_KIND: tl.constexpr, BF16: tl.constexpr, HAS_BIAS: tl.constexpr, USE_ASM: tl.constexpr,
             STREAM_K: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
-            CPS: tl.constexpr, EVEN_K: tl.constexpr):
-        """y[M, N] = x[M, K] @ W[N, K]^T * out_scale (+ bias), computed as y^T tiles [BN, BM] = W_tile @ x^T."""
+            CPS: tl.constexpr, EVEN_K: tl.constexpr, SEGMENTED: tl.constexpr, HAS_LORA: tl.constexpr,
+            R: tl.constexpr, HAS_RES: tl.constexpr):
+        """y[M, N] = x[M, K] @ W[N, K]^T * out_scale (+ bias) (+ t @ B^T) (+ residual), computed as y^T tiles
+        [BN, BM] = W_tile @ x^T. SEGMENTED: W is several separately allocated weights (SegmentedFP4); the tile's
+        128-row block looks up the element offsets of its member's words, scales and per-row factors in seg_ptr."""
         pid = tl.program_id(0)
         tiles_m = tl.cdiv(M, BM)
         tiles_n = tl.cdiv(N, BN)
@@ -490,8 +602,17 @@ if HAVE_TRITON:
             pid_n = (t % in_group) // group_m
             rn = pid_n * BN + rbn
             rm = pid_m * BM + rbm
-            w_ptrs = w_ptr + rn[:, None] * stride_wn + rw[None, :]
-            s_ptrs = s_ptr + rn[:, None] * stride_sn + rs[None, :]
+            if SEGMENTED:  # offsets of this 128-row block's member (multiples of 16 elements: checked on the host)
+                seg = seg_ptr + ((pid_n * BN) // 128) * 3
+                w_base = w_ptr + tl.multiple_of(tl.load(seg), 16)
+                s_base = s_ptr + tl.multiple_of(tl.load(seg + 1), 16)
+                os_tile = out_scale + tl.load(seg + 2)
+            else:
+                w_base = w_ptr
+                s_base = s_ptr
+                os_tile = out_scale
+            w_ptrs = w_base + rn[:, None] * stride_wn + rw[None, :]
+            s_ptrs = s_base + rn[:, None] * stride_sn + rs[None, :]
             x_ptrs = x_ptr + rm[None, :] * stride_xm + rk[:, None]
             m_ok = rm[None, :] < M
             acc = tl.zeros([BN, BM], dtype=tl.float32)
@@ -509,7 +630,8 @@ if HAVE_TRITON:
                 else:  # reference path (interpreter: no bf16 matmul); exact operands, fp32 products
                     acc = tl.dot(w.to(tl.float32), xt.to(tl.float32), acc, input_precision="ieee")
             if (ks0 == 0) & (ks1 == k_steps):
-                _epilogue(acc, out_scale, bias_ptr, y_ptr, rn, rm, M, N, stride_ym, HAS_BIAS)
+                _epilogue(acc, os_tile, bias_ptr, y_ptr, rn, rm, M, N, stride_ym, t_ptr, lb_ptr, res_ptr, stride_t,
+                          stride_res, HAS_BIAS, HAS_LORA, R, HAS_RES, not USE_ASM)
             else:
                 # Stream-K partial tile: park it, count arrivals; the last arrival sums all parts in CTA order.
                 slot = pid * 2 + (t != t_first).to(tl.int32)
@@ -531,7 +653,8 @@ if HAVE_TRITON:
                                        mask=(rp <= last_cta)[:, None, None] & m_ok[None, :, :], other=0.0,
                                        cache_modifier=".cg")
                         tot += tl.sum(part, axis=0)
-                    _epilogue(tot, out_scale, bias_ptr, y_ptr, rn, rm, M, N, stride_ym, HAS_BIAS)
+                    _epilogue(tot, os_tile, bias_ptr, y_ptr, rn, rm, M, N, stride_ym, t_ptr, lb_ptr, res_ptr,
+                              stride_t, stride_res, HAS_BIAS, HAS_LORA, R, HAS_RES, not USE_ASM)
                     tl.atomic_xchg(cnt_ptr + t, 0)
 
     @triton.jit
@@ -750,18 +873,22 @@ def _check_2d(x: torch.Tensor, w: PreparedFP4, cols: int, op: str, name: str) ->
         raise ValueError(f"{op}: {name} on {x.device} but the weight on {w.words.device}")
 
 
-def fp4_gemm(x: torch.Tensor, w: PreparedFP4, bias: torch.Tensor | None = None, *, config: dict | None = None,
-             fused: bool | None = None) -> torch.Tensor:
-    """y = x @ W^T (+ bias) with fp32 accumulation, output in x's dtype.
+def fp4_gemm(x: torch.Tensor, w, bias: torch.Tensor | None = None, *, config: dict | None = None,
+             fused: bool | None = None, lora: tuple | None = None,
+             residual: torch.Tensor | None = None) -> torch.Tensor:
+    """y = x @ W^T (+ bias) (+ t @ B^T) (+ residual) with fp32 accumulation, output in x's dtype.
 
     Args:
         x: [M, K] float16/bfloat16, on the weight's device (CUDA, or CPU under TRITON_INTERPRET=1).
-        w: the prepared weight.
+        w: the prepared weight (PreparedFP4, a `concat_prepared` group, or a `segment_prepared` SegmentedFP4).
         bias: optional [N].
         config: force one kernel config (dict of STREAM_K, BM, BN, BK, GROUP_M, CPS, num_warps, num_stages)
             instead of autotuning; the interpreter always uses a small fixed one.
         fused: force the fused kernel (True) or dequantize + cuBLAS (False); default: fused for M <= 64,
             dequantize + cuBLAS above FUSED_MAX_M (512), in between the faster of the two as timed on first use.
+        lora: optional (t [M, R], B [N, R]): a LoRA update t @ B^T added in the epilogue (B already scaled, R a
+            power of two >= 16, B contiguous); single weights only.
+        residual: optional [M, N] added last (the residual stream, so y is the new hidden state).
 
     Returns:
         [M, N] tensor.
@@ -771,10 +898,31 @@ def fp4_gemm(x: torch.Tensor, w: PreparedFP4, bias: torch.Tensor | None = None, 
     """
     _check_2d(x, w, w.k, "fp4_gemm", "x")
     m = x.shape[0]
+    seg = isinstance(w, SegmentedFP4)
+    if lora is not None:
+        t, lb = lora
+        if seg or t.shape != (m, lb.shape[1]) or lb.shape[0] < w.n or not lb.is_contiguous() or \
+                lb.shape[1] < 16 or lb.shape[1] & (lb.shape[1] - 1):
+            raise ValueError(f"fp4_gemm: LoRA t {tuple(t.shape)} / B {tuple(lb.shape)} do not fit x [{m}, {w.k}] "
+                             f"and a single weight of {w.n} rows (B contiguous, rank a power of two >= 16)")
+    if residual is not None and tuple(residual.shape) != (m, w.n):
+        raise ValueError(f"fp4_gemm: residual {tuple(residual.shape)} is not [{m}, {w.n}]")
     if fused is None:
         fused = m <= FUSED_MIN_TRY or (m <= FUSED_MAX_M and _fused_wins(x, w, bias))
     if not fused:
-        return torch.nn.functional.linear(x, fp4_dequantize(w, x.dtype), bias)
+        if seg:
+            y = x.new_zeros((m, w.n))
+            for (row, n), p in zip(w.parts, w.members):
+                y[:, row:row + n] = torch.nn.functional.linear(x, fp4_dequantize(p, x.dtype))
+            if bias is not None:
+                y += bias
+        else:
+            y = torch.nn.functional.linear(x, fp4_dequantize(w, x.dtype), bias)
+        if lora is not None:
+            y.addmm_(lora[0], lora[1][:w.n].t())
+        if residual is not None:
+            y += residual
+        return y
     x = x.contiguous()
     y = torch.empty((m, w.n), dtype=x.dtype, device=x.device)
     if m == 0:
@@ -782,16 +930,24 @@ def fp4_gemm(x: torch.Tensor, w: PreparedFP4, bias: torch.Tensor | None = None, 
     kw = w.words.shape[1] * 8
     bf16 = x.dtype == torch.bfloat16
     interp = interpret_mode()
-    bias_arg = bias.contiguous() if bias is not None else w.out_scales  # dummy pointer when HAS_BIAS is False
+    dummy = w.out_scales  # pointer for the absent optional operands
+    bias_arg = bias.contiguous() if bias is not None else dummy
+    t_arg, lb_arg = (lora[0], lora[1]) if lora is not None else (dummy, dummy)
+    res_arg = residual if residual is not None else dummy
     if interp and config is None:
         config = dict(STREAM_K=True, BM=16, BN=64, BK=128, GROUP_M=1, CPS=1, num_warps=4, num_stages=1)
     n_sm = 2 if interp else _num_sms(x.device.index or 0)
     # workspace for the largest stream-K config: grid <= 4 CTAs/SM, two partial slots each of BN*BM floats
     ws, cnt = _workspace(x.device, n_sm * 4 * 2 * 128 * 64, _tiles_upper_bound(m, w.n))
-    args = (x, w.words, w.scales, w.out_scales, bias_arg, y, ws, cnt, m, w.n, w.k, kw, _bucket_m(m),
-            x.stride(0), w.words.stride(0), w.scales.stride(0), y.stride(0), w.out_scales.stride(0))
+    seg_arg = w.table[int(bf16)] if seg else dummy
+    args = (x, w.words, w.scales, w.out_scales, bias_arg, y, ws, cnt, seg_arg, t_arg, lb_arg, res_arg,
+            m, w.n, w.k, kw, _bucket_m(m),
+            x.stride(0), w.words.stride(0), w.scales.stride(0), y.stride(0), 0 if seg else w.out_scales.stride(0),
+            t_arg.stride(0), res_arg.stride(0))
     use_asm = (not interp) if USE_ASM_OVERRIDE is None else USE_ASM_OVERRIDE
-    meta = dict(SCALE_KIND=w.scale_kind, BF16=bf16, HAS_BIAS=bias is not None, USE_ASM=use_asm)
+    meta = dict(SCALE_KIND=w.scale_kind, BF16=bf16, HAS_BIAS=bias is not None, USE_ASM=use_asm, SEGMENTED=seg,
+                HAS_LORA=lora is not None, R=lora[1].shape[1] if lora is not None else 16,
+                HAS_RES=residual is not None)
 
     def grid(c):
         k_steps = kw // c["BK"]

@@ -8,6 +8,8 @@ ops with fake kernels) and CUDA graphs.
 API:
     fp4_prepared_linear(x, p, bias=None)        y = x @ W^T (+ bias); backward grad_x = grad_y @ W (fused kernel)
     fp4_linear_grouped(x, group, bias=None)     one launch for a group; returns one view per member
+    fp4_linear_fused(x, w, bias, lora=(t, B), residual=h)   inference only (no autograd): y = x W^T + b
+                                                + t B^T + h in one launch; w a PreparedFP4 or a SegmentedFP4
     group_bias(group, biases)                   the group's bias vector from the members' biases (or None)
 CUDA fp16/bf16 inputs run the Triton kernels; anything else runs the plain-torch reference
 (`_common.dequantize_prepared_reference`, float32 math, output in x's dtype).
@@ -16,9 +18,10 @@ from __future__ import annotations
 
 import torch
 
-from kernels._common import PreparedFP4, dequantize_prepared_reference, fp4_gemm, fp4_gemm_t
+from kernels._common import (PreparedFP4, SegmentedFP4, dequantize_prepared_reference, fp4_gemm, fp4_gemm_t,
+                             interpret_mode)
 
-__all__ = ["fp4_prepared_linear", "fp4_linear_grouped", "group_bias"]
+__all__ = ["fp4_prepared_linear", "fp4_linear_grouped", "group_bias", "fp4_linear_fused", "fp4_linear_fused_reference"]
 
 
 def _rebuild(words, scales, out_scales, n: int, k: int, scale_kind: int, parts: list[int]) -> PreparedFP4:
@@ -124,3 +127,53 @@ def fp4_linear_grouped(x: torch.Tensor, group: PreparedFP4, bias: torch.Tensor |
     """
     y = fp4_prepared_linear(x, group, bias)
     return tuple(y[..., row:row + n] for row, n in group.parts)
+
+
+def fp4_linear_fused_reference(x: torch.Tensor, w, bias: torch.Tensor | None = None, *, lora: tuple | None = None,
+                               residual: torch.Tensor | None = None) -> torch.Tensor:
+    """Plain-torch `fp4_linear_fused` (float32 math, one rounding to x's dtype); w PreparedFP4 or SegmentedFP4."""
+    if isinstance(w, SegmentedFP4):
+        dense = x.new_zeros((w.n, w.k), dtype=torch.float32)
+        for (row, n), p in zip(w.parts, w.members):
+            dense[row:row + n] = dequantize_prepared_reference(p)
+    else:
+        dense = dequantize_prepared_reference(w)
+    y = x.float() @ dense.t()
+    if bias is not None:
+        y = y + bias.float()
+    if lora is not None:
+        y = y + lora[0].float() @ lora[1][:w.n].float().t()
+    if residual is not None:
+        y = y + residual.float()
+    return y.to(x.dtype)
+
+
+def fp4_linear_fused(x: torch.Tensor, w, bias: torch.Tensor | None = None, *, lora: tuple | None = None,
+                     residual: torch.Tensor | None = None, use_triton: bool | None = None) -> torch.Tensor:
+    """y = x @ W^T (+ bias) (+ t @ B^T) (+ residual) for inference (no autograd), one kernel launch on the GPU.
+
+    Args:
+        x: [M, k] activations.
+        w: PreparedFP4 (single weight or `concat_prepared` group) or SegmentedFP4 (`segment_prepared`, no copy).
+        bias: optional [n].
+        lora: optional (t [M, R], B [n, R]) for a single weight: the LoRA update, B scaled (R a power of two >= 16).
+        residual: optional [M, n] added last.
+        use_triton: default: CUDA fp16/bf16 inputs, or the CPU interpreter (TRITON_INTERPRET=1) with fp16/bf16.
+
+    Returns:
+        [M, n] in x's dtype.
+
+    Raises:
+        ValueError: mismatched shapes (see `_common.fp4_gemm`).
+    """
+    if x.shape[-1] != w.k:
+        raise ValueError(f"fp4_linear_fused: x of shape {tuple(x.shape)} does not match a weight [{w.n}, {w.k}]")
+    if use_triton is None:
+        use_triton = x.dtype in (torch.float16, torch.bfloat16) and (x.is_cuda or interpret_mode())
+    if not use_triton:
+        return fp4_linear_fused_reference(x, w, bias, lora=lora, residual=residual)
+    lead = x.shape[:-1]
+    x2 = x.reshape(-1, w.k)
+    lora2 = None if lora is None else (lora[0].reshape(x2.shape[0], -1), lora[1])
+    res2 = None if residual is None else residual.reshape(x2.shape[0], -1)
+    return fp4_gemm(x2, w, bias, lora=lora2, residual=res2).reshape(*lead, w.n)

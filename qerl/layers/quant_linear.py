@@ -183,6 +183,25 @@ class QuantLinear(nn.Module):
         return PreparedFP4(self.w4_words, self.w4_scales, self.w4_out_scales_bits.view(torch.float32),
                            self.out_features, self.in_features, 0 if self.fmt == "nvfp4" else 1)
 
+    def kernel_weight(self, in_place: bool = True):
+        """The weight in the kernels' layout (kernels.PreparedFP4), for code that launches the kernels itself
+        (the decode engine groups q/k/v and gate/up with kernels.segment_prepared).
+
+        Args:
+            in_place: convert this layer first if needed (what its first CUDA forward does) and return views of its
+                buffers; False: a separate prepared copy, the layer left as it is (CPU readers).
+
+        Returns:
+            kernels.PreparedFP4 on the layer's device.
+        """
+        if self.is_prepared:
+            return self.prepared()
+        if in_place:
+            self.prepare_kernels()
+            return self.prepared()
+        import kernels
+        return kernels.prepare(self.codes, self.scales, self.global_scale, self.fmt)
+
     def _derive_storage(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(codes, scale_bits) re-derived from the prepared form."""
         from kernels import mxfp4 as kmx

@@ -1,26 +1,46 @@
-"""A static-shape decoder for rollouts: preallocated KV cache, our own attention, CUDA graphs per cache-length bucket.
+"""A static-shape decoder for rollouts: preallocated KV cache, fused decode-step kernels, CUDA graphs per cache bucket.
 
 Why: transformers' generate with a dynamic cache spends most of a decode step in Python and launch overhead
-(47.7 tok/s for a 7B model at batch 1 on an H200, where the weights alone allow several hundred). This engine runs
+(47.7 tok/s for a 7B model at batch 1 on an H200, where the weights alone allow several hundred). This engine reads
 the model's own modules (embeddings, RMSNorms, q/k/v/o/gate/up/down whatever they are: nn.Linear, QuantLinear,
-bitsandbytes Linear4bit, peft LoRA wrappers around any of them; the LM head) in a fixed-shape step that is
-captured once as a CUDA graph and replayed. Nothing is copied: the graph reads the modules' tensors, so LoRA
-weights updated in place by the optimizer and RMSNorm weights carrying AQN noise (written in place by qerl.noise)
-are seen by the next replay.
+bitsandbytes Linear4bit, peft LoRA wrappers around any of them; the LM head) and runs a fixed-shape decode step that
+is captured once per attention bucket as a CUDA graph and replayed.
 
-Layout and numerics (Qwen2 / Llama family: RMSNorm, RoPE, GQA, SiLU MLP):
-  * KV cache [layers, B, kv_heads, max_len, head_dim]; slot j of a row holds its j-th column (left-padded prompt,
-    then the completion); `valid[b, j]` marks real tokens; a query at slot i attends to valid slots <= i (and always
-    to itself, so padding stays finite).
-  * Decode step t attends to the first S slots, S the smallest bucket (multiple of `bucket`) covering P + t + 1:
-    one graph per bucket, so attention reads what is filled, not the whole cache.
-  * GQA without repeating K/V: queries are viewed [B, kv_heads, group * T, head_dim] against K [B, kv_heads, S, d].
-  * NVFP4/MXFP4 q/k/v and gate/up run as one grouped kernel launch each (kernels.concat_prepared); the members'
-    prepared buffers become views of the group (no extra memory). LoRA deltas are added by the adapters' own
-    modules. Scores are in the compute dtype, softmax in float32.
-  * Sampling in the graph: temperature, top-p, Gumbel-max with the default CUDA generator (seed it with
-    torch.manual_seed); per-token entropy and log-prob of the sampling distribution, as qerl.rl.rollout.sample.
-On CPU (tests) the same step runs eagerly; `graphs=False` forces eager on CUDA too.
+It does not modify the model it reads. It asks the layers for what it needs through their public API
+(`qerl.layers.lora.adapter_factors`, `QuantLinear.kernel_weight`) and keeps its own copies only of what is small:
+the LoRA factors (A stacked, B scaled; refreshed at every `generate`, so an optimizer step between generations is
+seen), the q/k/v biases and, for BF16 bases, the q/k/v weights concatenated (0.9 GB for Qwen2.5-7B, ~6 % of its
+BF16 weights; `copy_dense_qkv=False` runs three GEMMs instead). RMSNorm weights are read in place, so AQN noise
+written into them (qerl.noise) is seen by the next replay and its exact restore by the one after.
+
+One decoder layer of the decode step (batch B, one token per row), kernels in brackets:
+    x = rmsnorm(h)                                          [kernels.decode.rmsnorm; fused with the residual add]
+    t = x A_qkv^T                                           [cuBLAS: the three LoRA down-products at once]
+    y = x W_qkv^T                                           [NVFP4: one kernels.fp4_gemm over q/k/v kept where they
+                                                             are (segment_prepared); BF16: one cuBLAS GEMM]
+    q, cache[slot] = rope(y + t B^T + b)                    [kernels.decode.qkv_rope_cache]
+    a = attention(q, cache[:slot + 1])                      [kernels.decode.decode_attention: split-K + combine]
+    h = h + a W_o^T + (a A_o^T) B_o^T                       [cuBLAS A-product; NVFP4: one fp4_gemm with LoRA and
+                                                             residual in its epilogue; BF16: addmm + addmm]
+    x = rmsnorm(h); t = x A_gu^T; y = x W_gu^T              [as above; BF16: gate and up as two cuBLAS GEMMs]
+    m = silu(y_g + t_g B_g^T) * (y_u + t_u B_u^T)           [kernels.decode.silu_mul]
+    h = h + m W_d^T + (m A_d^T) B_d^T                       [as o]
+14 launches per layer for NVFP4 + LoRA, 17 for BF16 + LoRA (19 without the q/k/v copy); the LM head and the
+sampling (temperature, top-p, Gumbel-max with the default CUDA generator, log-prob and entropy of the sampling
+distribution, as qerl.rl.rollout.sample) follow, inside the same graph. Layers the fused path cannot read (merged or
+DoRA adapters, several active adapters, bitsandbytes bases) are called as modules, with their LoRA applied by the
+same kernels where it can be.
+
+Layout: KV cache [layers, B, kv_heads, max_len, head_dim]; slot j of a row holds its j-th column (left-padded
+prompt, then the completion); `valid[b, j]` marks real tokens; a query at slot i attends to valid slots <= i (and
+always to itself). Decode step t attends over the first S slots, S the smallest bucket (multiple of `bucket`)
+covering P + t + 1 (one graph per bucket); the attention kernel stops at the current slot. The prefill runs the
+same projections with torch attention over the prompt.
+
+Kernels: `kernels="auto"` runs the Triton decode kernels on CUDA (fp16/bf16, head_dim >= 32) and their torch
+references elsewhere (the CPU path: same numerics up to rounding order); "triton" forces the kernels (CPU tests
+under TRITON_INTERPRET=1), "torch" the references. `fuse=False` calls every projection module as it is (the
+unfused baseline).
 
     eng = DecodeEngine(model, batch=8, max_len=256 + 2048)
     out = eng.generate(prompt_ids, attention_mask, max_new_tokens=2048, temperature=1.0, eos_ids=[151645],
@@ -33,6 +53,10 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+
+from kernels.decode import decode_attention, qkv_rope_cache, rmsnorm, silu_mul
+from kernels.prepared_ops import fp4_linear_fused
+from qerl.rl.sampling import gumbel_sample
 
 __all__ = ["DecodeEngine", "EngineOutput", "supports"]
 
@@ -47,8 +71,7 @@ class EngineOutput:
 
 
 def _unwrap(model):
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return base
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
 
 
 def supports(model) -> bool:
@@ -64,173 +87,183 @@ def supports(model) -> bool:
         getattr(base.config, "model_type", "") in ("qwen2", "llama", "mistral")
 
 
-def _lora_parts(mod):
-    """(base layer, [(A, B, scale), ...] of the active adapters) of a peft LoRA layer, or (mod, []) for others."""
-    if not (hasattr(mod, "base_layer") and hasattr(mod, "lora_A")):
-        return mod, []
-    if getattr(mod, "merged", False):
-        return mod, None  # merged weights: call the layer as it is
-    if getattr(mod, "disable_adapters", False):
-        return mod.base_layer, []
-    parts = []
-    for name in mod.active_adapters:
-        if name in mod.lora_A:
-            parts.append((mod.lora_A[name], mod.lora_B[name], mod.scaling[name]))
-    return mod.base_layer, parts
+def _eps(norm) -> float:
+    return getattr(norm, "variance_epsilon", None) or getattr(norm, "eps", 1e-6)
 
 
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+class _Group:
+    """Linear layers reading one input (q/k/v, gate/up, or a single o / down): one base product for all of them,
+    one cuBLAS product for all their LoRA down-projections (t = x A_cat^T), and their LoRA up-projections stacked
+    by rows (`lora_b`, scaled, rank padded to R) for the kernel that consumes the outputs.
 
+    Kinds: "fp4" (QuantLinear bases: kernels.segment_prepared views of their own buffers, or the single prepared
+    weight), "dense" (frozen nn.Linear: the module's weight, or for several members an engine-owned concatenation),
+    "bases" (other frozen bases, e.g. bitsandbytes: called one by one), "call" (modules called as they are, LoRA
+    included: merged or DoRA adapters, several adapters, trainable bases, fuse=False)."""
 
-def _rms(x: torch.Tensor, norm) -> torch.Tensor:
-    """RMSNorm with the module's weight (read at call time: AQN noise written into it is seen)."""
-    eps = getattr(norm, "variance_epsilon", None) or getattr(norm, "eps", 1e-6)
-    return F.rms_norm(x, (x.shape[-1],), norm.weight, eps)
-
-
-class _Proj:
-    """Linear layers reading one input (q/k/v, gate/up, or a single o/down) as one base GEMM plus one low-rank
-    update for all their LoRA adapters: y = x W_cat^T + b_cat + (x A_cat^T) B_cat^T, split into the members'
-    outputs. A_cat stacks the adapters' A; B_cat is block-diagonal with each adapter's scaled B (refresh() copies
-    the current adapter weights in, so an optimizer step between generations is seen). Base weights are grouped
-    when frozen: NVFP4/MXFP4 QuantLinear through kernels.concat_prepared (members' buffers become views of the
-    group), nn.Linear by concatenation (members' weights become views); anything else (bitsandbytes NF4) runs
-    member by member. Merged or multi-adapter or DoRA layers are simply called.
-
-    __call__(x) -> (y or None, [outputs]): y is the concatenated output when one tensor holds all members."""
-
-    def __init__(self, mods, fuse: bool, dtype: torch.dtype):
+    def __init__(self, mods, *, fuse: bool, dtype: torch.dtype, in_place: bool, copy_dense: bool):
         from torch import nn
 
         from qerl.layers import QuantLinear
+        from qerl.layers.lora import adapter_factors
 
-        self.mods = list(mods)
-        parts = [_lora_parts(m) for m in self.mods]
-        self.kind, self.lora = "call", None
-        dora = any(any(getattr(m, "use_dora", {}).get(n, False) for n in getattr(m, "active_adapters", []))
-                   for m in self.mods)
-        if not fuse or dora or any(p[1] is None or len(p[1]) > 1 for p in parts):
+        self.mods, self.dtype, self.in_place, self.copy_dense = list(mods), dtype, in_place, copy_dense
+        facts = [adapter_factors(m) for m in self.mods]
+        self.kind, self.lora_b, self.a_cat, self.bias = "call", None, None, None
+        if not fuse or any(f is None or len(f) > 1 for _, f in facts):
             return
-        bases = [p[0] for p in parts]
-        self.bases = bases
-        self.sizes = [int(b.out_features) for b in bases]
-        k = {getattr(b, "in_features", None) for b in bases}
-        frozen = all(not p.requires_grad for b in bases for p in b.parameters())
-        if len(k) != 1 or not frozen:
+        self.bases = [b for b, _ in facts]
+        self.factors = [f[0] if f else None for _, f in facts]
+        self.sizes = [int(b.out_features) for b in self.bases]
+        frozen = all(not p.requires_grad for b in self.bases for p in b.parameters())
+        if len({getattr(b, "in_features", None) for b in self.bases}) != 1 or not frozen:
             return
-        w0 = next(iter(bases[0].buffers()), None) if isinstance(bases[0], QuantLinear) else None
-        if all(isinstance(b, QuantLinear) for b in bases) and len({b.fmt for b in bases}) == 1 and \
-                w0 is not None and w0.is_cuda:
-            self._group_fp4(bases)
-        elif all(type(b) is nn.Linear for b in bases):
-            self._group_dense(bases)
+        if all(isinstance(b, QuantLinear) for b in self.bases) and len({b.fmt for b in self.bases}) == 1:
+            self.kind = "fp4"
+        elif all(type(b) is nn.Linear for b in self.bases):
+            self.kind = "dense"
         else:
             self.kind = "bases"
-        loras = [p[1][0] if p[1] else None for p in parts]
-        if any(x is not None for x in loras):
-            ref = next(x for x in loras if x is not None)[0].weight
-            rank_total = sum(x[0].weight.shape[0] for x in loras if x is not None)
-            kin = ref.shape[1]
-            self.a_cat = torch.zeros(rank_total, kin, dtype=dtype, device=ref.device)
-            self.b_cat = torch.zeros(sum(self.sizes), rank_total, dtype=dtype, device=ref.device)
-            self.lora, r0, n0 = [], 0, 0
-            for x, n in zip(loras, self.sizes):
-                if x is not None:
-                    a, b, s = x
-                    r = a.weight.shape[0]
-                    self.lora.append((a.weight, b.weight, float(s), r0, r, n0, n))
-                    r0 += r
-                n0 += n
-            self.refresh()
+        self._build()
 
-    def _group_fp4(self, bases) -> None:
-        from kernels.prepared_ops import group_bias
+    # ---- construction and refresh ------------------------------------------------------------------------------
+    def _build(self) -> None:
+        import kernels
+        from kernels.decode import lora_rank_pad
 
-        for b in bases:
-            b.prepare_kernels()
-        if len(bases) == 1:
-            self.group, self.bias = bases[0].prepared(), bases[0].bias
-        else:
-            import kernels
-            group = kernels.concat_prepared([b.prepared() for b in bases])
-            for b, (row, _) in zip(bases, group.parts):  # members become views of the group: no second copy
-                rows = b._buffers["w4_words"].shape[0]
-                b._buffers["w4_words"] = group.words[row:row + rows]
-                b._buffers["w4_scales"] = group.scales[row:row + rows]
-                b._buffers["w4_out_scales_bits"] = group.out_scales[:, row:row + rows].view(torch.int32)
-            self.group, self.bias = group, group_bias(group, [b.bias for b in bases])
-        self.kind = "fp4"
+        bases = self.bases
+        if self.kind == "fp4":
+            self.members = [b.kernel_weight(in_place=self.in_place) for b in bases]
+            self.w = self.members[0] if len(bases) == 1 else kernels.segment_prepared(self.members)
+            self.parts = [(0, self.sizes[0])] if len(bases) == 1 else list(self.w.parts)
+        elif self.kind == "dense":
+            if len(bases) == 1:
+                self.w = bases[0].weight
+            elif self.copy_dense:
+                self.w = torch.empty(sum(self.sizes), bases[0].in_features, dtype=bases[0].weight.dtype,
+                                     device=bases[0].weight.device)
+            else:
+                self.w = None
+            rows = [sum(self.sizes[:i]) for i in range(len(self.sizes))]
+            self.parts = list(zip(rows, self.sizes))
+        biases = [b.bias for b in bases]
+        self.bias = None
+        if any(x is not None for x in biases):  # engine-owned [sum n] (a copy: refreshed in refresh())
+            ref = next(x for x in biases if x is not None)
+            self.bias = torch.zeros(sum(self.sizes), dtype=self.dtype, device=ref.device)
+        if any(f is not None for f in self.factors):
+            ref = next(f for f in self.factors if f is not None)[0]
+            self.r = lora_rank_pad(max(f[0].shape[0] for f in self.factors if f is not None))
+            self.a_cat = torch.zeros(self.r * len(bases), ref.shape[1], dtype=self.dtype, device=ref.device)
+            self.lora_b = torch.zeros(sum(self.sizes), self.r, dtype=self.dtype, device=ref.device)
+        self._ptrs = self._watched()
+        self.refresh()
 
-    def _group_dense(self, bases) -> None:
-        if len(bases) == 1:
-            self.w, self.bias = bases[0].weight, bases[0].bias
-        else:
-            with torch.no_grad():
-                self.w = torch.cat([b.weight for b in bases])
-                row = 0
-                for b in bases:  # members become views of the concatenation: no second copy
-                    n = b.weight.shape[0]
-                    b.weight.data = self.w[row:row + n]
-                    row += n
-                biases = [b.bias for b in bases]
-                self.bias = None if all(x is None for x in biases) else torch.cat(
-                    [x if x is not None else self.w.new_zeros(n) for x, n in zip(biases, self.sizes)])
-        self.kind = "dense"
+    def _watched(self) -> tuple:
+        """Addresses of the model tensors this group reads in place (a change means they were replaced)."""
+        if self.kind == "fp4":
+            return tuple(t.data_ptr() for p in self.members for t in (p.words, p.scales, p.out_scales))
+        if self.kind == "dense" and len(self.bases) == 1:
+            return (self.bases[0].weight.data_ptr(),)
+        return ()
 
     @torch.no_grad()
-    def refresh(self) -> None:
-        """Copy the adapters' current weights (B scaled) into A_cat / B_cat."""
-        if self.lora is None:
-            return
-        for a, b, s, r0, r, n0, n in self.lora:
-            self.a_cat[r0:r0 + r].copy_(a)
-            self.b_cat[n0:n0 + n, r0:r0 + r].copy_(b * s)
-
-    def __call__(self, x: torch.Tensor):
+    def refresh(self) -> bool:
+        """Copy the adapters' current weights (and the biases / concatenated BF16 weights) in; rebuild if the
+        model's tensors were replaced. Returns True if it rebuilt (captured graphs then read stale addresses)."""
         if self.kind == "call":
-            return None, [m(x) for m in self.mods]
-        if self.kind == "bases":
-            outs = [b(x) for b in self.bases]
-            if self.lora is not None:
-                t = F.linear(x, self.a_cat)
-                outs = [o + F.linear(t, self.b_cat[n0:n0 + n]) for o, n0, n in zip(
-                    outs, [sum(self.sizes[:i]) for i in range(len(self.sizes))], self.sizes)]
-            return None, outs
+            return False
+        rebuilt = False
+        if self.kind == "fp4" and self.in_place:
+            now = tuple(t.data_ptr() for b in self.bases for p in (b.kernel_weight(),)
+                        for t in (p.words, p.scales, p.out_scales))
+            rebuilt = now != self._ptrs
+        elif self.kind == "dense" and len(self.bases) == 1:
+            rebuilt = self.bases[0].weight.data_ptr() != self._ptrs[0]
+        if rebuilt:
+            self._build()
+            return True
+        row = 0
+        for i, (b, n) in enumerate(zip(self.bases, self.sizes)):
+            if self.bias is not None:
+                if b.bias is not None:
+                    self.bias[row:row + n].copy_(b.bias)
+            if self.kind == "dense" and self.w is not None and len(self.bases) > 1:
+                self.w[row:row + n].copy_(b.weight)
+            f = self.factors[i]
+            if f is not None and self.a_cat is not None:
+                a, bw, s = f
+                r = a.shape[0]
+                self.a_cat[i * self.r:i * self.r + r].copy_(a)
+                self.lora_b[row:row + n, :r].copy_(bw * s)
+            row += n
+        return False
+
+    # ---- the products -----------------------------------------------------------------------------------------
+    def lora_t(self, x: torch.Tensor) -> torch.Tensor | None:
+        """x A_cat^T [..., R * members] (None without adapters or for kind "call")."""
+        return None if self.a_cat is None or self.kind == "call" else F.linear(x, self.a_cat)
+
+    def project(self, x: torch.Tensor):
+        """(member outputs without their LoRA update, t, bias still to add or None)."""
+        if self.kind == "call":
+            return [m(x) for m in self.mods], None, None
+        t = self.lora_t(x)
         if self.kind == "fp4":
-            from kernels.prepared_ops import fp4_prepared_linear
-            y = fp4_prepared_linear(x, self.group, self.bias)
+            y = fp4_linear_fused(x, self.w)  # Triton for CUDA fp16/bf16, else the reference
+            return [y[..., r:r + n] for r, n in self.parts], t, self.bias
+        if self.kind == "dense":
+            if self.w is not None:
+                y = F.linear(x, self.w, self.bias)
+                return [y[..., r:r + n] for r, n in self.parts], t, None
+            return [F.linear(x, b.weight, b.bias) for b in self.bases], t, None
+        return [b(x) for b in self.bases], t, None
+
+    def residual(self, x: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        """h + module(x) (a single member: o_proj or down_proj), LoRA included."""
+        if self.kind == "call":
+            return h + self.mods[0](x)
+        t = self.lora_t(x)
+        lora = None if t is None else (t, self.lora_b)
+        if self.kind == "fp4":
+            return fp4_linear_fused(x, self.w, self.bias, lora=lora, residual=h)
+        if self.kind == "dense":
+            lead = h.shape[:-1]
+            h2, x2 = h.reshape(-1, h.shape[-1]), x.reshape(-1, x.shape[-1])
+            out = torch.addmm(h2, x2, self.w.t()) if self.bias is None else \
+                torch.addmm(h2 + self.bias, x2, self.w.t())
         else:
-            y = F.linear(x, self.w, self.bias)
-        if self.lora is not None:
-            lead = y.shape[:-1]
-            y = torch.addmm(y.reshape(-1, y.shape[-1]), F.linear(x, self.a_cat).reshape(-1, self.a_cat.shape[0]),
-                            self.b_cat.t()).view(*lead, -1)
-        return y, list(torch.split(y, self.sizes, dim=-1)) if len(self.sizes) > 1 else [y]
+            lead = h.shape[:-1]
+            out = (h + self.bases[0](x)).reshape(-1, h.shape[-1])
+        if t is not None:
+            out = out.addmm_(t.reshape(out.shape[0], -1), self.lora_b.t())
+        return out.view(*lead, -1)
 
 
 class DecodeEngine:
     """Static-shape prefill + decode of a Qwen2/Llama-family model for `batch` rows and `max_len` slots.
 
     Args:
-        model: transformers causal LM (optionally peft-wrapped), on one device.
+        model: transformers causal LM (optionally peft-wrapped), on one device. Not modified (see the module doc).
         batch: rows B (fixed: the graphs are captured for it).
         max_len: cache slots per row (prompt width + completion budget).
         bucket: attention length granularity of the decode graphs.
         graphs: capture CUDA graphs (default: when the model is on CUDA).
-        fuse: one base GEMM for q/k/v and one for gate/up (NVFP4/MXFP4 grouped kernels, frozen BF16 weights
-            concatenated), and one low-rank update per group for all LoRA adapters; False calls each module.
+        fuse: the fused step (grouped projections, LoRA through the kernels); False calls every module.
+        kernels: "auto", "triton" or "torch" (see the module docstring).
+        copy_dense_qkv: keep a concatenated copy of BF16 q/k/v weights (one GEMM instead of three).
 
     Raises:
-        ValueError: a model layout the engine does not run (see `supports`).
+        ValueError: a model layout the engine does not run (see `supports`), or an unknown `kernels` value.
     """
 
     def __init__(self, model, batch: int, max_len: int, *, bucket: int = 512, graphs: bool | None = None,
-                 fuse: bool = True):
+                 fuse: bool = True, kernels: str = "auto", copy_dense_qkv: bool = True):
         if not supports(model):
             raise ValueError("DecodeEngine runs Qwen2/Llama-family causal LMs (model.model.layers with self_attn "
                              f"q/k/v/o and mlp gate/up/down); got {type(_unwrap(model)).__name__}")
+        if kernels not in ("auto", "triton", "torch"):
+            raise ValueError(f"DecodeEngine: kernels must be 'auto', 'triton' or 'torch', got {kernels!r}")
         base = _unwrap(model)
         self.model, self.cfg = model, base.config
         self.inner, self.lm_head = base.model, base.lm_head
@@ -243,18 +276,23 @@ class DecodeEngine:
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.heads
         self.batch, self.max_len, self.bucket = batch, max_len, bucket
         self.graphs = (self.device.type == "cuda") if graphs is None else graphs
+        if kernels == "auto":
+            kernels = "triton" if (fuse and self.device.type == "cuda" and self.head_dim >= 32 and
+                                   self.dtype in (torch.float16, torch.bfloat16)) else "torch"
+        self.use_triton = kernels == "triton"
         shape = (len(self.layers), batch, self.kv_heads, max_len, self.head_dim)
         self.k_cache = torch.zeros(shape, dtype=self.dtype, device=self.device)
         self.v_cache = torch.zeros(shape, dtype=self.dtype, device=self.device)
         self.valid = torch.zeros(batch, max_len, dtype=torch.bool, device=self.device)
         pos = torch.arange(max_len, device=self.device).unsqueeze(0)
         cos, sin = self.inner.rotary_emb(emb[:1].unsqueeze(0), pos)  # [1, max_len, head_dim]
-        self.cos, self.sin = cos[0].to(self.dtype), sin[0].to(self.dtype)
-        dt = self.dtype
-        self._projs = [(_Proj([layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj], fuse, dt),
-                        _Proj([layer.self_attn.o_proj], fuse, dt),
-                        _Proj([layer.mlp.gate_proj, layer.mlp.up_proj], fuse, dt),
-                        _Proj([layer.mlp.down_proj], fuse, dt)) for layer in self.layers]
+        self.cos, self.sin = cos[0].to(self.dtype).contiguous(), sin[0].to(self.dtype).contiguous()
+        kw = dict(fuse=fuse, dtype=self.dtype, in_place=self.device.type == "cuda")
+        self._groups = [(_Group([layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj],
+                                copy_dense=copy_dense_qkv, **kw),
+                         _Group([layer.self_attn.o_proj], copy_dense=False, **kw),
+                         _Group([layer.mlp.gate_proj, layer.mlp.up_proj], copy_dense=False, **kw),
+                         _Group([layer.mlp.down_proj], copy_dense=False, **kw)) for layer in self.layers]
         self._norms = [(layer.input_layernorm, layer.post_attention_layernorm) for layer in self.layers]
         self._final_norm = self.inner.norm
         # decode state, read and advanced inside the graphs: the host loop only replays
@@ -268,60 +306,69 @@ class DecodeEngine:
         self._graphs: dict = {}
         self._pool = None
 
+    def group_kinds(self) -> set[str]:
+        """The projection kinds in use ("fp4", "dense", "bases", "call"; see _Group)."""
+        return {g.kind for groups in self._groups for g in groups}
+
     # ---- the step ------------------------------------------------------------------------------------------------
-    def _forward(self, ids: torch.Tensor, pos: torch.Tensor, slots: torch.Tensor, span: int) -> torch.Tensor:
-        """Logits [B, V] of the last of T tokens ids [B, T] at positions pos [B, T] written to cache slots
-        `slots` [T]; attention over slots [0, span)."""
+    def _layers_forward(self, hidden: torch.Tensor, pos: torch.Tensor, slot: torch.Tensor, attend) -> torch.Tensor:
+        """The decoder layers over hidden [B, T, H]; `attend(i, q [B, T, heads, d]) -> [B, T, heads * d]` after
+        q/k/v of layer i are written at slots slot..slot+T-1. Returns the final-normed hidden state [B, T, H]."""
+        tri = self.use_triton and hidden.shape[1] == 1
+        kt = dict(use_triton=tri)
+        n1 = self._norms[0][0]
+        x = _rmsnorm(hidden, n1, None, tri)
+        for i in range(len(self.layers)):
+            qkv, o_proj, gate_up, down = self._groups[i]
+            n2 = self._norms[i][1]
+            nxt = self._norms[i + 1][0] if i + 1 < len(self.layers) else self._final_norm
+            (q, k, v), t, bias = qkv.project(x)
+            q = qkv_rope_cache(q, k, v, t, qkv.lora_b if t is not None else None, bias, self.cos, self.sin, pos,
+                               slot, self.k_cache[i], self.v_cache[i], **kt)
+            a = attend(i, q)
+            hidden = o_proj.residual(a, hidden)
+            x = _rmsnorm(hidden, n2, None, tri)
+            (g, u), t, _ = gate_up.project(x)
+            m = silu_mul(g, u, t, gate_up.lora_b if t is not None else None, **kt)
+            hidden = down.residual(m, hidden)
+            x = _rmsnorm(hidden, nxt, None, tri)
+        return x
+
+    def _decode_logits(self, span: int) -> torch.Tensor:
+        """Logits [B, V] of one decode step: token _tok at position _pos into cache slot _slot, attention < span."""
+        bsz = self.batch
+        scale = self.head_dim ** -0.5
+
+        def attend(i, q):
+            return decode_attention(q[:, 0], self.k_cache[i], self.v_cache[i], self.valid, self._slot, span, scale,
+                                    use_triton=self.use_triton).view(bsz, 1, -1)
+
+        hidden = self.inner.embed_tokens(self._tok[:, None])  # [B, 1, H]
+        x = self._layers_forward(hidden, self._pos[:, None], self._slot, attend)
+        return self.lm_head(x[:, -1])  # [B, V]
+
+    def _prefill_logits(self, ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        """Logits [B, V] after the prompts ids [B, P] (positions pos), their K/V written to slots [0, P)."""
         bsz, t = ids.shape
         h_, kvh, d = self.heads, self.kv_heads, self.head_dim
         g = h_ // kvh
-        hidden = self.inner.embed_tokens(ids)  # [B, T, H]
-        cos, sin = self.cos[pos].unsqueeze(2), self.sin[pos].unsqueeze(2)  # [B, T, 1, d]
-        keys = torch.arange(span, device=self.device)
-        allowed = (keys.view(1, 1, span) <= slots.view(1, t, 1)) & self.valid[:, None, :span]  # [B, T, S]
-        allowed = allowed | (keys.view(1, 1, span) == slots.view(1, t, 1))
+        keys = torch.arange(t, device=self.device)
+        allowed = (keys.view(1, 1, t) <= keys.view(1, t, 1)) & self.valid[:, None, :t]  # [B, T, S]
+        allowed = allowed | (keys.view(1, 1, t) == keys.view(1, t, 1))
         bias = torch.zeros(allowed.shape, dtype=self.dtype, device=self.device).masked_fill_(~allowed, float("-inf"))
-        bias = bias.unsqueeze(1).unsqueeze(1).expand(bsz, kvh, g, t, span).reshape(bsz * kvh, g * t, span)
-        scale = d ** -0.5
-        for i, layer in enumerate(self.layers):
-            qkv, o_proj, gate_up, down = self._projs[i]
-            n1, n2 = self._norms[i]
-            y, (q, k, v) = qkv(_rms(hidden, n1))
-            if y is not None:  # q and k side by side: one RoPE over both
-                qk = y[..., :(h_ + kvh) * d].view(bsz, t, h_ + kvh, d)
-            else:
-                qk = torch.cat([q, k], -1).view(bsz, t, h_ + kvh, d)
-            qk = torch.addcmul(qk * cos, _rotate_half(qk), sin)
-            q, k = qk[:, :, :h_], qk[:, :, h_:]  # [B, T, h, d], [B, T, kvh, d]
-            self.k_cache[i].index_copy_(2, slots, k.transpose(1, 2))
-            self.v_cache[i].index_copy_(2, slots, v.view(bsz, t, kvh, d).transpose(1, 2))
-            kk = self.k_cache[i, :, :, :span].reshape(bsz * kvh, span, d)
-            vv = self.v_cache[i, :, :, :span].reshape(bsz * kvh, span, d)
-            qg = q.transpose(1, 2).reshape(bsz * kvh, g * t, d)  # head kv*g + j -> row (j, t) of group kv
-            scores = torch.baddbmm(bias, qg, kk.transpose(1, 2), alpha=scale)  # [B*kvh, g*T, S]
-            p = torch.softmax(scores, dim=-1, dtype=torch.float32).to(self.dtype)
-            o = torch.bmm(p, vv).view(bsz, kvh, g, t, d).permute(0, 3, 1, 2, 4).reshape(bsz, t, h_ * d)
-            hidden = hidden + o_proj(o)[1][0]
-            _, (gate, up) = gate_up(_rms(hidden, n2))
-            hidden = hidden + down(F.silu(gate) * up)[1][0]
-        return self.lm_head(_rms(hidden[:, -1], self._final_norm))  # [B, V]
+        bias = bias.unsqueeze(1).unsqueeze(1).expand(bsz, kvh, g, t, t).reshape(bsz * kvh, g * t, t)
 
-    def _sample(self, logits: torch.Tensor, temperature: float, top_p: float):
-        logits = logits.float()
-        if temperature <= 0:
-            logp = torch.log_softmax(logits, dim=-1)
-            tok = logits.argmax(-1)
-            return tok, logp.gather(-1, tok[:, None]).squeeze(1), torch.zeros_like(logp[:, 0])
-        logits = logits / temperature
-        if top_p < 1.0:
-            from qerl.rl.rollout import _top_p_filter
-            logits = _top_p_filter(logits, top_p)
-        logp = torch.log_softmax(logits, dim=-1)  # [B, V]
-        gumbel = -torch.log(-torch.log(torch.rand_like(logp).clamp_(1e-20, 1.0)))
-        tok = (logp + gumbel).argmax(-1)
-        probs = logp.exp()
-        ent = -(probs * logp.masked_fill(probs == 0, 0.0)).sum(-1)
-        return tok, logp.gather(-1, tok[:, None]).squeeze(1), ent
+        def attend(i, q):  # q [B, T, h, d]
+            kk = self.k_cache[i, :, :, :t].reshape(bsz * kvh, t, d)
+            vv = self.v_cache[i, :, :, :t].reshape(bsz * kvh, t, d)
+            qg = q.transpose(1, 2).reshape(bsz * kvh, g * t, d)  # head kv*g + j -> row (j, t) of group kv
+            scores = torch.baddbmm(bias, qg, kk.transpose(1, 2), alpha=d ** -0.5)  # [B*kvh, g*T, S]
+            p = torch.softmax(scores, dim=-1, dtype=torch.float32).to(self.dtype)
+            return torch.bmm(p, vv).view(bsz, kvh, g, t, d).permute(0, 3, 1, 2, 4).reshape(bsz, t, h_ * d)
+
+        hidden = self.inner.embed_tokens(ids)
+        x = self._layers_forward(hidden, pos, torch.zeros(1, dtype=torch.long, device=self.device), attend)
+        return self.lm_head(x[:, -1])
 
     def _record(self, tok, logp, ent) -> None:
         """Store the sampled column and advance the state (token, position, slot, column)."""
@@ -334,9 +381,9 @@ class DecodeEngine:
         self._col.add_(1)
 
     def _decode_step(self, span: int, temperature: float, top_p: float) -> None:
-        logits = self._forward(self._tok[:, None], self._pos[:, None], self._slot, span)
+        logits = self._decode_logits(span)
         self.valid.index_fill_(1, self._slot, True)
-        self._record(*self._sample(logits, temperature, top_p))
+        self._record(*gumbel_sample(logits, temperature, top_p))
 
     def _span(self, slot: int) -> int:
         return min(self.max_len, -(-(slot + 1) // self.bucket) * self.bucket)
@@ -365,6 +412,13 @@ class DecodeEngine:
                 live.copy_(saved)  # the warm-up steps advanced the state; the replay below is the real step
         graph.replay()
 
+    def refresh(self) -> None:
+        """Copy the adapters' current weights in (an optimizer step changes them in place); if the model's base
+        tensors were replaced (e.g. load_state_dict re-prepared a QuantLinear), rebuild and drop the graphs."""
+        rebuilt = [g.refresh() for groups in self._groups for g in groups]
+        if any(rebuilt):
+            self._graphs.clear()
+
     def spans(self, prompt_len: int, max_new_tokens: int) -> dict[int, int]:
         """{attention span (bucket): decode steps in it} of a generation of this shape (its graphs and their use)."""
         steps: dict[int, int] = {}
@@ -378,8 +432,10 @@ class DecodeEngine:
         self._pos.fill_(max(span - room, 0))
         self._col.zero_()
 
+    @torch.no_grad()
     def capture(self, prompt_len: int, max_new_tokens: int, temperature: float = 1.0, top_p: float = 1.0) -> int:
         """Capture every decode graph a generation of this shape will replay (returns how many exist)."""
+        self.refresh()
         for span in sorted(self.spans(prompt_len, max_new_tokens)):
             self._enter_bucket(span, 4)  # warm-ups and the replay write slots inside the bucket
             self._run_step(span, temperature, top_p)
@@ -399,6 +455,7 @@ class DecodeEngine:
         torch.cuda.synchronize()
         return (time.perf_counter() - t0) / reps
 
+    @torch.no_grad()
     def prefill(self, prompt_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """Write the prompts' K/V (slots [0, P)) and return the logits [B, V] after the last prompt column."""
         bsz, plen = prompt_ids.shape
@@ -407,14 +464,15 @@ class DecodeEngine:
         self.valid.zero_()
         self.valid[:, :plen] = attention_mask.bool()
         pos = (attention_mask.long().cumsum(-1) - 1).clamp_(min=0)
-        slots = torch.arange(plen, device=self.device)
-        return self._forward(prompt_ids, pos, slots, plen)
+        return self._prefill_logits(prompt_ids, pos)
 
     @torch.no_grad()
     def generate(self, prompt_ids: torch.Tensor, attention_mask: torch.Tensor, *, max_new_tokens: int,
                  temperature: float = 1.0, top_p: float = 1.0, eos_ids=(), force_length: bool = False,
                  check_every: int = 32) -> EngineOutput:
         """Sample up to `max_new_tokens` tokens per row after left-padded prompts [B, P].
+
+        The model is switched to eval mode for the generation and back to its previous mode afterwards.
 
         Args:
             prompt_ids, attention_mask: [B, P] on the model's device.
@@ -433,31 +491,38 @@ class DecodeEngine:
                              f"max_len {self.max_len}")
         was_training = self.model.training
         self.model.eval()
-        for projs in self._projs:  # adapters may have changed since the last generation
-            for proj in projs:
-                proj.refresh()
-        dev = self.device
-        eos = torch.tensor(sorted(set(int(e) for e in eos_ids)) or [-1], dtype=torch.long, device=dev)
-        logits = self.prefill(prompt_ids, attention_mask)
-        self._pos.copy_(attention_mask.long().sum(-1))  # the first sampled token's position and slot
-        self._slot.fill_(plen)
-        self._col.zero_()
-        self._record(*self._sample(logits, temperature, top_p))
-        self._pos.sub_(1)  # _record advanced them; the first decode step feeds that token at (pos, slot P)
-        self._slot.sub_(1)
-        steps = max_new_tokens
-        for t in range(1, max_new_tokens):
-            if not force_length and t % check_every == 0 and bool(torch.isin(self.tokens[:, :t], eos).any(1).all()):
-                steps = t
-                break
-            self._run_step(self._span(plen + t - 1), temperature, top_p)
-        tokens, logps, ents = (b[:, :steps].clone() for b in (self.tokens, self.logps, self.ents))
+        try:
+            self.refresh()  # adapters may have changed since the last generation
+            dev = self.device
+            eos = torch.tensor(sorted(set(int(e) for e in eos_ids)) or [-1], dtype=torch.long, device=dev)
+            logits = self.prefill(prompt_ids, attention_mask)
+            self._pos.copy_(attention_mask.long().sum(-1))  # the first sampled token's position and slot
+            self._slot.fill_(plen)
+            self._col.zero_()
+            self._record(*gumbel_sample(logits, temperature, top_p))
+            self._pos.sub_(1)  # _record advanced them; the first decode step feeds that token at (pos, slot P)
+            self._slot.sub_(1)
+            steps = max_new_tokens
+            for t in range(1, max_new_tokens):
+                if not force_length and t % check_every == 0 and \
+                        bool(torch.isin(self.tokens[:, :t], eos).any(1).all()):
+                    steps = t
+                    break
+                self._run_step(self._span(plen + t - 1), temperature, top_p)
+            tokens, logps, ents = (b[:, :steps].clone() for b in (self.tokens, self.logps, self.ents))
+        finally:
+            self.model.train(was_training)
         if force_length:
             lengths = torch.full((bsz,), steps, dtype=torch.long, device=dev)
             finished = torch.zeros(bsz, dtype=torch.bool, device=dev)
         else:
             hit = torch.isin(tokens, eos)  # [B, L]
             finished = hit.any(1)
-            lengths = torch.where(finished, hit.float().argmax(1) + 1, torch.full_like(finished, steps, dtype=torch.long))
-        self.model.train(was_training)
+            lengths = torch.where(finished, hit.float().argmax(1) + 1,
+                                  torch.full_like(finished, steps, dtype=torch.long))
         return EngineOutput(tokens, logps, ents, lengths, finished)
+
+
+def _rmsnorm(h: torch.Tensor, norm, add, use_triton: bool) -> torch.Tensor:
+    """RMSNorm with the module's weight, read at call time (AQN noise written into it is seen)."""
+    return rmsnorm(h, norm.weight, _eps(norm), add, use_triton=use_triton)

@@ -16,11 +16,15 @@ the stop tokens and the EOS; `truncated` marks the ones cut by max_new_tokens, f
 """
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 
 import torch
 
-__all__ = ["RolloutBatch", "eos_token_ids", "sample", "sequence_logprobs"]
+from qerl.rl.sampling import top_p_filter
+from qerl.rl.sampling import top_p_filter as _top_p_filter  # noqa: F401 - the old private name (tests import it)
+
+__all__ = ["RolloutBatch", "eos_token_ids", "sample", "sequence_logprobs", "engine_for", "release_engine"]
 
 
 @dataclass
@@ -74,16 +78,6 @@ def _stop_candidates(tokenizer, stop_strings: tuple[str, ...]) -> torch.Tensor:
     last_chars = {s[-1] for s in stop_strings if s}
     pieces = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
     return torch.tensor([i for i, p in enumerate(pieces) if p and any(c in p for c in last_chars)], dtype=torch.long)
-
-
-def _top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
-    if top_p >= 1.0:
-        return logits
-    sorted_logits, order = torch.sort(logits, descending=True, dim=-1)  # [N, V]
-    probs = torch.softmax(sorted_logits, dim=-1)  # [N, V]
-    drop = probs.cumsum(-1) - probs > top_p  # [N, V] keep the smallest prefix whose mass reaches top_p
-    sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
-    return torch.empty_like(logits).scatter_(-1, order, sorted_logits)
 
 
 _TAIL_TOKENS = 24  # tokens decoded to look for a stop string that spans several tokens
@@ -180,7 +174,7 @@ def sample(model, tokenizer, prompts: list[str], *, group_size: int, max_new_tok
     next_pos = position[:, -1:] + 1  # [A, 1]
     for t in range(max_new_tokens):
         if temperature > 0:
-            logp_all = torch.log_softmax(_top_p_filter(logits / temperature, top_p), dim=-1)  # [A, V]
+            logp_all = torch.log_softmax(top_p_filter(logits / temperature, top_p), dim=-1)  # [A, V]
             probs = logp_all.exp()
             tok = torch.multinomial(probs, 1, generator=generator).squeeze(1)  # [A]
             ent = -(probs * logp_all.masked_fill(probs == 0, 0.0)).sum(-1)  # [A]
@@ -243,10 +237,34 @@ def _concat(parts: list[RolloutBatch], pad: int) -> RolloutBatch:
                         torch.cat([tail(b.sample_logp) for b in parts]))
 
 
-def _sample_engine(model, tokenizer, prompts, group_size, max_new_tokens, temperature, top_p, generator,
-                   stop_strings) -> RolloutBatch:
+# One decode engine (one shape) per model, kept beside the model (never in it), under a weak key: the engine holds
+# the model's submodules and only a weak proxy of the model object, so the entry goes when the model does.
+_ENGINES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def engine_for(model, batch: int, max_len: int):
+    """The decode engine for `model` at this shape: reused while the shape is the same, rebuilt otherwise.
+
+    The cache is keyed weakly on the model; the engine refers to the model only through a weak proxy, so dropping
+    the model frees the engine (its KV cache and graphs) too. `release_engine(model)` frees it at once.
+    """
     from qerl.rl.engine import DecodeEngine
 
+    eng = _ENGINES.pop(model, None)
+    if eng is None or eng.batch != batch or eng.max_len != max_len:
+        del eng
+        eng = DecodeEngine(weakref.proxy(model), batch, max_len)
+    _ENGINES[model] = eng
+    return eng
+
+
+def release_engine(model) -> None:
+    """Drop the cached decode engine of `model` (its KV cache and CUDA graphs), if any."""
+    _ENGINES.pop(model, None)
+
+
+def _sample_engine(model, tokenizer, prompts, group_size, max_new_tokens, temperature, top_p, generator,
+                   stop_strings) -> RolloutBatch:
     device = next(model.parameters()).device
     texts_in = [p for p in prompts for _ in range(group_size)]
     enc = tokenizer(texts_in, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
@@ -263,11 +281,7 @@ def _sample_engine(model, tokenizer, prompts, group_size, max_new_tokens, temper
         raise ValueError(f"max_new_tokens = {max_new_tokens} plus the longest prompt exceeds the model's "
                          f"max_position_embeddings = {limit}; lower the generation budget")
     ids, attn = ids.to(device), attn.to(device)
-    eng = model.__dict__.pop("_qerl_engine", None)  # one engine (one shape) kept with the model; it dies with it
-    if eng is None or eng.batch != n or eng.max_len != plen + max_new_tokens:
-        del eng
-        eng = DecodeEngine(model, n, plen + max_new_tokens)
-    model.__dict__["_qerl_engine"] = eng
+    eng = engine_for(model, n, plen + max_new_tokens)
     if generator is not None:  # the engine samples from the torch RNG of the model's device
         seed = int(torch.randint(0, 2**62, (1,), generator=generator, device=generator.device))
         torch.manual_seed(seed)

@@ -1,5 +1,7 @@
 """The static-shape decode engine computes what the model computes: prefill logits, sampled log-probs and entropies
-equal a teacher-forced transformers forward (left padding, GQA, buckets, LoRA, NVFP4 bases); EOS and lengths."""
+equal a teacher-forced transformers forward (left padding, GQA, buckets, LoRA, NVFP4 bases); EOS and lengths; the
+fused Triton decode kernels (interpreter on CPU) give the same tokens; the engine leaves the model untouched; AQN
+noise in the norms changes its tokens and the restored run is bit-identical."""
 from __future__ import annotations
 
 import pytest
@@ -171,8 +173,9 @@ def test_cuda_graphs_and_grouping_match_eager(method):
     a = eager.generate(ids, attn, max_new_tokens=32, temperature=0.0, force_length=True)
     b = fast.generate(ids, attn, max_new_tokens=32, temperature=0.0, force_length=True)
     assert len(fast._graphs) == 3
-    kinds = {p.kind for projs in fast._projs for p in projs}
+    kinds = fast.group_kinds()
     assert kinds == {"qlora": {"bases"}, "lora": {"dense"}, "qerl": {"fp4"}}[method], kinds
+    assert eager.group_kinds() == {"call"} and fast.use_triton and not eager.use_triton
     assert (a.tokens == b.tokens).float().mean() > 0.9  # bf16: a near-tie may flip late in the sequence
     assert torch.allclose(a.logp[:, :8], b.logp[:, :8], atol=0.05)
     full = torch.cat([ids, b.tokens], 1)
@@ -213,8 +216,10 @@ def test_sample_on_cuda_uses_the_engine_and_agrees_with_the_eager_loop(setup):
     prompts = [build_prompt(q, tok, "none") for q in QUESTIONS]
     kw = dict(group_size=2, max_new_tokens=40, temperature=0.0)
     a = sample(model, tok, prompts, engine=False, **kw)
+    keys = set(model.__dict__)
     b = sample(model, tok, prompts, **kw)  # auto: CUDA -> the engine, with graphs
-    assert "_qerl_engine" in model.__dict__ and model.__dict__["_qerl_engine"].graphs
+    from qerl.rl import rollout
+    assert rollout._ENGINES[model].graphs and set(model.__dict__) == keys  # kept beside the model, not in it
     assert sum(x == y for x, y in zip(a.texts, b.texts)) >= len(a.texts) - 1  # fp32 on GPU: near-ties may flip
     c = sample(model, tok, prompts, generator=torch.Generator(device="cuda").manual_seed(3), group_size=2,
                max_new_tokens=40, temperature=1.0)
@@ -240,3 +245,92 @@ def test_chunked_sampling_joins_into_one_consistent_batch(setup, engine):
     m = parts.completion_mask[:, parts.prompt_len:].bool()
     assert torch.allclose(logp[m], parts.sample_logp[m], atol=1e-4)
     assert (parts.sample_logp[~m] == 0).all() and (parts.entropy[~m] == 0).all()
+
+
+def _state(model):
+    return {k: v.clone() for k, v in model.state_dict().items()}
+
+
+@pytest.mark.triton_device
+@pytest.mark.parametrize("variant", ["plain", "lora", "nvfp4+lora"])
+def test_triton_decode_kernels_match_the_torch_step(variant):
+    """The fused decode kernels (kernels.decode; Triton's interpreter on CPU) inside the engine give the torch
+    references' tokens and log-probs, and the teacher-forced forward's log-probs."""
+    torch.manual_seed(0)
+    tok = build_tokenizer()
+    model = build_model(tok, hidden_size=128, intermediate_size=256, num_heads=4, num_kv_heads=2, seed=3).eval()
+    if "nvfp4" in variant:
+        model = _nvfp4(model)
+    if "lora" in variant:
+        model = _lora(model)
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    model = model.to(dev)
+    enc = tok([build_prompt(q, tok, "none") for q in QUESTIONS[:2]], return_tensors="pt", padding=True,
+              padding_side="left", add_special_tokens=False)
+    ids, attn = enc["input_ids"].to(dev), enc["attention_mask"].to(dev)
+    ref = DecodeEngine(model, batch=2, max_len=ids.shape[1] + 10, bucket=8, kernels="torch", graphs=False)
+    tri = DecodeEngine(model, batch=2, max_len=ids.shape[1] + 10, bucket=8, kernels="triton", graphs=False)
+    assert tri.use_triton and not ref.use_triton
+    a = ref.generate(ids, attn, max_new_tokens=10, temperature=0.0, force_length=True)
+    b = tri.generate(ids, attn, max_new_tokens=10, temperature=0.0, force_length=True)
+    assert torch.equal(a.tokens, b.tokens)
+    assert torch.allclose(a.logp, b.logp, atol=1e-4)
+    _check_against_forward(model, ids, attn, b)
+
+
+def test_engine_leaves_the_model_untouched(setup):
+    """No buffers rewritten, no weights rebound, nothing kept in the model's __dict__ (CPU: nothing converted)."""
+    model, tok, ids, attn = setup
+    model = _lora(_nvfp4(model))
+    before = _state(model)
+    ptrs = {n: t.data_ptr() for n, t in list(model.named_parameters()) + list(model.named_buffers())}
+    keys = {n: set(m.__dict__) | set(m._buffers) for n, m in model.named_modules()}
+    eng = DecodeEngine(model, batch=3, max_len=ids.shape[1] + 6)
+    eng.generate(ids, attn, max_new_tokens=6, temperature=1.0, force_length=True)
+    after = _state(model)
+    assert before.keys() == after.keys() and all(torch.equal(before[k], after[k]) for k in before)
+    assert ptrs == {n: t.data_ptr() for n, t in list(model.named_parameters()) + list(model.named_buffers())}
+    assert keys == {n: set(m.__dict__) | set(m._buffers) for n, m in model.named_modules()}
+
+
+def test_engine_does_not_import_the_sampler():
+    """One direction only: rollout uses the engine; the engine shares qerl.rl.sampling, not rollout."""
+    import subprocess
+    import sys
+    code = "import sys, qerl.rl.engine; assert 'qerl.rl.rollout' not in sys.modules, 'engine imports rollout'"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def _aqn_runs(model, ids, attn, eng, steps=16):
+    from qerl.noise import applied
+    clean = eng.generate(ids, attn, max_new_tokens=steps, temperature=0.0, force_length=True)
+    with applied(model, 0.05, torch.Generator().manual_seed(0)):
+        noisy = eng.generate(ids, attn, max_new_tokens=steps, temperature=0.0, force_length=True)
+    again = eng.generate(ids, attn, max_new_tokens=steps, temperature=0.0, force_length=True)
+    return clean, noisy, again
+
+
+def test_aqn_noise_changes_the_engines_tokens_and_restores_exactly(setup):
+    """AQN writes noise into the RMSNorm weights in place: the engine (which reads them at each step) samples other
+    tokens under noise, and after the exact restore the clean run is reproduced bit for bit."""
+    model, tok, ids, attn = setup
+    model = _lora(_nvfp4(model))
+    eng = DecodeEngine(model, batch=3, max_len=ids.shape[1] + 16)
+    clean, noisy, again = _aqn_runs(model, ids, attn, eng)
+    assert (noisy.tokens != clean.tokens).float().mean() > 0.05  # 1/3 of the greedy tokens change here
+    assert torch.equal(again.tokens, clean.tokens) and torch.equal(again.logp, clean.logp)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
+@pytest.mark.parametrize("method", ["lora", "qerl"])
+def test_aqn_noise_through_cuda_graphs(method):
+    """The same on the GPU with captured graphs: noise is seen by the replays, the restored run matches exactly."""
+    from qerl.profiling.build import build_random_model
+    model = build_random_model("0.5B", method, rank=8, layers=2, device="cuda")
+    ids = torch.randint(0, 1000, (4, 32), device="cuda")
+    attn = torch.ones_like(ids)
+    eng = DecodeEngine(model, batch=4, max_len=64, bucket=16)
+    clean, noisy, again = _aqn_runs(model, ids, attn, eng, steps=24)
+    assert eng._graphs and (noisy.tokens != clean.tokens).float().mean() > 0.05
+    assert torch.equal(again.tokens, clean.tokens) and torch.equal(again.logp, clean.logp)

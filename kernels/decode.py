@@ -1,0 +1,475 @@
+"""Fused kernels of one decode step (one new token per row), with the plain-torch reference each is tested against.
+
+Why: at rollout batch sizes the decode step of a 7B model is a few milliseconds, and a step built from framework
+ops launches about 30 kernels per decoder layer (RMSNorm's reductions, RoPE's slices and concatenations, the cache
+writes, attention's score/softmax/PV passes, the SiLU, each LoRA product), each a few microseconds even inside a
+CUDA graph. These kernels make a layer a handful of launches; with the projections (kernels.fp4_gemm or cuBLAS) and
+the LoRA down-products (cuBLAS) a layer is 14 launches for NVFP4 and 19 for BF16 (qerl/rl/engine.py).
+
+    rmsnorm(h, w, eps, add=y)                    h += y (in place, if given); returns rmsnorm(h) * w
+    qkv_rope_cache(q, k, v, t, lora_b, bias, cos, sin, pos, slot, k_cache, v_cache)
+        q/k/v projections + their LoRA update (t @ B^T) + bias, RoPE on q and k, k and v written to cache slot
+        `slot`; returns the rotated queries [B, heads, d]
+    decode_attention(q, k_cache, v_cache, valid, slot, span, scale)
+        one query per row and head against the cache slots [0, slot] (valid ones, plus the slot itself),
+        split over the keys (flash-decoding: partial softmax per split, then a combine); returns [B, heads * d]
+    silu_mul(gate, up, t, lora_b)               silu(gate + t_g B_g^T) * (up + t_u B_u^T)
+Each dispatches to Triton when `use_triton` (CUDA, or the CPU interpreter with TRITON_INTERPRET=1), else to the
+`*_reference` function beside it; both compute in float32 and round once to the activations' dtype (the references
+round where the model does: a residual sum, the normalised row, the product with the norm weight).
+
+Numerics vs transformers' Qwen2 forward (deviations, all within bf16 rounding): LoRA deltas and biases are added in
+float32 to the rounded base projection; RoPE is computed in float32 and rounded once (transformers rounds q*cos and
+rotate_half(q)*sin separately in bf16); attention normalises after the PV product (flash-decoding order) with the
+probabilities rounded to the compute dtype for the PV product, as the engine's torch path does.
+
+Run the tests: `TRITON_INTERPRET=1 pytest tests/kernels/test_decode.py -q` (CPU), `pytest tests/kernels` on a GPU.
+"""
+from __future__ import annotations
+
+import torch
+
+from kernels._common import HAVE_TRITON
+
+if HAVE_TRITON:
+    import triton
+    import triton.language as tl
+
+__all__ = ["rmsnorm", "rmsnorm_reference", "qkv_rope_cache", "qkv_rope_cache_reference", "decode_attention",
+           "decode_attention_reference", "attention_splits", "silu_mul", "silu_mul_reference", "lora_rank_pad"]
+
+
+def lora_rank_pad(r: int) -> int:
+    """The padded LoRA rank the kernels take (a power of two >= 16: tl.dot's smallest inner dimension)."""
+    return max(16, 1 << (max(r, 1) - 1).bit_length())
+
+
+# --------------------------------------------------------------------------------------------------------------
+# References (the specification; the engine's CPU path)
+# --------------------------------------------------------------------------------------------------------------
+def rmsnorm_reference(h: torch.Tensor, weight: torch.Tensor, eps: float, add: torch.Tensor | None = None):
+    """transformers' Qwen2RMSNorm of h (+ add, rounded to h's dtype and written back into h)."""
+    if add is not None:
+        h.add_(add)
+    x = h.float()
+    x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * x.to(h.dtype)
+
+
+def _lora_delta(t: torch.Tensor | None, lora_b: torch.Tensor | None, col0: int, rows: slice):
+    if t is None:
+        return 0.0
+    r = lora_b.shape[1]
+    return t[..., col0:col0 + r].float() @ lora_b[rows].float().t()
+
+
+def qkv_rope_cache_reference(q, k, v, t, lora_b, bias, cos, sin, pos, slot, k_cache, v_cache):
+    """See `qkv_rope_cache`; q/k/v [B, T, n] (T tokens written to slots slot..slot+T-1, T = 1 at decode)."""
+    bsz, tt = q.shape[:2]
+    d = cos.shape[-1]
+    nq, nk = q.shape[-1], k.shape[-1]
+    r = lora_b.shape[1] if lora_b is not None else 0
+    outs = []
+    for i, (y, row0, n) in enumerate(((q, 0, nq), (k, nq, nk), (v, nq + nk, nk))):
+        y = y.float() + _lora_delta(t, lora_b, i * r, slice(row0, row0 + n))
+        if bias is not None:
+            y = y + bias[row0:row0 + n].float()
+        outs.append(y.view(bsz, tt, n // d, d))
+    c, s = cos[pos].float().unsqueeze(2), sin[pos].float().unsqueeze(2)  # [B, T, 1, d]
+
+    def rope(x):
+        half = d // 2
+        rot = torch.cat((-x[..., half:], x[..., :half]), -1)
+        return x * c + rot * s
+
+    qr, kr = rope(outs[0]).to(q.dtype), rope(outs[1]).to(q.dtype)
+    slots = slot.reshape(-1)[:1] + torch.arange(tt, device=slot.device)
+    k_cache.index_copy_(2, slots, kr.transpose(1, 2).to(k_cache.dtype))
+    v_cache.index_copy_(2, slots, outs[2].to(q.dtype).transpose(1, 2).to(v_cache.dtype))
+    return qr  # [B, T, heads, d]
+
+
+def decode_attention_reference(q, k_cache, v_cache, valid, slot, span: int, scale: float):
+    """See `decode_attention`; the engine's torch attention for one query per row (softmax in float32)."""
+    bsz, heads, d = q.shape
+    kvh = k_cache.shape[1]
+    g = heads // kvh
+    s = slot.reshape(-1)[:1]
+    keys = torch.arange(span, device=q.device)
+    allowed = ((keys < s) & valid[:, :span].bool()) | (keys == s)  # [B, S]
+    kk = k_cache[:, :, :span]  # [B, kvh, S, d]
+    qg = q.view(bsz, kvh, g, d)
+    scores = torch.einsum("bhgd,bhsd->bhgs", qg.float(), kk.float()) * scale
+    scores = scores.masked_fill(~allowed[:, None, None, :], float("-inf"))
+    p = torch.softmax(scores, dim=-1).to(q.dtype)
+    o = torch.einsum("bhgs,bhsd->bhgd", p.float(), v_cache[:, :, :span].float())
+    return o.reshape(bsz, heads * d).to(q.dtype)
+
+
+def silu_mul_reference(gate, up, t, lora_b):
+    """See `silu_mul`."""
+    inter = gate.shape[-1]
+    r = lora_b.shape[1] if lora_b is not None else 0
+    g = gate.float() + _lora_delta(t, lora_b, 0, slice(0, inter))
+    u = up.float() + _lora_delta(t, lora_b, r, slice(inter, 2 * inter))
+    return (torch.nn.functional.silu(g) * u).to(gate.dtype)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Triton kernels
+# --------------------------------------------------------------------------------------------------------------
+if HAVE_TRITON:
+    @triton.jit
+    def _rmsnorm_kernel(h_ptr, y_ptr, w_ptr, x_ptr, H, stride_h, stride_y, stride_x, eps,
+                        HAS_ADD: tl.constexpr, BH: tl.constexpr, NB: tl.constexpr):
+        """One program per row: h += y (rounded to h's dtype, written back), x = bf16(h * rstd) * w."""
+        row = tl.program_id(0).to(tl.int64)
+        ss = tl.zeros([BH], dtype=tl.float32)
+        for c in range(NB):
+            cols = c * BH + tl.arange(0, BH)
+            ok = cols < H
+            h = tl.load(h_ptr + row * stride_h + cols, mask=ok, other=0.0)
+            if HAS_ADD:
+                h = (h.to(tl.float32) + tl.load(y_ptr + row * stride_y + cols, mask=ok, other=0.0).to(tl.float32))
+                h = h.to(h_ptr.dtype.element_ty)
+                tl.store(h_ptr + row * stride_h + cols, h, mask=ok)
+            hf = h.to(tl.float32)
+            ss += hf * hf
+        rstd = 1.0 / tl.sqrt_rn(tl.sum(ss, axis=0) / H + eps)
+        for c in range(NB):
+            cols = c * BH + tl.arange(0, BH)
+            ok = cols < H
+            h = tl.load(h_ptr + row * stride_h + cols, mask=ok, other=0.0).to(tl.float32)
+            xn = (h * rstd).to(x_ptr.dtype.element_ty).to(tl.float32)
+            w = tl.load(w_ptr + cols, mask=ok, other=0.0).to(tl.float32)
+            tl.store(x_ptr + row * stride_x + cols, (xn * w).to(x_ptr.dtype.element_ty), mask=ok)
+
+    @triton.jit
+    def _lora_half(y_ptr, stride_y, bias_ptr, t_ptr, stride_t, b_ptr, rows, cols, t_col, m_ok,
+                   HAS_BIAS: tl.constexpr, HAS_LORA: tl.constexpr, R: tl.constexpr, IEEE: tl.constexpr):
+        """[BM, D2] float32: base projection columns `cols` of rows `rows` + bias + t[:, t_col:+R] @ B[cols]^T
+        (bias_ptr and b_ptr already point at the head's first column / row."""
+        y = tl.load(y_ptr + rows[:, None] * stride_y + cols[None, :], mask=m_ok[:, None], other=0.0).to(tl.float32)
+        if HAS_BIAS:
+            y += tl.load(bias_ptr + cols).to(tl.float32)[None, :]
+        if HAS_LORA:
+            rr = tl.arange(0, R)
+            tt = tl.load(t_ptr + rows[:, None] * stride_t + t_col + rr[None, :], mask=m_ok[:, None], other=0.0)
+            bt = tl.load(b_ptr + cols[None, :] * R + rr[:, None])                     # [R, D2]
+            if IEEE:
+                y += tl.dot(tt.to(tl.float32), bt.to(tl.float32), input_precision="ieee")
+            else:
+                y += tl.dot(tt, bt)
+        return y
+
+    @triton.jit
+    def _rope_head(y_ptr, stride_y, bias_ptr, t_ptr, stride_t, b_ptr, cos_ptr, sin_ptr, stride_cs, pos_ptr, out_ptr,
+                   stride_out, rows, m_ok, t_col, ROPE: tl.constexpr, D: tl.constexpr,
+                   HAS_BIAS: tl.constexpr, HAS_LORA: tl.constexpr, R: tl.constexpr, IEEE: tl.constexpr):
+        """One head (D columns starting at y_ptr / bias_ptr / b_ptr) of rows `rows`: base + bias + LoRA, rotated
+        if ROPE, stored at out_ptr + row * stride_out (two halves of D / 2 columns: RoPE pairs column i with
+        column i + D / 2)."""
+        D2: tl.constexpr = D // 2
+        c = tl.arange(0, D2)
+        x1 = _lora_half(y_ptr, stride_y, bias_ptr, t_ptr, stride_t, b_ptr, rows, c, t_col, m_ok,
+                        HAS_BIAS, HAS_LORA, R, IEEE)
+        x2 = _lora_half(y_ptr, stride_y, bias_ptr, t_ptr, stride_t, b_ptr, rows, c + D2, t_col, m_ok,
+                        HAS_BIAS, HAS_LORA, R, IEEE)
+        if ROPE:
+            pos = tl.load(pos_ptr + rows, mask=m_ok, other=0)
+            cs = pos[:, None] * stride_cs
+            cos1 = tl.load(cos_ptr + cs + c[None, :], mask=m_ok[:, None], other=0.0).to(tl.float32)
+            cos2 = tl.load(cos_ptr + cs + D2 + c[None, :], mask=m_ok[:, None], other=0.0).to(tl.float32)
+            sin1 = tl.load(sin_ptr + cs + c[None, :], mask=m_ok[:, None], other=0.0).to(tl.float32)
+            sin2 = tl.load(sin_ptr + cs + D2 + c[None, :], mask=m_ok[:, None], other=0.0).to(tl.float32)
+            o1 = x1 * cos1 - x2 * sin1
+            o2 = x2 * cos2 + x1 * sin2
+        else:
+            o1, o2 = x1, x2
+        base = out_ptr + rows[:, None].to(tl.int64) * stride_out
+        tl.store(base + c[None, :], o1.to(out_ptr.dtype.element_ty), mask=m_ok[:, None])
+        tl.store(base + D2 + c[None, :], o2.to(out_ptr.dtype.element_ty), mask=m_ok[:, None])
+
+    @triton.jit
+    def _qkv_rope_cache_kernel(
+            # pointers
+            q_ptr, k_ptr, v_ptr, bias_ptr, t_ptr, b_ptr, cos_ptr, sin_ptr, pos_ptr, slot_ptr, kc_ptr, vc_ptr, qo_ptr,
+            # sizes
+            M, NQ, NK,
+            # strides
+            stride_q, stride_k, stride_v, stride_t, stride_cs, stride_cb, stride_ch, stride_cs2,
+            # meta
+            HEADS: tl.constexpr, KVH: tl.constexpr, D: tl.constexpr, BM: tl.constexpr, R: tl.constexpr,
+            HAS_BIAS: tl.constexpr, HAS_LORA: tl.constexpr, IEEE: tl.constexpr):
+        """Program (row block, head j): j < HEADS a query head (rotated, written to qo), j < HEADS + KVH a key head
+        (rotated, written to the cache slot), else a value head (written to the cache slot)."""
+        j = tl.program_id(1)
+        rows = tl.program_id(0) * BM + tl.arange(0, BM)
+        m_ok = rows < M
+        slot = tl.load(slot_ptr)
+        if j < HEADS:
+            col0 = j * D
+            _rope_head(q_ptr + col0, stride_q, bias_ptr + col0, t_ptr, stride_t, b_ptr + col0 * R, cos_ptr, sin_ptr,
+                       stride_cs, pos_ptr, qo_ptr + col0, HEADS * D, rows, m_ok, 0, True, D, HAS_BIAS, HAS_LORA,
+                       R, IEEE)
+        elif j < HEADS + KVH:
+            col0 = (j - HEADS) * D
+            _rope_head(k_ptr + col0, stride_k, bias_ptr + NQ + col0, t_ptr, stride_t, b_ptr + (NQ + col0) * R,
+                       cos_ptr, sin_ptr, stride_cs, pos_ptr, kc_ptr + (j - HEADS) * stride_ch + slot * stride_cs2,
+                       stride_cb, rows, m_ok, R, True, D, HAS_BIAS, HAS_LORA, R, IEEE)
+        else:
+            col0 = (j - HEADS - KVH) * D
+            _rope_head(v_ptr + col0, stride_v, bias_ptr + NQ + NK + col0, t_ptr, stride_t,
+                       b_ptr + (NQ + NK + col0) * R, cos_ptr, sin_ptr, stride_cs, pos_ptr,
+                       vc_ptr + (j - HEADS - KVH) * stride_ch + slot * stride_cs2, stride_cb, rows, m_ok,
+                       2 * R, False, D, HAS_BIAS, HAS_LORA, R, IEEE)
+
+    @triton.jit
+    def _attn_split_kernel(
+            # pointers
+            q_ptr, kc_ptr, vc_ptr, valid_ptr, slot_ptr, acc_ptr, ml_ptr,
+            # sizes
+            SPAN, CHUNK, scale,
+            # strides (cache: row, kv head, slot; valid: row)
+            stride_cb, stride_ch, stride_cs, stride_valid,
+            # meta
+            KVH: tl.constexpr, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr, BS: tl.constexpr,
+            NSPLIT: tl.constexpr, IEEE: tl.constexpr):
+        """Program (row b, kv head h, split s): the G query heads of kv head h against keys [s*CHUNK, (s+1)*CHUNK)
+        up to the current slot; online softmax; writes the unnormalised partial output and (max, sum)."""
+        b = tl.program_id(0)
+        h = tl.program_id(1)
+        s = tl.program_id(2)
+        slot = tl.load(slot_ptr)
+        gi = tl.arange(0, GP)
+        dd = tl.arange(0, D)
+        g_ok = gi < G
+        q = tl.load(q_ptr + (b * KVH * G + h * G + gi)[:, None] * D + dd[None, :], mask=g_ok[:, None], other=0.0)
+        k0 = s * CHUNK
+        k1 = tl.minimum(tl.minimum(k0 + CHUNK, SPAN), slot + 1)
+        m_i = tl.full([GP], -1.0e30, dtype=tl.float32)
+        l_i = tl.zeros([GP], dtype=tl.float32)
+        acc = tl.zeros([GP, D], dtype=tl.float32)
+        cache = b.to(tl.int64) * stride_cb + h * stride_ch
+        for j0 in range(k0, k1, BS):
+            jj = j0 + tl.arange(0, BS)
+            j_ok = jj < k1
+            kt = tl.load(kc_ptr + cache + jj[:, None] * stride_cs + dd[None, :], mask=j_ok[:, None], other=0.0)
+            if IEEE:
+                sc = tl.dot(q.to(tl.float32), tl.trans(kt.to(tl.float32)), input_precision="ieee")
+            else:
+                sc = tl.dot(q, tl.trans(kt))
+            ok = tl.load(valid_ptr + b * stride_valid + jj, mask=j_ok, other=0) != 0
+            allowed = (ok & (jj < slot)) | (jj == slot)
+            sc = tl.where(allowed[None, :], sc * scale, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(sc, axis=1))
+            alpha = tl.exp(m_i - m_new)
+            p = tl.exp(sc - m_new[:, None])
+            l_i = l_i * alpha + tl.sum(p, axis=1)
+            vt = tl.load(vc_ptr + cache + jj[:, None] * stride_cs + dd[None, :], mask=j_ok[:, None], other=0.0)
+            if IEEE:
+                acc = acc * alpha[:, None] + tl.dot(p, vt.to(tl.float32), input_precision="ieee")
+            else:
+                acc = acc * alpha[:, None] + tl.dot(p.to(vt.dtype), vt)
+            m_i = m_new
+        part = (b * KVH + h) * NSPLIT + s
+        tl.store(acc_ptr + (part * GP + gi)[:, None] * D + dd[None, :], acc)
+        tl.store(ml_ptr + (part * GP + gi) * 2, m_i)
+        tl.store(ml_ptr + (part * GP + gi) * 2 + 1, l_i)
+
+    @triton.jit
+    def _attn_combine_kernel(acc_ptr, ml_ptr, o_ptr, KVH: tl.constexpr, G: tl.constexpr, GP: tl.constexpr,
+                             D: tl.constexpr, NSPLIT: tl.constexpr, NSP: tl.constexpr):
+        """Program (row b, head): o = sum_s exp(m_s - M) acc_s / sum_s exp(m_s - M) l_s."""
+        b = tl.program_id(0)
+        head = tl.program_id(1)
+        h = head // G
+        gi = head % G
+        sp = tl.arange(0, NSP)
+        s_ok = sp < NSPLIT
+        part = (b * KVH + h) * NSPLIT + sp
+        m = tl.load(ml_ptr + (part * GP + gi) * 2, mask=s_ok, other=-1.0e30)
+        l_s = tl.load(ml_ptr + (part * GP + gi) * 2 + 1, mask=s_ok, other=0.0)
+        w = tl.exp(m - tl.max(m, axis=0))
+        dd = tl.arange(0, D)
+        acc = tl.load(acc_ptr + (part * GP + gi)[:, None] * D + dd[None, :], mask=s_ok[:, None], other=0.0)
+        o = tl.sum(acc * w[:, None], axis=0) / tl.sum(l_s * w, axis=0)
+        tl.store(o_ptr + (b * KVH * G + head) * D + dd, o.to(o_ptr.dtype.element_ty))
+
+    @triton.jit
+    def _silu_mul_kernel(g_ptr, u_ptr, t_ptr, b_ptr, o_ptr, M, INTER, stride_g, stride_u, stride_t, stride_o,
+                         BM: tl.constexpr, BC: tl.constexpr, R: tl.constexpr, HAS_LORA: tl.constexpr,
+                         IEEE: tl.constexpr):
+        """Program (row block, column block): silu(gate + t_g B_g^T) * (up + t_u B_u^T), float32, rounded once."""
+        rows = tl.program_id(0) * BM + tl.arange(0, BM)
+        cols = tl.program_id(1) * BC + tl.arange(0, BC)
+        ok = (rows < M)[:, None] & (cols < INTER)[None, :]
+        g = tl.load(g_ptr + rows[:, None] * stride_g + cols[None, :], mask=ok, other=0.0).to(tl.float32)
+        u = tl.load(u_ptr + rows[:, None] * stride_u + cols[None, :], mask=ok, other=0.0).to(tl.float32)
+        if HAS_LORA:
+            rr = tl.arange(0, R)
+            c_ok = (cols < INTER)[None, :]
+            tg = tl.load(t_ptr + rows[:, None] * stride_t + rr[None, :], mask=(rows < M)[:, None], other=0.0)
+            tu = tl.load(t_ptr + rows[:, None] * stride_t + R + rr[None, :], mask=(rows < M)[:, None], other=0.0)
+            bg = tl.load(b_ptr + cols[None, :] * R + rr[:, None], mask=c_ok, other=0.0)              # [R, BC]
+            bu = tl.load(b_ptr + (INTER + cols)[None, :] * R + rr[:, None], mask=c_ok, other=0.0)
+            if IEEE:
+                g += tl.dot(tg.to(tl.float32), bg.to(tl.float32), input_precision="ieee")
+                u += tl.dot(tu.to(tl.float32), bu.to(tl.float32), input_precision="ieee")
+            else:
+                g += tl.dot(tg, bg)
+                u += tl.dot(tu, bu)
+        out = g / (1.0 + tl.exp(-g)) * u
+        tl.store(o_ptr + rows[:, None] * stride_o + cols[None, :], out.to(o_ptr.dtype.element_ty), mask=ok)
+
+
+def _ieee(t: torch.Tensor) -> bool:
+    return t.dtype == torch.float32
+
+
+def _row_block(m: int) -> int:
+    return 16 if m <= 16 else 32 if m <= 32 else 64
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Wrappers
+# --------------------------------------------------------------------------------------------------------------
+def rmsnorm(h: torch.Tensor, weight: torch.Tensor, eps: float, add: torch.Tensor | None = None, *,
+            use_triton: bool = False) -> torch.Tensor:
+    """rmsnorm(h [+ add]) * weight for rows h [M, H]; with `add`, h is updated in place to h + add (the residual).
+
+    Raises:
+        ValueError: shape mismatch (names the shapes).
+    """
+    if h.shape[-1] != weight.shape[-1] or (add is not None and add.shape != h.shape):
+        raise ValueError(f"rmsnorm: h {tuple(h.shape)}, weight {tuple(weight.shape)}, "
+                         f"add {None if add is None else tuple(add.shape)} do not match")
+    if not use_triton:
+        return rmsnorm_reference(h, weight, eps, add)
+    h2 = h.view(-1, h.shape[-1])
+    y2 = add.reshape(-1, h.shape[-1]) if add is not None else h2
+    out = torch.empty_like(h2)
+    hidden = h2.shape[1]
+    bh = min(1024, triton.next_power_of_2(hidden))
+    _rmsnorm_kernel[(h2.shape[0],)](h2, y2, weight, out, hidden, h2.stride(0), y2.stride(0), out.stride(0),
+                                    float(eps), HAS_ADD=add is not None, BH=bh, NB=triton.cdiv(hidden, bh),
+                                    num_warps=4)
+    return out.view(h.shape)
+
+
+def qkv_rope_cache(q, k, v, t, lora_b, bias, cos, sin, pos, slot, k_cache, v_cache, *, use_triton: bool = False):
+    """Finish the attention projections of one decode step and write the new key/value into the cache.
+
+    Args:
+        q, k, v: [B, 1, n_q] / [B, 1, n_kv] base projections (any row strides; last dimension contiguous).
+        t: [B, 1, 3 * R] the LoRA down-products x A^T of q, k, v (member i in columns [i R, i R + R)), or None.
+        lora_b: [n_q + 2 n_kv, R] the three LoRA up-weights stacked by rows, scaled, zero-padded to R; or None.
+        bias: [n_q + 2 n_kv] or None.
+        cos, sin: [max_len, d] RoPE tables; pos: [B, 1] positions; slot: [1] the cache slot (a device tensor).
+        k_cache, v_cache: [B, kv_heads, max_len, d] one layer's cache (last dimension contiguous).
+
+    Returns:
+        [B, 1, heads, d] rotated queries.
+
+    Raises:
+        ValueError: T != 1 on the Triton path, or mismatched shapes.
+    """
+    d = cos.shape[-1]
+    if q.shape[-1] % d or k.shape[-1] != v.shape[-1] or k.shape[-1] != k_cache.shape[1] * d:
+        raise ValueError(f"qkv_rope_cache: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)} do not fit "
+                         f"head_dim {d} and a cache of {tuple(k_cache.shape)}")
+    if not use_triton:
+        return qkv_rope_cache_reference(q, k, v, t, lora_b, bias, cos, sin, pos, slot, k_cache, v_cache)
+    bsz, tt = q.shape[:2]
+    if tt != 1:
+        raise ValueError(f"qkv_rope_cache: the Triton path writes one token per row, got T = {tt}")
+    nq, nk = q.shape[-1], k.shape[-1]
+    heads, kvh = nq // d, nk // d
+    q2, k2, v2 = q.reshape(bsz, nq), k.reshape(bsz, nk), v.reshape(bsz, nk)
+    out = torch.empty(bsz, 1, heads, d, dtype=q.dtype, device=q.device)
+    r = lora_b.shape[1] if lora_b is not None else 16
+    t2 = t.reshape(bsz, -1) if t is not None else q2
+    bm = _row_block(bsz)
+    grid = (triton.cdiv(bsz, bm), heads + 2 * kvh)
+    _qkv_rope_cache_kernel[grid](
+        q2, k2, v2, bias if bias is not None else q2, t2, lora_b if lora_b is not None else q2, cos, sin,
+        pos.reshape(-1), slot, k_cache, v_cache, out,
+        bsz, nq, nk,
+        q2.stride(0), k2.stride(0), v2.stride(0), t2.stride(0), cos.stride(0), k_cache.stride(0),
+        k_cache.stride(1), k_cache.stride(2),
+        HEADS=heads, KVH=kvh, D=d, BM=bm, R=r, HAS_BIAS=bias is not None, HAS_LORA=t is not None,
+        IEEE=_ieee(q), num_warps=4)
+    return out
+
+
+def attention_splits(batch: int, kv_heads: int, span: int, sms: int = 132, block: int = 64) -> int:
+    """Key splits of `decode_attention` for this shape: enough programs for ~2 per multiprocessor, each split at
+    least two key blocks long (fewer, longer splits when batch x kv_heads already fills the GPU)."""
+    want = -(-2 * sms // max(1, batch * kv_heads))
+    return max(1, min(want, span // (2 * block), 64))
+
+
+def decode_attention(q, k_cache, v_cache, valid, slot, span: int, scale: float, *, use_triton: bool = False,
+                     splits: int | None = None):
+    """Attention of one query per row and head over the cache slots [0, span) that are valid and <= slot.
+
+    Args:
+        q: [B, heads, d] rotated queries; heads = kv_heads * G (query head i uses kv head i // G).
+        k_cache, v_cache: [B, kv_heads, max_len, d] one layer's cache (slot `slot` already written).
+        valid: [B, max_len] bool, the slots holding real tokens; slot: [1] device tensor; span: keys considered.
+        scale: score multiplier (d ** -0.5).
+        splits: key splits (default `attention_splits`).
+
+    Returns:
+        [B, heads * d] in q's dtype.
+    """
+    if not use_triton:
+        return decode_attention_reference(q, k_cache, v_cache, valid, slot, span, scale)
+    bsz, heads, d = q.shape
+    kvh = k_cache.shape[1]
+    g = heads // kvh
+    bs = 64 if d <= 128 else 32
+    sms = torch.cuda.get_device_properties(q.device).multi_processor_count if q.is_cuda else 2
+    ns = splits or attention_splits(bsz, kvh, span, sms, bs)
+    chunk = -(-(-(-span // ns)) // bs) * bs
+    gp = max(16, triton.next_power_of_2(g))
+    acc = torch.empty(bsz * kvh * ns * gp * d, dtype=torch.float32, device=q.device)
+    ml = torch.empty(bsz * kvh * ns * gp * 2, dtype=torch.float32, device=q.device)
+    qc = q.contiguous()
+    valid_i8 = valid.view(torch.int8) if valid.dtype == torch.bool else valid
+    _attn_split_kernel[(bsz, kvh, ns)](
+        qc, k_cache, v_cache, valid_i8, slot, acc, ml, span, chunk, float(scale),
+        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), valid_i8.stride(0),
+        KVH=kvh, G=g, GP=gp, D=d, BS=bs, NSPLIT=ns, IEEE=_ieee(q), num_warps=4)
+    out = torch.empty(bsz, heads * d, dtype=q.dtype, device=q.device)
+    _attn_combine_kernel[(bsz, heads)](acc, ml, out, KVH=kvh, G=g, GP=gp, D=d, NSPLIT=ns,
+                                       NSP=triton.next_power_of_2(ns), num_warps=2)
+    return out
+
+
+def silu_mul(gate, up, t, lora_b, *, use_triton: bool = False):
+    """silu(gate + t_g B_g^T) * (up + t_u B_u^T): the MLP activation with the gate/up LoRA updates folded in.
+
+    Args:
+        gate, up: [..., I] base projections (rows may be strided views of one [.., 2I] output).
+        t: [..., 2R] LoRA down-products of gate (columns [0, R)) and up ([R, 2R)), or None.
+        lora_b: [2I, R] the gate and up LoRA up-weights stacked by rows, scaled, zero-padded to R; or None.
+
+    Returns:
+        [..., I] in gate's dtype.
+    """
+    if gate.shape != up.shape:
+        raise ValueError(f"silu_mul: gate {tuple(gate.shape)} and up {tuple(up.shape)} differ")
+    if not use_triton:
+        return silu_mul_reference(gate, up, t, lora_b)
+    inter = gate.shape[-1]
+    g2, u2 = gate.reshape(-1, inter), up.reshape(-1, inter)
+    m = g2.shape[0]
+    out = torch.empty(m, inter, dtype=gate.dtype, device=gate.device)
+    r = lora_b.shape[1] if lora_b is not None else 16
+    t2 = t.reshape(m, -1) if t is not None else g2
+    bm, bc = _row_block(m), 128
+    _silu_mul_kernel[(triton.cdiv(m, bm), triton.cdiv(inter, bc))](
+        g2, u2, t2, lora_b if lora_b is not None else g2, out, m, inter, g2.stride(0), u2.stride(0), t2.stride(0),
+        out.stride(0), BM=bm, BC=bc, R=r, HAS_LORA=t is not None, IEEE=_ieee(gate), num_warps=4)
+    return out.view(gate.shape)
