@@ -59,8 +59,8 @@ except ImportError:  # pragma: no cover - exercised only where triton is absent
 
 __all__ = [
     "CHUNK", "ROW_ALIGN", "PreparedFP4", "SegmentedFP4", "segment_prepared", "prepare_codes", "fp4_gemm",
-    "fp4_gemm_t", "fp4_dequantize",
-    "concat_prepared", "dequantize_prepared_reference", "interpret_mode", "FUSED_MAX_M", "BWD_FUSED_MAX_M",
+    "fp4_gemm_t", "fp4_gemm_tc", "fp4_dequantize", "concat_prepared", "dequantize_prepared_reference",
+    "interpret_mode", "dispatch_table", "FUSED_MAX_M", "BWD_FUSED_MAX_M", "TC_MAX_M",
 ]
 
 CHUNK = 128      # k elements per storage chunk (16 words per row)
@@ -750,6 +750,92 @@ if HAVE_TRITON:
                 tl.store(o_ptrs, tot.to(o_ptr.dtype.element_ty), mask=o_mask)
                 tl.atomic_xchg(cnt_ptr + tile, 0)
 
+    @triton.jit(do_not_specialize=["M", "M_BUCKET"])
+    def _fp4_gemm_tc(
+            # pointers (a: x for the forward, grad_y for the backward)
+            a_ptr, w_ptr, s_ptr, out_scale_ptr, bias_ptr, o_ptr, seg_ptr, t_ptr, lb_ptr, res_ptr,
+            # sizes: o [M, NO] = a [M, KR] @ op(W); RP: the reduction length padded (K_pad or N_pad); WB: the
+            # bound of the decoded tile's other side (forward: N_pad rows; backward: K_pad columns)
+            M, NO, KR, RP, WB, M_BUCKET,
+            # strides (elements)
+            stride_am, stride_wn, stride_sn, stride_om, stride_os, stride_t, stride_res,
+            # meta
+            SCALE_KIND: tl.constexpr, BF16: tl.constexpr, HAS_BIAS: tl.constexpr, USE_ASM: tl.constexpr,
+            FORWARD: tl.constexpr, SEGMENTED: tl.constexpr, HAS_LORA: tl.constexpr, R: tl.constexpr,
+            HAS_RES: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
+            TC_FWD: tl.constexpr = 1, TC_BWD: tl.constexpr = 1):
+        """Tensor-core tiles for M >= 64 in the natural orientation: o tile [BM, BN] = a tile [BM, BK] @ B,
+        B the weight tile decoded in registers and handed to the MMA through shared memory (Triton stages it).
+
+        FORWARD: o = x @ W^T (NO = N, KR = K): B = decode(W[n-block, k-chunk])^T, per-column factors and bias in
+        the epilogue. Backward (FORWARD False): o = grad_y @ W (NO = K, KR = N): B = decode(W[n-chunk, k-block]),
+        one factor for the whole weight (single weights only). The decode is the stream-K kernel's (same layout,
+        same bit operations), amortised over BM rows of activations instead of 16-64. Forward only: SEGMENTED
+        (SegmentedFP4, BN <= 128), a LoRA update and the residual in the epilogue, as `_fp4_gemm`."""
+        pid = tl.program_id(0)
+        tiles_m = tl.cdiv(M, BM)
+        tiles_n = tl.cdiv(NO, BN)
+        in_group = GROUP_M * tiles_n
+        first_m = (pid // in_group) * GROUP_M
+        group_m = tl.minimum(tiles_m - first_m, GROUP_M)
+        pid_m = first_m + (pid % in_group) % group_m
+        pid_n = (pid % in_group) // group_m
+        rm = pid_m * BM + tl.arange(0, BM)
+        rn = pid_n * BN + tl.arange(0, BN)
+        rk = tl.arange(0, BK)
+        m_ok = rm < M
+        out_scale = out_scale_ptr + BF16 * stride_os
+        w_base = w_ptr
+        s_base = s_ptr
+        if SEGMENTED:  # this 128-row block's member (see _fp4_gemm)
+            seg = seg_ptr + ((pid_n * BN) // 128) * 3
+            w_base = w_ptr + tl.multiple_of(tl.load(seg), 16)
+            s_base = s_ptr + tl.multiple_of(tl.load(seg + 1), 16)
+            out_scale = out_scale + tl.load(seg + 2)
+        acc = tl.zeros([BM, BN], dtype=tl.float32)
+        a_ptrs = a_ptr + rm[:, None] * stride_am + rk[None, :]
+        if FORWARD:
+            w_ok = (rn < WB)[:, None]
+            w_ptrs = w_base + rn[:, None] * stride_wn + tl.arange(0, BK // 8)[None, :]
+            s_ptrs = s_base + rn[:, None] * stride_sn + tl.arange(0, BK // 32)[None, :]
+        else:
+            w_ok = (pid_n * BN + tl.arange(0, BN // 8) * 8 < WB)[None, :]
+            w_ptrs = w_ptr + rk[:, None] * stride_wn + pid_n * (BN // 8) + tl.arange(0, BN // 8)[None, :]
+            s_ptrs = s_ptr + rk[:, None] * stride_sn + pid_n * (BN // 32) + tl.arange(0, BN // 32)[None, :]
+        for r0 in range(0, RP, BK):
+            a = tl.load(a_ptrs + r0, mask=m_ok[:, None] & (rk[None, :] < KR - r0), other=0.0)
+            if FORWARD:
+                wq = tl.load(w_ptrs + r0 // 8, mask=w_ok, other=0)
+                sc = tl.load(s_ptrs + r0 // 32, mask=w_ok, other=0)
+                w = tl.trans(_decode_tile(wq, sc, BN, BK, SCALE_KIND, BF16, USE_ASM))       # [BK, BN]
+            else:
+                wq = tl.load(w_ptrs + r0 * stride_wn, mask=w_ok, other=0)
+                sc = tl.load(s_ptrs + r0 * stride_sn, mask=(pid_n * BN + tl.arange(0, BN // 32) * 32 < WB)[None, :],
+                             other=0)
+                w = _decode_tile(wq, sc, BK, BN, SCALE_KIND, BF16, USE_ASM)                 # [BK, BN]
+            if USE_ASM:
+                acc = tl.dot(a, w, acc)
+            else:  # reference path (interpreter: no bf16 matmul); exact operands, fp32 products
+                acc = tl.dot(a.to(tl.float32), w.to(tl.float32), acc, input_precision="ieee")
+        o_mask = m_ok[:, None] & (rn < NO)[None, :]
+        if FORWARD:
+            out = acc * tl.load(out_scale + rn, mask=rn < NO, other=0.0)[None, :]
+            if HAS_BIAS:
+                out += tl.load(bias_ptr + rn, mask=rn < NO, other=0.0).to(tl.float32)[None, :]
+            if HAS_LORA:
+                rr = tl.arange(0, R)
+                tt = tl.load(t_ptr + rm[:, None] * stride_t + rr[None, :], mask=m_ok[:, None], other=0.0)  # [BM, R]
+                bt = tl.load(lb_ptr + rn[None, :] * R + rr[:, None], mask=(rn < NO)[None, :], other=0.0)   # [R, BN]
+                if USE_ASM:
+                    out += tl.dot(tt, bt)
+                else:
+                    out += tl.dot(tt.to(tl.float32), bt.to(tl.float32), input_precision="ieee")
+            if HAS_RES:
+                out += tl.load(res_ptr + rm[:, None] * stride_res + rn[None, :], mask=o_mask, other=0.0).to(tl.float32)
+        else:
+            out = acc * tl.load(out_scale)
+        tl.store(o_ptr + rm[:, None] * stride_om + rn[None, :], out.to(o_ptr.dtype.element_ty), mask=o_mask)
+
     # ----------------------------------------------------------------------------------------------------------
     # Tuning
     # ----------------------------------------------------------------------------------------------------------
@@ -836,6 +922,42 @@ if HAVE_TRITON:
         prune_configs_by={"early_config_prune": _prune_t}, do_bench=_bench)(_fp4_gemm_t)
 
 
+    def _tc_configs():
+        """Candidates of the tensor-core kernel (FORWARD decides which tile side is the decoded one).
+
+        Why these: the MMA wants 128-row activation tiles and two warpgroups; the decoded operand costs the same per
+        weight whatever BM is, so larger BM amortises it (BM 256 needs too many registers for the fp32 accumulator
+        beside the decoded tile). The backward decodes [BK, BN] tiles whose columns are storage chunks, so BN is a
+        multiple of 128 there (TC_FWD / TC_BWD mark the direction a config serves; the kernel ignores them).
+        Not yet swept on hardware: the autotuner picks per shape and M bucket."""
+        # (BM, BN, BK, warps, stages, forward?, backward?). Forward BM 64 and BN 256 tiles, and the backward's
+        # 64 x 128, fail Triton's shared-layout pass (3.9 on sm_90: "Illegal shared layout" in
+        # OptimizeDotOperands; compiled on the CPU machine), so they are left out.
+        cfgs = []
+        for bm, bn, bk, nw, st, fwd, bwd in ((128, 128, 128, 8, 3, 1, 1), (128, 128, 128, 8, 4, 1, 1),
+                                              (128, 64, 128, 4, 3, 1, 0), (128, 64, 128, 4, 4, 1, 0),
+                                              (256, 128, 128, 8, 2, 1, 1), (128, 128, 64, 8, 4, 0, 1),
+                                              (128, 256, 128, 8, 3, 0, 1), (64, 256, 128, 8, 3, 0, 1)):
+            cfgs.append(triton.Config(dict(BM=bm, BN=bn, BK=bk, GROUP_M=8, TC_FWD=fwd, TC_BWD=bwd),
+                                      num_warps=nw, num_stages=st))
+        return cfgs
+
+    def _prune_tc(configs, named_args, **kwargs):
+        fwd, seg = kwargs.get("FORWARD", True), kwargs.get("SEGMENTED", False)
+        keep = []
+        for c in configs:
+            kv = c.kwargs
+            if fwd and kv["TC_FWD"] and (kv["BN"] <= 128 or not seg):
+                keep.append(c)
+            elif not fwd and kv["TC_BWD"]:
+                keep.append(c)
+        return keep
+
+    _fp4_gemm_tc_tuned = triton.autotune(
+        configs=_tc_configs(), key=["M_BUCKET", "NO", "KR", "SCALE_KIND", "BF16", "HAS_BIAS", "FORWARD", "SEGMENTED"],
+        prune_configs_by={"early_config_prune": _prune_tc}, do_bench=_bench)(_fp4_gemm_tc)
+
+
 def _bucket_bm_t(m: int) -> int:
     return 16 if m <= 16 else 32 if m <= 32 else 64
 
@@ -874,7 +996,7 @@ def _check_2d(x: torch.Tensor, w: PreparedFP4, cols: int, op: str, name: str) ->
 
 
 def fp4_gemm(x: torch.Tensor, w, bias: torch.Tensor | None = None, *, config: dict | None = None,
-             fused: bool | None = None, lora: tuple | None = None,
+             fused: bool | None = None, path: str | None = None, lora: tuple | None = None,
              residual: torch.Tensor | None = None) -> torch.Tensor:
     """y = x @ W^T (+ bias) (+ t @ B^T) (+ residual) with fp32 accumulation, output in x's dtype.
 
@@ -884,8 +1006,10 @@ def fp4_gemm(x: torch.Tensor, w, bias: torch.Tensor | None = None, *, config: di
         bias: optional [N].
         config: force one kernel config (dict of STREAM_K, BM, BN, BK, GROUP_M, CPS, num_warps, num_stages)
             instead of autotuning; the interpreter always uses a small fixed one.
-        fused: force the fused kernel (True) or dequantize + cuBLAS (False); default: fused for M <= 64,
-            dequantize + cuBLAS above FUSED_MAX_M (512), in between the faster of the two as timed on first use.
+        fused: force the stream-K / tiled swap-AB kernel (True) or dequantize + cuBLAS (False).
+        path: force "swap" (that kernel), "tc" (`fp4_gemm_tc`, the tensor-core tiles) or "deq" (dequantize +
+            cuBLAS). Default: "swap" for M <= 64; above, the fastest of the candidates (swap up to FUSED_MAX_M,
+            tc up to TC_MAX_M, deq) as timed on first use per shape and M bucket (`_choose_path`).
         lora: optional (t [M, R], B [N, R]): a LoRA update t @ B^T added in the epilogue (B already scaled, R a
             power of two >= 16, B contiguous); single weights only.
         residual: optional [M, N] added last (the residual stream, so y is the new hidden state).
@@ -907,9 +1031,11 @@ def fp4_gemm(x: torch.Tensor, w, bias: torch.Tensor | None = None, *, config: di
                              f"and a single weight of {w.n} rows (B contiguous, rank a power of two >= 16)")
     if residual is not None and tuple(residual.shape) != (m, w.n):
         raise ValueError(f"fp4_gemm: residual {tuple(residual.shape)} is not [{m}, {w.n}]")
-    if fused is None:
-        fused = m <= FUSED_MIN_TRY or (m <= FUSED_MAX_M and _fused_wins(x, w, bias))
-    if not fused:
+    if path is None:
+        path = {True: "swap", False: "deq"}.get(fused) or _choose_path(x, w, bias)
+    if path == "tc":
+        return fp4_gemm_tc(x, w, bias, lora=lora, residual=residual, config=config)
+    if path == "deq":
         if seg:
             y = x.new_zeros((m, w.n))
             for (row, n), p in zip(w.parts, w.members):
@@ -967,19 +1093,98 @@ def fp4_gemm(x: torch.Tensor, w, bias: torch.Tensor | None = None, *, config: di
     return y
 
 
+TC_MAX_M = int(os.environ.get("QERL_FP4_TC_MAX_M", "16384"))
 _DISPATCH: dict = {}
 
 
-def _fused_wins(x: torch.Tensor, w: PreparedFP4, bias) -> bool:
-    """For mid-size M: time the fused kernel and dequantize + cuBLAS once per shape bucket, keep the faster."""
-    key = (w.n, w.k, _bucket_m(x.shape[0]), x.dtype, w.scale_kind, x.device.index)
+def _choose_path(x: torch.Tensor, w, bias) -> str:
+    """"swap" for M <= FUSED_MIN_TRY; above, the fastest candidate timed once per shape and M bucket (do_bench
+    of the bare product, no LoRA / residual). Interpreter, CPU and graph capture: the first candidate."""
+    m = x.shape[0]
+    if m <= FUSED_MIN_TRY:
+        return "swap"
+    cands = (["swap"] if m <= FUSED_MAX_M else []) + (["tc"] if m <= TC_MAX_M else []) + ["deq"]
+    key = (w.n, w.k, _bucket_m(m), x.dtype, w.scale_kind, isinstance(w, SegmentedFP4), x.device.index)
     if key not in _DISPATCH:
         if interpret_mode() or not x.is_cuda or torch.cuda.is_current_stream_capturing():
-            return True
-        t_fused = triton.testing.do_bench(lambda: fp4_gemm(x, w, bias, fused=True), warmup=5, rep=25)
-        t_deq = triton.testing.do_bench(lambda: fp4_gemm(x, w, bias, fused=False), warmup=5, rep=25)
-        _DISPATCH[key] = t_fused <= t_deq
+            return cands[0]
+        times = {p: _time_or_inf(lambda p=p: fp4_gemm(x, w, bias, path=p), p) for p in cands}
+        _DISPATCH[key] = min(times, key=times.get)
     return _DISPATCH[key]
+
+
+def _time_or_inf(fn, name: str) -> float:
+    """do_bench milliseconds of fn, or inf (with a message) if it cannot compile or run on this device."""
+    try:
+        return triton.testing.do_bench(fn, warmup=5, rep=25)
+    except Exception as e:  # noqa: BLE001 - a path that does not compile here is simply not chosen
+        print(f"kernels: path {name!r} unavailable: {type(e).__name__}: {str(e)[:200]}", flush=True)
+        return float("inf")
+
+
+def dispatch_table() -> dict:
+    """The paths chosen so far: {(n, k, M bucket, dtype, format, segmented, device): path} (for benchmarks)."""
+    return dict(_DISPATCH)
+
+
+def fp4_gemm_tc(a: torch.Tensor, w, bias: torch.Tensor | None = None, *, forward: bool = True,
+                lora: tuple | None = None, residual: torch.Tensor | None = None,
+                config: dict | None = None) -> torch.Tensor:
+    """The tensor-core tiles (`_fp4_gemm_tc`): forward y = a @ W^T (+ bias, LoRA, residual as `fp4_gemm`), or
+    backward (forward=False) grad_x = a @ W for a single weight; for M >= 64 or so.
+
+    Args:
+        a: [M, K] (forward) or [M, w.n] (backward), float16/bfloat16, on the weight's device.
+        w: PreparedFP4 (forward: also groups and SegmentedFP4; backward: single weights).
+        config: force one config (dict of BM, BN, BK, GROUP_M, num_warps, num_stages).
+
+    Returns:
+        [M, w.n] (forward) or [M, w.k] (backward).
+
+    Raises:
+        ValueError: shape, dtype or device mismatch, or a group / extras in the backward.
+    """
+    seg = isinstance(w, SegmentedFP4)
+    if forward:
+        _check_2d(a, w, w.k, "fp4_gemm_tc", "x")
+        no, kr, rp = w.n, w.k, w.words.shape[1] * 8
+        wb = sum(p.words.shape[0] for p in w.members) if seg else w.words.shape[0]
+    else:
+        _check_2d(a, w, w.n, "fp4_gemm_tc", "grad")
+        if seg or w.row_scale or lora is not None or residual is not None or bias is not None:
+            raise ValueError("fp4_gemm_tc: the backward takes a single weight and no bias / LoRA / residual")
+        no, kr, rp, wb = w.k, w.n, w.words.shape[0], w.words.shape[1] * 8
+    m = a.shape[0]
+    a = a.contiguous()
+    o = torch.empty((m, no), dtype=a.dtype, device=a.device)
+    if m == 0:
+        return o
+    interp = interpret_mode()
+    if interp and config is None:
+        config = dict(BM=64, BN=128 if not forward else 64, BK=128, GROUP_M=8, num_warps=4, num_stages=1)
+    dummy = w.out_scales
+    t_arg, lb_arg = (lora[0], lora[1]) if lora is not None else (dummy, dummy)
+    res_arg = residual if residual is not None else dummy
+    args = (a, w.words, w.scales, w.out_scales, bias.contiguous() if bias is not None else dummy, o,
+            w.table[int(a.dtype == torch.bfloat16)] if seg else dummy, t_arg, lb_arg, res_arg,
+            m, no, kr, rp, wb, _bucket_m(m),
+            a.stride(0), w.words.stride(0), w.scales.stride(0), o.stride(0), 0 if seg else w.out_scales.stride(0),
+            t_arg.stride(0), res_arg.stride(0))
+    use_asm = (not interp) if USE_ASM_OVERRIDE is None else USE_ASM_OVERRIDE
+    meta = dict(SCALE_KIND=w.scale_kind, BF16=a.dtype == torch.bfloat16, HAS_BIAS=bias is not None,
+                USE_ASM=use_asm, FORWARD=forward, SEGMENTED=seg, HAS_LORA=lora is not None,
+                R=lora[1].shape[1] if lora is not None else 16, HAS_RES=residual is not None)
+
+    def grid(c):
+        return (-(-m // c["BM"]) * -(-no // c["BN"]),)
+
+    if config is not None:
+        c = dict(config)
+        nw, ns = c.pop("num_warps", 4), c.pop("num_stages", 3)
+        _fp4_gemm_tc[grid(c)](*args, **meta, **c, num_warps=nw, num_stages=ns)
+    else:
+        _fp4_gemm_tc_tuned[grid](*args, **meta)
+    return o
 
 
 def _bucket_m(m: int) -> int:
@@ -1022,15 +1227,17 @@ _DISPATCH_T: dict = {}
 
 
 def fp4_gemm_t(g: torch.Tensor, w: PreparedFP4, *, config: dict | None = None,
-               fused: bool | None = None) -> torch.Tensor:
+               fused: bool | None = None, path: str | None = None) -> torch.Tensor:
     """grad_x = g @ W (the backward input gradient of y = x @ W^T), fp32 accumulation, output in g's dtype.
 
     Args:
         g: [M, n] float16/bfloat16 (n = w.n; for a group, the rows of all members, padding included).
         w: the prepared weight or group.
         config: force one config (dict of BM, BKO, BNR, SPLIT_X, num_warps, num_stages) instead of autotuning.
-        fused: force the fused transposed kernel (True) or dequantize + cuBLAS (False); default: fused for
-            M <= 64, dequantize + cuBLAS above BWD_FUSED_MAX_M (256), in between the faster as timed on first use.
+        fused: force the fused transposed kernel (True) or dequantize + cuBLAS (False).
+        path: force "swap" (that kernel), "tc" (`fp4_gemm_tc(forward=False)`, single weights) or "deq". Default:
+            "swap" for M <= 64; above, the fastest of swap (up to BWD_FUSED_MAX_M), tc (single weights, up to
+            TC_MAX_M) and deq, timed on first use per shape and M bucket.
             (First H200 run: with a timed choice from M = 17 on, do_bench picked dequantize + cuBLAS for the
             3584 x 3584 weight at M = 32 and 64 although graph-timed the fused kernel was 1.2-1.4x faster there;
             at M <= 64 the fused kernel won or tied on every Qwen2.5-7B shape.)
@@ -1043,10 +1250,12 @@ def fp4_gemm_t(g: torch.Tensor, w: PreparedFP4, *, config: dict | None = None,
     """
     _check_2d(g, w, w.n, "fp4_gemm_t", "grad")
     m = g.shape[0]
-    if fused is None:
-        fused = m <= BWD_FUSED_MIN_TRY or (m <= BWD_FUSED_MAX_M and _fused_t_wins(g, w))
-    if not fused:
+    if path is None:
+        path = {True: "swap", False: "deq"}.get(fused) or _choose_path_t(g, w)
+    if path == "deq":
         return g @ fp4_dequantize(w, g.dtype)
+    if path == "tc":
+        return fp4_gemm_tc(g, w, forward=False, config=config)
     g = g.contiguous()
     o = torch.empty((m, w.k), dtype=g.dtype, device=g.device)
     if m == 0:
@@ -1085,13 +1294,17 @@ def fp4_gemm_t(g: torch.Tensor, w: PreparedFP4, *, config: dict | None = None,
     return o
 
 
-def _fused_t_wins(g: torch.Tensor, w: PreparedFP4) -> bool:
-    """For mid-size M: time the fused transposed kernel and dequantize + cuBLAS once per bucket, keep the faster."""
-    key = (w.n, w.k, _bucket_m(g.shape[0]), g.dtype, w.scale_kind, w.row_scale, g.device.index)
-    if key not in _DISPATCH_T:
+def _choose_path_t(g: torch.Tensor, w: PreparedFP4) -> str:
+    """The backward's `_choose_path`: "swap" up to BWD_FUSED_MIN_TRY, else the fastest candidate, timed once."""
+    m = g.shape[0]
+    if m <= BWD_FUSED_MIN_TRY:
+        return "swap"
+    cands = (["swap"] if m <= BWD_FUSED_MAX_M else []) + (["tc"] if m <= TC_MAX_M and not w.row_scale else []) + \
+        ["deq"]
+    key = ("t", w.n, w.k, _bucket_m(m), g.dtype, w.scale_kind, w.row_scale, g.device.index)
+    if key not in _DISPATCH:
         if interpret_mode() or not g.is_cuda or torch.cuda.is_current_stream_capturing():
-            return True
-        t_fused = triton.testing.do_bench(lambda: fp4_gemm_t(g, w, fused=True), warmup=5, rep=25)
-        t_deq = triton.testing.do_bench(lambda: fp4_gemm_t(g, w, fused=False), warmup=5, rep=25)
-        _DISPATCH_T[key] = t_fused <= t_deq
-    return _DISPATCH_T[key]
+            return cands[0]
+        times = {p: _time_or_inf(lambda p=p: fp4_gemm_t(g, w, path=p), p) for p in cands}
+        _DISPATCH[key] = min(times, key=times.get)
+    return _DISPATCH[key]

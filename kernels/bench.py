@@ -10,13 +10,15 @@ copies that one pass over them exceeds the L2 cache, so every call streams its w
     bf16              F.linear(x, W_bf16)                       (cuBLAS)
     nvfp4 / mxfp4     kernels.fp4_gemm, default dispatch: fused kernel for M <= 64, dequantize + cuBLAS
                       above 512, in between whichever was faster when first timed
-    nvfp4_fused       forced fused kernel (M >= 128)
+    nvfp4_fused       forced swap-AB kernel (M >= 128)
     nvfp4_deq_cublas  forced dequantize + cuBLAS (M >= 128)
+    nvfp4_tc          forced tensor-core tiles, kernels._common.fp4_gemm_tc (M >= 64)
     nf4               bitsandbytes matmul_4bit, QLoRA settings (blocksize 64, double quant, bf16 compute)
     bf16_bwd          grad_y @ W_bf16                           (the backward input gradient)
     nvfp4_bwd         kernels.fp4_gemm_t (grad_y @ W), default dispatch: fused transposed kernel for M <= 64,
                       dequantize + cuBLAS above 256, in between whichever was faster when first timed
     nvfp4_bwd_fused / nvfp4_bwd_deq_cublas   the two backward paths forced (16 < M <= 256)
+    nvfp4_bwd_tc      the backward through the tensor-core tiles (single weights, M >= 64)
     nvfp4_dequantize  the standalone dequantize kernel alone (M column = 0)
 Groups (layers qkv_proj and gate_up_proj): q/k/v and gate/up as one weight each, NVFP4 members quantized one by one
 and joined by kernels.concat_prepared (one launch), bf16 as one concatenated matrix; summed with o_proj and down_proj
@@ -50,7 +52,7 @@ MODELS = {
     "14B": (5120, 13824, 40, 8, 128),
     "32B": (5120, 27648, 40, 8, 128),
 }
-M_VALUES = (1, 2, 4, 8, 16, 32, 64, 128, 512, 2048, 8192)
+M_VALUES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 2048, 8192)
 LAYERS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
@@ -215,6 +217,19 @@ class ShapeBench:
             fused = {"nvfp4_bwd_fused": True, "nvfp4_bwd_deq_cublas": False}.get(method)
             fns = [lambda w=w: fp4_gemm_t(g, w, fused=fused) for w in self.copies["nvfp4"]]
             wb = self.bytes["nvfp4"]
+        elif method in ("nvfp4_tc", "nvfp4_bwd_tc"):
+            if method == "nvfp4_bwd_tc" and self.group:
+                return None
+            if method == "nvfp4_tc":
+                fns = [lambda w=w: fp4_gemm(x, w, path="tc") for w in self.copies["nvfp4"]]
+            else:
+                fns = [lambda w=w: fp4_gemm_t(g, w, path="tc") for w in self.copies["nvfp4"]]
+            wb = self.bytes["nvfp4"]
+            try:
+                fns[0]()
+            except Exception as e:  # noqa: BLE001 - a config set that cannot compile here: report, go on
+                print(f"{method} N={self.n} K={self.k} M={m}: {type(e).__name__}: {str(e)[:200]}", flush=True)
+                return None
         elif method == "nvfp4_dequantize":
             fns = [lambda w=w: fp4_dequantize(w, self.dtype) for w in self.copies["nvfp4"]]
             wb = self.bytes["nvfp4"] + self.n * self.k * 2  # reads 4.5 bits, writes 16 bits per weight
@@ -248,10 +263,20 @@ def _prewarm_job(job) -> str:
     from kernels import _common
     kind, cfg, sk, bf16, bias = job
     dt = torch.bfloat16 if bf16 else torch.float16
+    variant = dict(SEGMENTED=False, HAS_LORA=False, R=16, HAS_RES=False)
+    if kind in ("gemm_v", "tc_v"):  # the decode engine's variants: bias = (segmented, lora + residual)
+        seg, lora_res = bias
+        variant = dict(SEGMENTED=seg, HAS_LORA=lora_res, R=32, HAS_RES=lora_res)
+        kind, bias = kind[:-2], kind == "tc_v" or False
     n, k, m = 512, 1024, 3
     words = torch.zeros(n, k // 8, dtype=torch.int32, device="cuda")
     scales = torch.zeros(n, k // 32, dtype=torch.int16 if sk == 0 else torch.uint8, device="cuda")
     osc = torch.ones(2, n, dtype=torch.float32, device="cuda")
+    # optional operands as the real calls pass them (pointer dtypes are part of the compiled signature)
+    seg_t = torch.zeros(n // 128, 3, dtype=torch.int64, device="cuda") if variant["SEGMENTED"] else osc
+    t_t = torch.zeros(m, 96, dtype=dt, device="cuda") if variant["HAS_LORA"] else osc
+    lb_t = torch.zeros(n, 32, dtype=dt, device="cuda") if variant["HAS_LORA"] else osc
+    res_t = torch.zeros(m, n, dtype=dt, device="cuda") if variant["HAS_RES"] else osc
     if kind == "dequant":
         out = torch.empty(n, k, dtype=dt, device="cuda")
         _common._fp4_dequant.warmup(words, scales, osc, out, n, k, words.stride(0), scales.stride(0), out.stride(0),
@@ -268,6 +293,16 @@ def _prewarm_job(job) -> str:
                                    SCALE_KIND=sk, BF16=bf16, USE_ASM=True, ROW_SCALE=bias, **cfg.kwargs,
                                    num_warps=cfg.num_warps, num_stages=cfg.num_stages)
         return f"gemm_t {cfg.kwargs}"
+    if kind == "tc":  # bias stands for FORWARD here
+        a = torch.zeros(m, k if bias else n, dtype=dt, device="cuda")
+        o = torch.empty(m, n if bias else k, dtype=dt, device="cuda")
+        _common._fp4_gemm_tc.warmup(a, words, scales, osc, osc, o, seg_t, t_t, lb_t, res_t, m, n if bias else k,
+                                    k if bias else n, k if bias else n, n if bias else k, 128, a.stride(0),
+                                    words.stride(0), scales.stride(0), o.stride(0), osc.stride(0), t_t.stride(0),
+                                    res_t.stride(0), grid=(1,), SCALE_KIND=sk, BF16=bf16, HAS_BIAS=False, USE_ASM=True,
+                                    FORWARD=bias, **variant, **cfg.kwargs,
+                                    num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+        return f"tc {cfg.kwargs}"
     x = torch.zeros(m, k, dtype=dt, device="cuda")
     y = torch.empty(m, n, dtype=dt, device="cuda")
     b = torch.zeros(n, dtype=dt, device="cuda") if bias else osc
@@ -275,10 +310,11 @@ def _prewarm_job(job) -> str:
     cnt = torch.zeros(1 << 10, dtype=torch.int32, device="cuda")
     kw = dict(cfg.kwargs)
     extra = {"maxnreg": cfg.maxnreg} if getattr(cfg, "maxnreg", None) else {}
-    _common._fp4_gemm.warmup(x, words, scales, osc, b, y, ws, cnt, m, n, k, k, 16, x.stride(0), words.stride(0),
-                             scales.stride(0), y.stride(0), osc.stride(0), grid=(1,), SCALE_KIND=sk, BF16=bf16, HAS_BIAS=bias,
-                             USE_ASM=True, EVEN_K=True, **kw, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-                             **extra)
+    _common._fp4_gemm.warmup(x, words, scales, osc, b, y, ws, cnt, seg_t, t_t, lb_t, res_t, m, n, k, k, 16,
+                             x.stride(0), words.stride(0), scales.stride(0), y.stride(0),
+                             0 if variant["SEGMENTED"] else osc.stride(0), t_t.stride(0), res_t.stride(0), grid=(1,), SCALE_KIND=sk, BF16=bf16, HAS_BIAS=bias, USE_ASM=True,
+                             EVEN_K=True, **variant, **kw,
+                             num_warps=cfg.num_warps, num_stages=cfg.num_stages, **extra)
     return f"gemm {kw}"
 
 
@@ -294,6 +330,15 @@ def prewarm(processes: int, bias_variants=(False, True), dtypes=(True, False), c
     if dequant:
         jobs += [("dequant", bk, sk, bf, False) for bk in (128, 256) for sk in (0, 1) for bf in (True, False)]
         # backward kernel: bf16 (the training dtype), NVFP4 single weights and groups, MXFP4 single weights
+        # tensor-core tiles: bf16, NVFP4 (the rollout and training dtype and format), both directions
+        jobs += [("tc", c, 0, True, fwd) for c in _common._tc_configs() for fwd in (True, False)
+                 if c.kwargs["TC_FWD" if fwd else "TC_BWD"]]
+        # the decode engine's GEMM variants (NVFP4, bf16): segmented q/k/v and gate/up groups, o/down with LoRA +
+        # residual in the epilogue
+        for v in ((True, False), (False, True)):
+            jobs += [("gemm_v", c, 0, True, v) for c in configs]
+            jobs += [("tc_v", c, 0, True, v) for c in _common._tc_configs()
+                     if c.kwargs["TC_FWD"] and (c.kwargs["BN"] <= 128 or not v[0])]
         jobs += [("gemm_t", c, sk, True, rs) for c in _common._gemm_t_configs() for sk, rs in
                  ((0, False), (0, True), (1, False))]
     with cf.ProcessPoolExecutor(processes, mp_context=mp.get_context("spawn")) as ex:
@@ -335,6 +380,11 @@ def check_correctness(shapes, out_lines: list[str], groups=()) -> bool:
                     g = torch.randn(m, n, device="cuda", dtype=dtype)
                     gx = fp4_gemm_t(g, p, fused=True)
                     berrs.append(rel(gx, (g.float() @ ref).to(dtype)))
+                for m in (64, 200, 1000):  # the tensor-core tiles, both directions
+                    x = torch.randn(m, k, device="cuda", dtype=dtype)
+                    errs.append(rel(fp4_gemm(x, p, path="tc"), (x.float() @ ref.t()).to(dtype).float()))
+                    g = torch.randn(m, n, device="cuda", dtype=dtype)
+                    berrs.append(rel(fp4_gemm_t(g, p, path="tc"), (g.float() @ ref).to(dtype)))
                 tol = 4e-3 if dtype == torch.bfloat16 else 1e-3
                 good = exact and max(errs + berrs) < tol and all(math.isfinite(e) for e in errs + berrs)
                 ok &= good
@@ -502,6 +552,8 @@ def main(argv=None) -> int:
         measured[("nvfp4_dequantize", 0)] = r
         for m in args.m:
             meths = list(methods_all)
+            if m >= 64:
+                meths += ["nvfp4_tc", "nvfp4_bwd_tc"]
             if m >= 128:
                 meths += ["nvfp4_fused", "nvfp4_deq_cublas"]
             if 16 < m <= 256:
@@ -538,6 +590,8 @@ def main(argv=None) -> int:
         wr.writeheader()
         wr.writerows(rows)
 
+    lines.append("default dispatch chosen (n, k, M bucket, dtype, format, segmented, device): " +
+                 "; ".join(f"{k}: {v}" for k, v in sorted(_common.dispatch_table().items(), key=str)))
     summary = summarize(rows, copy_gbs, args.models, args.m, lines)
     (out / "kernels.summary.md").write_text(summary)
     extra = {"bitsandbytes": bnb_version, "FUSED_MAX_M": str(_common.FUSED_MAX_M),
@@ -598,8 +652,37 @@ def grouped_table(rows, copy_gbs, model) -> list[str]:
     return out + [""]
 
 
+TARGETS = ((1, 16, 3.0), (64, 64, 2.5), (128, 128, 1.4), (256, 1 << 30, 1.0))  # issue 15: (M from, to, x bf16)
+BWD_TARGET = 1.1  # backward: nvfp4 / bf16 time at most this, every M
+
+
+def targets_table(rows, model) -> list[str]:
+    """Issue 15's kernel targets per M: the 7-GEMM layer sum against bf16's 7 GEMMs, and q/k/v + gate/up grouped
+    (4 launches) against bf16 grouped the same way; the backward as nvfp4 / bf16 time (7 GEMMs)."""
+    bf7, nv7 = layer_sums(rows, model, "bf16"), layer_sums(rows, model, "nvfp4")
+    bf4, nv4 = layer_sums(rows, model, "bf16", GROUPED_LAYERS), layer_sums(rows, model, "nvfp4", GROUPED_LAYERS)
+    bb, nb = layer_sums(rows, model, "bf16_bwd"), layer_sums(rows, model, "nvfp4_bwd")
+    if not nv7:
+        return []
+    out = [f"## Issue 15 targets, Qwen2.5-{model} (forward: x bf16, higher is better; backward: nvfp4/bf16 time)", "",
+           "| M | target fwd | fwd 7 GEMMs | fwd grouped (4 vs 4) | met? | bwd nvfp4/bf16 | bwd met (<= 1.1)? |",
+           "|---|---|---|---|---|---|---|"]
+    for m in sorted(nv7):
+        tgt = next((t for lo, hi, t in TARGETS if lo <= m <= hi), None)
+        f7 = bf7[m] / nv7[m] if m in bf7 else None
+        f4 = bf4[m] / nv4[m] if m in bf4 and m in nv4 else None
+        best = max(v for v in (f7, f4) if v is not None) if (f7 or f4) else None
+        b = nb[m] / bb[m] if m in nb and m in bb else None
+        out.append(f"| {m} | {'>= %.1f' % tgt if tgt else '-'} | {f7:.2f} | {f'{f4:.2f}' if f4 else '-'} | "
+                   f"{'-' if tgt is None or best is None else ('yes' if best >= tgt else 'no')} | "
+                   f"{f'{b:.2f}' if b else '-'} | {'-' if b is None else ('yes' if b <= BWD_TARGET else 'no')} |")
+    return out + [""]
+
+
 def summarize(rows, copy_gbs, models, ms, lines) -> str:
     out = ["# FP4 W4A16 kernels: layer sums", "", *[f"- {l}" for l in lines], ""]
+    for model in models:
+        out += targets_table(rows, model)
     for model in models:
         out += grouped_table(rows, copy_gbs, model)
     for model in models:
@@ -612,10 +695,11 @@ def summarize(rows, copy_gbs, models, ms, lines) -> str:
                                and r["M"] == min(bf) and r["layer"] in LAYERS)
         out += [f"## Qwen2.5-{model} (7 GEMMs of one decoder layer, summed)", "",
                 "| M | bf16 us | nvfp4 us | x bf16 | nvfp4 weight GB/s | % copy BW | mxfp4 x bf16 | nf4 us | "
-                "nvfp4 x nf4 | bwd nvfp4/bf16 | fused x bf16 | deq+cuBLAS x bf16 |",
-                "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                "nvfp4 x nf4 | bwd nvfp4/bf16 | fused x bf16 | deq+cuBLAS x bf16 | tc x bf16 | bwd tc/bf16 |",
+                "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         sums = {meth: layer_sums(rows, model, meth) for meth in
-                ("nvfp4", "mxfp4", "nf4", "bf16_bwd", "nvfp4_bwd", "nvfp4_fused", "nvfp4_deq_cublas")}
+                ("nvfp4", "mxfp4", "nf4", "bf16_bwd", "nvfp4_bwd", "nvfp4_fused", "nvfp4_deq_cublas", "nvfp4_tc",
+                 "nvfp4_bwd_tc")}
         for m in sorted(bf):
             nv = sums["nvfp4"].get(m)
             cells = [str(m), f"{bf[m] * 1e3:.1f}"]
@@ -634,6 +718,9 @@ def summarize(rows, copy_gbs, models, ms, lines) -> str:
             fu, dq = sums["nvfp4_fused"].get(m), sums["nvfp4_deq_cublas"].get(m)
             cells.append(f"{bf[m] / fu:.2f}" if fu else "-")
             cells.append(f"{bf[m] / dq:.2f}" if dq else "-")
+            tc, btc = sums["nvfp4_tc"].get(m), sums["nvfp4_bwd_tc"].get(m)
+            cells.append(f"{bf[m] / tc:.2f}" if tc else "-")
+            cells.append(f"{btc / bb:.2f}" if btc and bb else "-")
             out.append("| " + " | ".join(cells) + " |")
         out.append("")
     return "\n".join(out) + "\n"

@@ -55,9 +55,11 @@ def test_profile_rule_passes_the_config(repo_root, tmp_path):
     cfg["profile"] = {"archs": ["7B", "32B"], "ranks": [32], "completion_tokens": 512}
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    target = str(tmp_path / "results" / "measured" / "h100" / "rollout.csv")
+    # the rule owns results/<scale>/measured/<gpu>/; results/measured/ (committed runs) is never its output
+    target = str(tmp_path / "results" / cfg["scale"] / "measured" / "h100" / "rollout.csv")
     proc = _snakemake(repo_root, target, "-n", "-p", "--configfile", str(path))
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = proc.stdout + proc.stderr
     assert "qerl profile --archs 7B,32B --methods lora,qlora,qerl --ranks 32" in out
-    assert "--completion 512" in out and f"--out {tmp_path}/results/measured/h100" in out
+    folder = f"{tmp_path}/results/{cfg['scale']}/measured/h100"
+    assert "--completion 512" in out and f"--out {folder}/partial --publish {folder}" in out

@@ -19,9 +19,15 @@ What is measured (one process, one GPU, random weights of the real architectures
 Also, for reference, transformers' own `generate` (dynamic cache) at batch 1 and 8 for a short completion
 (rollout_hf.csv).
 
-Run (GPU): `qerl profile --archs 7B,3B --out results/measured/h200` ; rows are appended and a config already in
-the files is skipped, so a run cut by a time limit resumes where it stopped (`--budget-s` stops starting new
-configs after that many seconds).
+Run (GPU): `qerl profile --archs 7B,3B --out WORK [--publish DIR]`; rows are appended to WORK's CSVs and a config
+already there is skipped, so a run cut by a time limit resumes where it stopped (`--budget-s` stops starting new
+configs after that many seconds); once every config is measured, --publish copies the CSVs to DIR. The DAG's rule
+`profile` writes results/<scale>/measured/<gpu>/ this way (work folder `partial/` beside it); committing a
+measurement to results/measured/<gpu>/ (what the tables read) is a separate step, `python -m qerl.profiling.commit`,
+which keeps every earlier file.
+
+Batch sweep: --batches defaults to 1, 2, 4, ..., 256 (the speed claim across batch sizes; the paper's rollouts run
+64-row chunks of 128 prompts x 8 samples).
 """
 from __future__ import annotations
 
@@ -239,7 +245,7 @@ def run(args) -> int:
         for method in args.methods.split(","):
             if over():
                 print(f"budget of {args.budget_s} s reached; stopping (rerun to resume)", flush=True)
-                return 0
+                return 3 if args.publish else 0
             _free()
             torch.cuda.reset_peak_memory_stats()
             before = torch.cuda.memory_allocated()
@@ -292,7 +298,7 @@ def run(args) -> int:
             if model is None:
                 model = _add_lora(base, main_rank)
             mem_peak = None
-            for batch in [int(b) for b in args.e2e_batches.split(",")]:
+            for batch in [int(b) for b in args.e2e_batches.split(",") if b]:
                 for gc_on in (False, True):
                     key = dict(model=name, method=method, batch=batch, gradient_checkpointing=gc_on)
                     if e2e.has(**key) or over():
@@ -321,20 +327,38 @@ def run(args) -> int:
                     if batch == 2 and gc_on:
                         mem_peak = peak
                     torch.cuda.reset_peak_memory_stats()
-            if not memory.has(model=name, method=method):
+            if not memory.has(model=name, method=method) and mem_peak is not None:
                 memory.add(model=name, method=method, model_size_gb=_gb(size),
                            peak_gb=_gb(mem_peak) if isinstance(mem_peak, int) else (mem_peak or ""),
                            batch=2, gradient_checkpointing=True)
             del model, base
             _free()
+    if over():
+        print(f"budget of {args.budget_s} s reached; stopping (rerun to resume)", flush=True)
+        return 3 if args.publish else 0
+    if args.publish:
+        publish(out, Path(args.publish))
     return 0
+
+
+def publish(work: Path, dest: Path) -> None:
+    """Copy the finished CSVs from the work folder to `dest` (each written atomically: temp file, then rename)."""
+    import shutil
+
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in ("rollout.csv", "e2e.csv", "memory.csv", "rollout_hf.csv"):
+        if (work / name).exists():
+            tmp = dest / f".{name}.tmp"
+            shutil.copyfile(work / name, tmp)
+            os.replace(tmp, dest / name)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--archs", default="7B,3B,14B,32B", help="comma-separated names of qerl.profiling.archs.ARCHS")
     p.add_argument("--methods", default="lora,qlora,qerl", help="comma-separated methods (qerl/methods.py)")
     p.add_argument("--ranks", default="16,32,64", help="LoRA ranks for the batch-1 rollout (Table 9)")
-    p.add_argument("--batches", default="1,2,4,8", help="rollout batch sizes at rank 32")
+    p.add_argument("--batches", default="1,2,4,8,16,32,64,128,256",
+                   help="rollout batch sizes at rank 32 (the speed claim across batch sizes, Fig. batch sweep)")
     p.add_argument("--full-batches", default="1,8", type=lambda s: [int(x) for x in s.split(",") if x],
                    help="batches also timed as one complete generation (validates the bucket timing)")
     p.add_argument("--e2e-batches", default="2,4,8", help="GRPO step batch sizes (sequences per step)")
@@ -345,7 +369,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--hf-completion", type=int, default=128)
     p.add_argument("--layers", type=int, default=None, help="build only this many layers (smoke tests)")
     p.add_argument("--budget-s", type=float, default=0, help="start no new config after this many seconds")
-    p.add_argument("--out", required=True, help="folder of rollout.csv, e2e.csv, memory.csv, rollout_hf.csv")
+    p.add_argument("--out", required=True, help="folder of rollout.csv, e2e.csv, memory.csv, rollout_hf.csv "
+                   "(appended row by row; rows already there are not measured again, so a cut run resumes)")
+    p.add_argument("--publish", default=None, help="when every configuration is measured, copy the CSVs here "
+                   "(the DAG's outputs; a run stopped by --budget-s publishes nothing)")
 
 
 def main(argv=None) -> int:

@@ -456,6 +456,15 @@ class DecodeEngine:
         return (time.perf_counter() - t0) / reps
 
     @torch.no_grad()
+    def decode_steps(self, span: int, n: int, temperature: float = 1.0, top_p: float = 1.0) -> None:
+        """Run `n` eager (not graph-replayed) decode steps inside bucket `span`: the kernels a graph replay launches,
+        one by one, for profilers (qerl.profiling.step_trace). The cache's contents are arbitrary."""
+        self.refresh()
+        self._enter_bucket(span, n + 2)
+        for _ in range(n):
+            self._decode_step(span, temperature, top_p)
+
+    @torch.no_grad()
     def prefill(self, prompt_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """Write the prompts' K/V (slots [0, P)) and return the logits [B, V] after the last prompt column."""
         bsz, plen = prompt_ids.shape

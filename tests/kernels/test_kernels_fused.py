@@ -80,3 +80,43 @@ def test_fused_cpu_reference_path():
     assert torch.allclose(y, ref[:, :168], atol=1e-5)
     with pytest.raises(ValueError, match="does not match"):
         kernels.fp4_linear_fused(torch.randn(2, 32), seg)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the tensor-core tiles (M >= 64): forward with every epilogue option, segmented groups, backward
+# ---------------------------------------------------------------------------------------------------------------
+TC_M = [70] + ([256, 1000] if CUDA else [])
+
+
+@pytest.mark.triton_device
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
+@pytest.mark.parametrize("m", TC_M, ids=lambda m: f"M{m}")
+def test_tensor_core_forward_and_backward(dtype, fmt, m):
+    p, dense, _ = kernels.random_prepared(fmt, 200, 256, seed=7, device=DEV)
+    g = torch.Generator().manual_seed(m)
+    x = torch.randn(m, 256, generator=g).to(DEV, dtype)
+    b = torch.randn(200, generator=g).to(DEV, dtype)
+    y = _common.fp4_gemm(x, p, b, path="tc")
+    assert rel_error(y, x.float() @ dense.t().float() + b.float()) < 6e-3
+    gy = torch.randn(m, 200, generator=g).to(DEV, dtype)
+    gx = _common.fp4_gemm_t(gy, p, path="tc")
+    assert gx.shape == (m, 256) and rel_error(gx, gy.float() @ dense.float()) < 6e-3
+
+
+@pytest.mark.triton_device
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_tensor_core_segmented_lora_residual(dtype):
+    ms = _members()
+    seg = kernels.segment_prepared(ms)
+    x = torch.randn(70, 128, device=DEV).to(dtype)
+    assert torch.equal(_common.fp4_gemm(x, seg, path="tc"), _common.fp4_gemm(x, _common.concat_prepared(ms), path="tc"))
+    p, dense, _ = kernels.random_prepared("nvfp4", 200, 256, seed=5, device=DEV)
+    x = torch.randn(70, 256, device=DEV).to(dtype)
+    t, lb = torch.randn(70, 16, device=DEV).to(dtype), (0.1 * torch.randn(200, 16, device=DEV)).to(dtype)
+    h = torch.randn(70, 200, device=DEV).to(dtype)
+    out = _common.fp4_gemm(x, p, lora=(t, lb), residual=h, path="tc")
+    ref = x.float() @ dense.t().float() + t.float() @ lb.float().t() + h.float()
+    assert rel_error(out, ref) < 6e-3
+    with pytest.raises(ValueError, match="backward takes a single weight"):
+        _common.fp4_gemm_tc(torch.randn(70, 296, device=DEV).to(dtype), _common.concat_prepared(ms), forward=False)

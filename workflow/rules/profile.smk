@@ -1,17 +1,21 @@
 # Profiling at real sizes (needs a CUDA GPU; not among the default targets, whose tables read the committed
-# results/measured/<gpu>/*.csv). One job measures every architecture and method of config `profile` into
-# results/measured/<gpu>/ (appending; a configuration already in the files is skipped, so a cut run resumes):
-#   snakemake --cores all --forcerun profile results/measured/h200/rollout.csv
-MEASURED = f"{config['results_dir']}/measured"  # where the report reads them (qerl.report.context.measured_dir)
+# results/measured/<gpu>/*.csv). One job measures every architecture and method of config `profile`:
+#   snakemake --cores all --configfile config/paper.yaml results/paper/measured/h200/rollout.csv
+# Outputs: R/measured/<gpu>/{rollout,e2e,memory}.csv (Snakemake's own: a rerun replaces them). The job appends
+# rows to R/measured/<gpu>/partial/ first and copies the CSVs to its outputs only when every configuration is
+# measured, so a cut job resumes where it stopped when the target is asked for again (the partial folder is not
+# an output; delete it to measure from scratch). Committing a run to results/measured/<gpu>/, where the tables read
+# it, is a separate step that keeps every earlier file:
+#   python -m qerl.profiling.commit --src results/paper/measured/h200 --dest results/measured/h200 --tag run9
 
 
 rule profile:
     input:
         config=ancient(CONFIGFILE),
     output:
-        rollout=f"{MEASURED}/{{gpu}}/rollout.csv",
-        e2e=f"{MEASURED}/{{gpu}}/e2e.csv",
-        memory=f"{MEASURED}/{{gpu}}/memory.csv",
+        rollout=f"{R}/measured/{{gpu}}/rollout.csv",
+        e2e=f"{R}/measured/{{gpu}}/e2e.csv",
+        memory=f"{R}/measured/{{gpu}}/memory.csv",
     wildcard_constraints:
         gpu=r"[A-Za-z0-9_\-]+",
     params:
@@ -22,6 +26,7 @@ rule profile:
                               ("batches", "batches"), ("e2e-batches", "e2e_batches"))
         )
         + f" --prompt {config['profile']['prompt_tokens']} --completion {config['profile']['completion_tokens']}",
+        work=lambda wildcards, output: os.path.join(os.path.dirname(output.rollout), "partial"),
         out=lambda wildcards, output: os.path.dirname(output.rollout),
     conda:
         CONDA_ENV
@@ -29,6 +34,8 @@ rule profile:
     resources:
         gpu=1,
     log:
-        f"{MEASURED}/{{gpu}}/profile.log",
+        f"{R}/logs/profile/{{gpu}}.log",
+    benchmark:
+        f"{R}/benchmarks/profile/{{gpu}}.tsv"
     shell:
-        "qerl profile {params.args} --out {params.out} 2> {log}"
+        "qerl profile {params.args} --out {params.work} --publish {params.out} 2> {log}"
