@@ -48,6 +48,8 @@ def main(argv=None) -> int:
     ap.add_argument("--one", default=None, help="run this config once per shape/M (for a profiler)")
     ap.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"])
     ap.add_argument("--prewarm", type=int, default=0, help="compile the configs first in N processes")
+    ap.add_argument("--path", default=None, choices=["swap", "tc", "deq"],
+                    help="--profile: force this GEMM path (default: the dispatch's choice)")
     ap.add_argument("--profile", action="store_true", help="one tuned forward + backward call per shape/M, "
                     "between cudaProfilerStart/Stop (for ncu --profile-from-start off)")
     args = ap.parse_args(argv)
@@ -116,13 +118,14 @@ def profile(args) -> int:
         for m in args.m:
             x = torch.randn(m, k, device="cuda", dtype=dtype)
             g = torch.randn(m, n, device="cuda", dtype=dtype)
+            path = args.path if m > 64 else None
             for _ in range(3):  # autotune + warm up
-                _common.fp4_gemm(x, p)
-                _common.fp4_gemm_t(g, p)
+                _common.fp4_gemm(x, p, path=path)
+                _common.fp4_gemm_t(g, p, path=path)
             torch.cuda.synchronize()
             torch.cuda.cudart().cudaProfilerStart()
-            _common.fp4_gemm(x, p)
-            _common.fp4_gemm_t(g, p)
+            _common.fp4_gemm(x, p, path=path)
+            _common.fp4_gemm_t(g, p, path=path)
             torch.cuda.synchronize()
             torch.cuda.cudart().cudaProfilerStop()
             print(f"profiled {shape} M={m}", flush=True)
