@@ -1094,6 +1094,10 @@ def fp4_gemm(x: torch.Tensor, w, bias: torch.Tensor | None = None, *, config: di
 
 
 TC_MAX_M = int(os.environ.get("QERL_FP4_TC_MAX_M", "16384"))
+# The tensor-core tiles are a dispatch candidate only on request: on an H200 (results/measured/h200/
+# kernels.run4.*) they ran 0.31-0.51x bf16 forward and 2-5.8x slower backward at every M (ncu: one CTA of 4-8
+# warps per SM, 80 % of issue slots without an eligible warp), so timing them on first use only costs compiles.
+TC_IN_DISPATCH = os.environ.get("QERL_FP4_TC", "0") not in ("", "0")
 _DISPATCH: dict = {}
 
 
@@ -1103,7 +1107,7 @@ def _choose_path(x: torch.Tensor, w, bias) -> str:
     m = x.shape[0]
     if m <= FUSED_MIN_TRY:
         return "swap"
-    cands = (["swap"] if m <= FUSED_MAX_M else []) + (["tc"] if m <= TC_MAX_M else []) + ["deq"]
+    cands = (["swap"] if m <= FUSED_MAX_M else []) + (["tc"] if TC_IN_DISPATCH and m <= TC_MAX_M else []) + ["deq"]
     key = (w.n, w.k, _bucket_m(m), x.dtype, w.scale_kind, isinstance(w, SegmentedFP4), x.device.index)
     if key not in _DISPATCH:
         if interpret_mode() or not x.is_cuda or torch.cuda.is_current_stream_capturing():
@@ -1299,8 +1303,8 @@ def _choose_path_t(g: torch.Tensor, w: PreparedFP4) -> str:
     m = g.shape[0]
     if m <= BWD_FUSED_MIN_TRY:
         return "swap"
-    cands = (["swap"] if m <= BWD_FUSED_MAX_M else []) + (["tc"] if m <= TC_MAX_M and not w.row_scale else []) + \
-        ["deq"]
+    cands = (["swap"] if m <= BWD_FUSED_MAX_M else []) + \
+        (["tc"] if TC_IN_DISPATCH and m <= TC_MAX_M and not w.row_scale else []) + ["deq"]
     key = ("t", w.n, w.k, _bucket_m(m), g.dtype, w.scale_kind, w.row_scale, g.device.index)
     if key not in _DISPATCH:
         if interpret_mode() or not g.is_cuda or torch.cuda.is_current_stream_capturing():

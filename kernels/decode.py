@@ -403,9 +403,10 @@ def qkv_rope_cache(q, k, v, t, lora_b, bias, cos, sin, pos, slot, k_cache, v_cac
 
 
 def attention_splits(batch: int, kv_heads: int, span: int, sms: int = 132, block: int = 64) -> int:
-    """Key splits of `decode_attention` for this shape: enough programs for ~2 per multiprocessor, each split at
-    least two key blocks long (fewer, longer splits when batch x kv_heads already fills the GPU)."""
-    want = -(-2 * sms // max(1, batch * kv_heads))
+    """Key splits of `decode_attention` for this shape: enough programs for ~8 per multiprocessor (each one walks
+    its keys block by block, so several per SM keep loads in flight), each split at least two key blocks long
+    (fewer, longer splits when batch x kv_heads already fills the GPU)."""
+    want = -(-8 * sms // max(1, batch * kv_heads))
     return max(1, min(want, span // (2 * block), 64))
 
 

@@ -1,12 +1,16 @@
 #!/bin/bash
-# One call on a GPU machine (the device tool): install carried wheels (.whl/: bitsandbytes), optionally run the GPU
-# tests of the engine, then `qerl profile` into $OUT/prof (rollout.csv, e2e.csv, memory.csv, rollout_hf.csv) with
-# the machine's description in $OUT/prof/env.txt. Resumes from PREV (a folder of earlier CSVs) when given.
-# Usage: ARCHS=7B,3B BUDGET=420 TESTS=1 PREV=results/measured/h200 bash qerl/profiling/run_device.sh [extra args]
+# One call on a GPU machine (the device tool): install carried wheels (.whl/: bitsandbytes), compile the kernels in
+# parallel, optionally run the engine's GPU tests (TESTS=1) and the decode-step trace (TRACE=1: qerl.profiling.
+# step_trace, the current engine against .whl/engine_before.py when present), then `qerl profile` into $W/prof
+# (rollout.csv, e2e.csv, memory.csv, rollout_hf.csv; the machine's description in env.txt; the log in log.txt).
+# Resumes from PREV (a folder of earlier CSVs, e.g. the last call's) when given. Everything is packed into
+# $OUT/profile.tgz (the device tool returns at most 8 files).
+# Usage: COMMIT=... ARCHS=7B BUDGET=300 TESTS=1 TRACE=1 PREV=dir bash qerl/profiling/run_device.sh [qerl profile args]
 set -o pipefail
-export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} TRITON_DEFAULT_FP_FUSION=1
 OUT=${OUT:-/tmp/profile-out}
-mkdir -p "$OUT/prof"
+W=${W:-/tmp/profile-work}
+mkdir -p "$OUT" "$W/prof"
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     && export PYTHONPATH=$PYTHONPATH:/tmp/site
@@ -14,12 +18,22 @@ fi
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
   python3 -c "import torch, transformers, peft, triton; print('torch', torch.__version__, 'cuda', torch.version.cuda,
   'transformers', transformers.__version__, 'peft', peft.__version__, 'triton', triton.__version__)"
-  echo "commit ${COMMIT:-unknown} date $(date -u +%FT%TZ)"; } | tee "$OUT/prof/env.txt"
+  echo "commit ${COMMIT:-unknown} date $(date -u +%FT%TZ)"; } | tee "$W/prof/env.txt"
 for f in rollout.csv e2e.csv memory.csv rollout_hf.csv; do
-  [ -n "$PREV" ] && [ -f "$PREV/$f" ] && cp "$PREV/$f" "$OUT/prof/$f"
+  [ -n "$PREV" ] && [ -f "$PREV/$f" ] && cp "$PREV/$f" "$W/prof/$f"
 done
+[ -n "$PREWARM" ] && python3 -m kernels.bench --prewarm "$PREWARM" --prewarm-only 2>&1 | tail -3
 if [ -n "$TESTS" ]; then
-  timeout 240 python3 -m pytest tests/rl/test_engine.py -q -rfE -k cuda 2>&1 | tail -8
+  timeout "${TESTS_S:-200}" python3 -m pytest tests/rl/test_engine.py tests/kernels/test_decode.py \
+    tests/kernels/test_kernels_fused.py -q -rfE -k "cuda or triton or aqn or segmented or epilogue or decode" 2>&1 \
+    | tee "$W/pytest-engine.log" | tail -12
 fi
-python3 -m qerl.cli profile --archs "${ARCHS:-7B}" --budget-s "${BUDGET:-420}" --out "$OUT/prof" "$@" 2>&1 \
-  | tee "$OUT/prof/log.txt" | grep -v Warning | tail -80
+if [ -n "$TRACE" ]; then
+  EF=""; [ -f .whl/engine_before.py ] && EF="--engine-file .whl/engine_before.py --engine-name before"
+  timeout "${TRACE_S:-240}" python3 -m qerl.profiling.step_trace --arch "${TRACE_ARCH:-7B}" --methods lora,qerl \
+    --batches "${TRACE_BATCHES:-1,64}" --span 1024 $EF --out "$W/trace.json" --md "$W/trace.md" 2>&1 \
+    | grep -v Warn | grep -E "^\| |^# " | head -30
+fi
+python3 -m qerl.cli profile --archs "${ARCHS:-7B}" --budget-s "${BUDGET:-300}" --out "$W/prof" "$@" 2>&1 \
+  | tee "$W/prof/log.txt" | grep -v Warning | grep -E "tokens_per_s|# |budget" | cut -c1-200 | tail -60
+tar czf "$OUT/profile.tgz" -C "$W" .

@@ -458,8 +458,8 @@ class DecodeEngine:
     @torch.no_grad()
     def decode_steps(self, span: int, n: int, temperature: float = 1.0, top_p: float = 1.0) -> None:
         """Run `n` eager (not graph-replayed) decode steps inside bucket `span`: the kernels a graph replay launches,
-        one by one, for profilers (qerl.profiling.step_trace). The cache's contents are arbitrary."""
-        self.refresh()
+        one by one, for profilers (qerl.profiling.step_trace; call `refresh` first if the adapters changed). The
+        cache's contents are arbitrary."""
         self._enter_bucket(span, n + 2)
         for _ in range(n):
             self._decode_step(span, temperature, top_p)

@@ -105,6 +105,7 @@ def test_silu_mul(dtype, lora):
 
 def test_rank_padding_and_splits():
     assert [decode.lora_rank_pad(r) for r in (1, 8, 16, 17, 32, 64)] == [16, 16, 16, 32, 32, 64]
-    assert decode.attention_splits(1, 4, 2304) == 18  # long spans split for ~2 programs per SM
-    assert decode.attention_splits(256, 4, 2304) == 1  # a large batch fills the GPU by itself
+    assert decode.attention_splits(1, 4, 2304) == 18  # long spans split for several programs per SM
+    assert decode.attention_splits(64, 4, 1024) == 5
+    assert decode.attention_splits(512, 4, 2304) == 1  # a large batch fills the GPU by itself
     assert decode.attention_splits(1, 4, 64) == 1

@@ -176,12 +176,15 @@ def test_cuda_graphs_and_grouping_match_eager(method):
     kinds = fast.group_kinds()
     assert kinds == {"qlora": {"bases"}, "lora": {"dense"}, "qerl": {"fp4"}}[method], kinds
     assert eager.group_kinds() == {"call"} and fast.use_triton and not eager.use_triton
-    assert (a.tokens == b.tokens).float().mean() > 0.9  # bf16: a near-tie may flip late in the sequence
-    assert torch.allclose(a.logp[:, :8], b.logp[:, :8], atol=0.05)
-    full = torch.cat([ids, b.tokens], 1)
-    with torch.no_grad():
-        logp, _ = sequence_logprobs(model, full, torch.cat([attn, torch.ones_like(b.tokens)], 1), ids.shape[1])
-    assert (logp - b.logp).abs().mean() < 0.05
+    # random weights give near-flat distributions, so greedy paths part at the first near-tie (the fused kernels
+    # round differently from the module calls): both must sample what the model computes, teacher-forced
+    assert torch.equal(a.tokens[:, 0], b.tokens[:, 0]), (a.tokens[:, :4], b.tokens[:, :4])
+    for out in (a, b):
+        full = torch.cat([ids, out.tokens], 1)
+        with torch.no_grad():
+            logp, _ = sequence_logprobs(model, full, torch.cat([attn, torch.ones_like(out.tokens)], 1), ids.shape[1])
+        err = (logp - out.logp).abs()
+        assert err.mean() < 0.02 and err.max() < 0.15, (err.mean(), err.max(), (a.tokens == b.tokens).float().mean())
 
 
 def test_sample_through_the_engine_matches_the_eager_loop(setup):
