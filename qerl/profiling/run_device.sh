@@ -34,6 +34,6 @@ if [ -n "$TRACE" ]; then
     --batches "${TRACE_BATCHES:-1,64}" --span 1024 $EF --out "$W/trace.json" --md "$W/trace.md" 2>&1 \
     | grep -v Warn | grep -E "^\| |^# " | head -30
 fi
-python3 -m qerl.cli profile --archs "${ARCHS:-7B}" --budget-s "${BUDGET:-300}" --out "$W/prof" "$@" 2>&1 \
+timeout "${PROF_S:-420}" python3 -m qerl.cli profile --archs "${ARCHS:-7B}" --budget-s "${BUDGET:-300}" --out "$W/prof" "$@" 2>&1 \
   | tee "$W/prof/log.txt" | grep -v Warning | grep -E "tokens_per_s|# |budget" | cut -c1-200 | tail -60
 tar czf "$OUT/profile.tgz" -C "$W" .
