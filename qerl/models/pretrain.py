@@ -7,7 +7,7 @@ budget, whichever comes first; then it samples at T=0.6 on the held-out test spl
 
 Run: `qerl pretrain-tiny --config config/config.yaml --data results/tiny/data --out results/tiny/models/tiny/base`
 Outputs: OUT/ (config.json, model.safetensors, tokenizer files), OUT/pretrain_metrics.jsonl (loss per 50 steps),
-OUT/eval.json (pass@1 per level, untrained vs trained). Progress bar with the live loss on stderr.
+OUT/eval.json (pass@1 per level, untrained vs trained). Live loss on stderr (a bar on a terminal, a line every 50 steps in a log).
 """
 from __future__ import annotations
 
@@ -20,17 +20,20 @@ import time
 from pathlib import Path
 
 import torch
-from tqdm import tqdm
 
 from qerl.data.prompts import build_prompt
 from qerl.data.answers import answer_tag
 from qerl.models.tiny import build_model, build_tokenizer
+from qerl.readout import Readout
 
 __all__ = ["completion_text", "encode_examples", "pretrain", "evaluate_levels", "run"]
 
 
 def completion_text(row: dict) -> str:
-    """The target completion for a GSM8K-format row: its steps inside <think>, its answer inside <answer>."""
+    """The target completion for a GSM8K-format row: its steps inside <think>, its answer inside <answer>; a row
+    marked with the direct-answer habit (qerl.data.tiny.add_direct_answers) answers its guess with an empty <think>."""
+    if "direct" in row:
+        return f"<think> </think> <answer> {row['direct']} </answer>"
     steps, _, final = row["answer"].rpartition("####")
     return f"<think> {steps.strip()} </think> <answer> {final.strip()} </answer>"
 
@@ -70,7 +73,7 @@ def pretrain(model, examples, *, steps: int, time_budget_s: float, batch_size: i
     order: list[int] = []
     start, ema, step = time.perf_counter(), None, 0
     log = open(log_path, "w") if log_path else None
-    bar = tqdm(total=steps, desc="pretrain", unit="step", mininterval=2.0)
+    bar = Readout(steps, 0, "pretrain", every=50)
     try:
         while step < steps and time.perf_counter() - start < time_budget_s:
             if len(order) < batch_size:
@@ -86,8 +89,7 @@ def pretrain(model, examples, *, steps: int, time_budget_s: float, batch_size: i
             sched.step()
             step += 1
             ema = loss.item() if ema is None else 0.98 * ema + 0.02 * loss.item()
-            bar.update(1)
-            bar.set_postfix(loss=f"{ema:.3f}")
+            bar.step(loss=ema)
             if log and step % 50 == 0:
                 log.write(json.dumps({"step": step, "loss": round(ema, 5), "lr": sched.get_last_lr()[0],
                                       "seconds": round(time.perf_counter() - start, 2)}) + "\n")

@@ -52,12 +52,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
-from tqdm import tqdm
 
 from qerl.data.prompts import build_prompt
 from qerl.methods import Method, get_method
 from qerl.noise import AdaptiveQuantizationNoise, NoiseSchedule
 from qerl.provenance import provenance
+from qerl.readout import Readout
 from qerl.rl.distributed import (DistContext, all_reduce_grads, barrier, broadcast_params, init_distributed,
                                   reduce_max, reduce_sum, shard_range, shutdown)
 from qerl.rl.losses import dapo_loss, dynamic_sampling_mask, grpo_loss, group_advantages, overlong_filter
@@ -485,8 +485,9 @@ def train(cfg: dict, s: RunSettings, base_dir: str | Path, out_dir: str | Path, 
             info["distributed"] = {"world_size": ctx.world_size, "backend": ctx.backend}
         (out / "run.json").write_text(json.dumps(info, indent=2, default=list) + "\n")
     G, last = s.group_size, {}
-    bar = tqdm(total=s.steps, initial=start, desc=f"{s.method}/{s.variant}/seed{s.seed}", unit="step",
-               disable=not (progress and ctx.is_main), mininterval=1.0)
+    bar = Readout(s.steps, start, f"{s.task}/{s.method}/{s.variant}/seed{s.seed}", enabled=progress and ctx.is_main)
+    if start:
+        bar.note(f"resumed from {ckpt} at step {start} of {s.steps}")
     for step in range(start, s.steps):
         if stop_after is not None and step >= stop_after:
             break
@@ -506,6 +507,7 @@ def train(cfg: dict, s: RunSettings, base_dir: str | Path, out_dir: str | Path, 
         rewards = torch.tensor([r.reward for r in results], dtype=torch.float32)  # [n]
         correct = torch.tensor([float(r.correct) for r in results])  # [n]
         adv = group_advantages(rewards, G).to(device)  # [n] groups are whole on each rank
+        mixed = float((rewards.view(-1, G).amax(1) != rewards.view(-1, G).amin(1)).float().mean())  # groups with signal
         ids, attn, P = batch.input_ids, batch.attention_mask, batch.prompt_len
         mask = batch.completion_mask[:, P:].float()  # [n, L]
         if s.dynamic_sampling:
@@ -536,7 +538,8 @@ def train(cfg: dict, s: RunSettings, base_dir: str | Path, out_dir: str | Path, 
             "entropy": _masked_mean(batch.entropy, comp), "sigma": float(sigma),
             "response_length": float(batch.lengths.float().mean()),
             "clip_fraction": _mean([d["clip_fraction"] for d in diags]), "kl": _mean([d.get("kl", 0.0) for d in diags]),
-            "grad_norm": _mean(grad_norms), "time_rollout": t_rollout, "time_logprobs": t_logprobs,
+            "grad_norm": _mean(grad_norms), "grad_clipped": _mean([float(g > s.grad_clip) for g in grad_norms]),
+            "mixed_groups": mixed, "adv_abs": float(adv.abs().mean()), "time_rollout": t_rollout, "time_logprobs": t_logprobs,
             "time_update": t_update, "peak_memory_bytes": _peak_memory(), "lr": sched.get_last_lr()[0],
             "skipped_updates": skipped, "kept_fraction": float((mask.sum(1) > 0).float().mean()),
             "truncated_fraction": float(batch.truncated.float().mean()),
@@ -548,8 +551,8 @@ def train(cfg: dict, s: RunSettings, base_dir: str | Path, out_dir: str | Path, 
         if ctx.is_main:
             with open(metrics_path, "a") as f:
                 f.write(json.dumps(last) + "\n")
-        bar.update(1)
-        bar.set_postfix(reward=f"{last['reward']:.3f}", ent=f"{last['entropy']:.3f}", sigma=f"{last['sigma']:.1e}")
+        bar.step(reward=last["reward"], entropy=last["entropy"], length=last["response_length"],
+                 mixed=last["mixed_groups"], **({"sigma": last["sigma"]} if s.aqn else {}))
         if ((step + 1) % s.checkpoint_every == 0 or step + 1 == s.steps) and ctx.is_main:
             _save_checkpoint(ckpt, model, opt, sched, step + 1, bad)
     bar.close()
