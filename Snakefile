@@ -15,6 +15,8 @@
 #   R/logs/<rule>/...  and  R/benchmarks/<rule>/...  per-job logs and timings
 from snakemake.utils import validate
 
+from qerl.config import validate_config
+
 
 # The tiny scale unless a config is given (`--configfile config/small.yaml`): a given config replaces the default
 # rather than being merged into it, so no tiny-scale key leaks into another scale.
@@ -23,6 +25,10 @@ if not workflow.overwrite_configfiles:
     configfile: "config/config.yaml"
 
 
+# qerl's own check first (the one `qerl check-config` runs): a bad config stops here with one line per problem,
+# naming the key and the value seen (snakemake's validate would print the whole schema after its message); it also
+# checks what the schema cannot (a task's methods within train.methods, data files present), and fills defaults.
+config = validate_config(config, source=", ".join(map(str, workflow.configfiles)) or "snakemake config")
 validate(config, "workflow/schemas/config.schema.yaml")
 
 
