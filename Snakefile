@@ -10,8 +10,9 @@
 #   R/models/<model>/base/                           the base checkpoint (pretrain_tiny or prepare_model)
 #   R/quantized/<model>/<format>/                    NVFP4 / MXFP4 (AWQ-calibrated) and NF4 checkpoints
 #   R/runs/<task>/<model>/<method>/<variant>/seed<k>/  one training run (metrics.jsonl, adapter, eval)
-#   R/tables/table<N>.{md,tex,csv}, R/figures/fig<N>.{png,pdf}
+#   R/tables/table<N>.{md,tex,csv,html}, R/figures/fig<N>.{png,pdf}
 #   R/claims.md                                       the paper's headline claims checked claim by claim
+#   R/claims.html                                     the same, as an HTML page (shown by the report)
 #   R/logs/<rule>/...  and  R/benchmarks/<rule>/...  per-job logs and timings
 from snakemake.utils import validate
 

@@ -63,7 +63,7 @@ def _merge(base, top):
     return base
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def trimmed_config(repo_root):
     """`trimmed_config(results_dir)`: config/config.yaml with TRIMMED merged in, writing under `results_dir`."""
     def make(results_dir) -> dict:
