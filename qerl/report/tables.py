@@ -448,8 +448,8 @@ def render_table3(ctx: Context, artifact) -> Table:
     _fill_not_measured(rows, columns)
     caption = (f"{artifact.caption} Ours: one measurement per cell from the committed profiling files. step s: "
                "seconds per GRPO step without gradient checkpointing (GC), as the paper's speedups are, or OOM when "
-               "it ran out of GPU memory; x: BF16 LoRA step time / the method's, '-' for BF16 LoRA itself, n/a where "
-               "BF16 LoRA ran out of memory. The peak column is the peak memory of the step memory.csv names "
+               "it ran out of GPU memory; x: BF16 LoRA step time / the method's, '-' for BF16 LoRA itself, OOM where "
+               "the method ran out of memory, n/a where only BF16 LoRA did. The peak column is the peak memory of the step memory.csv names "
                "(with GC), so a model can show a peak next to OOM steps without GC.")
     return Table(artifact.id, artifact.title, caption, ctx.prov.fields(), columns, rows, list(ctx.notes))
 
