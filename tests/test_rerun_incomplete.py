@@ -24,6 +24,8 @@ ENV = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.envi
 @pytest.mark.slow
 def test_rerun_incomplete_after_kill_in_evaluation_keeps_metrics(repo_root, tmp_path, trimmed_config):
     cfg = trimmed_config(tmp_path / "results")
+    cfg["data"]["tiny"].update(n_pretrain=300, n_rl=50, n_test_per_level=2)  # one run: cut further still
+    cfg["tiny_model"]["pretrain"].update(steps=5, warmup_steps=1, eval_per_level=2)
     cfg["evaluate"]["methods"] = ["bf16"]
     cfg["train"]["methods"] = ["lora"]
     cfg["train"]["tasks"] = {"tiny_grpo": cfg["train"]["tasks"]["tiny_grpo"]}
