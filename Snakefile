@@ -10,10 +10,13 @@
 #   R/models/<model>/base/                           the base checkpoint (pretrain_tiny or prepare_model)
 #   R/quantized/<model>/<format>/                    NVFP4 / MXFP4 (AWQ-calibrated) and NF4 checkpoints
 #   R/runs/<task>/<model>/<method>/<variant>/seed<k>/  one training run (metrics.jsonl, adapter, eval)
-#   R/tables/table<N>.{md,tex,csv}, R/figures/fig<N>.{png,pdf}
+#   R/tables/table<N>.{md,tex,csv,html}, R/figures/fig<N>.{png,pdf}
 #   R/claims.md                                       the paper's headline claims checked claim by claim
+#   R/claims.html                                     the same, as an HTML page (shown by the report)
 #   R/logs/<rule>/...  and  R/benchmarks/<rule>/...  per-job logs and timings
 from snakemake.utils import validate
+
+from qerl.config import validate_config
 
 
 # The tiny scale unless a config is given (`--configfile config/small.yaml`): a given config replaces the default
@@ -23,6 +26,10 @@ if not workflow.overwrite_configfiles:
     configfile: "config/config.yaml"
 
 
+# qerl's own check first (the one `qerl check-config` runs): a bad config stops here with one line per problem,
+# naming the key and the value seen (snakemake's validate would print the whole schema after its message); it also
+# checks what the schema cannot (a task's methods within train.methods, data files present), and fills defaults.
+config = validate_config(config, source=", ".join(map(str, workflow.configfiles)) or "snakemake config")
 validate(config, "workflow/schemas/config.schema.yaml")
 
 

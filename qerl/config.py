@@ -8,6 +8,8 @@ Run: `python -m qerl.config config/config.yaml` prints the config with every def
 from __future__ import annotations
 
 import copy
+import difflib
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -42,6 +44,43 @@ def _fill_defaults(schema: dict, node: Any) -> Any:
     return node
 
 
+_EXPONENT_WITHOUT_POINT = re.compile(r"[-+]?\d+[eE][-+]?\d+")
+
+
+def _number_hint(value: str) -> str:
+    """Why YAML made `value` a string where a number belongs, and how to write it (or "" when it does not look
+    like a number). YAML 1.1, which PyYAML and Snakemake read, takes 4e-4 (no decimal point) for text."""
+    if _EXPONENT_WITHOUT_POINT.fullmatch(value.strip()):
+        fixed = re.sub(r"^([-+]?\d+)", r"\1.0", value.strip())
+        return f"; YAML reads an exponent without a decimal point ({value}) as text: write {fixed}"
+    try:
+        float(value)
+    except ValueError:
+        return ""
+    return "; it is quoted text: write the number without quotes"
+
+
+def _enum_text(value, allowed: list) -> str:
+    """What `value` is not, the allowed values, and where a method name of the wrong kind belongs (or the closest
+    allowed value)."""
+    from qerl.methods import TRAINED_METHODS, UNTRAINED_METHODS
+
+    if set(allowed) == set(TRAINED_METHODS):
+        text = f"not a trainable method; allowed: {allowed}"
+        if value in UNTRAINED_METHODS:
+            return text + (f"; {value!r} is a weight format evaluated without training: list it under "
+                           "evaluate.methods (the untrained rows of Tables 1/2)")
+    elif set(allowed) == set(UNTRAINED_METHODS):
+        text = f"not an untrained weight format; allowed: {allowed}"
+        if value in TRAINED_METHODS:
+            return text + (f"; {value!r} is a trained method: list it under train.methods, and its training job "
+                           "evaluates it")
+    else:
+        text = f"not one of {allowed}"
+    close = difflib.get_close_matches(str(value), [str(a) for a in allowed], n=1)
+    return text + (f" (did you mean {close[0]!r}?)" if close else "")
+
+
 def _describe(error: jsonschema.ValidationError) -> str:
     where = ".".join(str(p) for p in error.absolute_path) or "<top level>"
     if error.validator == "additionalProperties":
@@ -49,9 +88,14 @@ def _describe(error: jsonschema.ValidationError) -> str:
         extra = sorted(set(error.instance) - set(allowed))
         return f"unknown key(s) {extra} under '{where}'; allowed: {allowed}"
     if error.validator == "enum":
-        return f"key '{where}': value {error.instance!r} is not one of {error.validator_value}"
+        text = _enum_text(error.instance, list(error.validator_value))
+        if "propertyNames" in error.schema_path:  # a mapping's key (train.lr_by_method) names the value
+            return f"key '{where}': {error.instance!r} (a key of it) is {text}"
+        return f"key '{where}': value {error.instance!r} is {text}"
     if error.validator == "type":
-        return f"key '{where}': value {error.instance!r} should be of type {error.validator_value}"
+        expected = error.validator_value if isinstance(error.validator_value, list) else [error.validator_value]
+        hint = _number_hint(error.instance) if "number" in expected and isinstance(error.instance, str) else ""
+        return f"key '{where}': value {error.instance!r} should be of type {error.validator_value}{hint}"
     return f"key '{where}': value {error.instance!r}: {error.message}"
 
 
@@ -81,26 +125,24 @@ def validate_config(config: dict, source: str = "<config>", check_data: bool = T
 
 
 def _check_semantics(cfg: dict, source: str, check_data: bool) -> None:
-    from qerl.methods import METHODS  # local import: methods imports nothing heavy, but keep config import-light
-
+    # Method names: the schema's enums (trainable methods for train.*, untrained formats for evaluate.methods) have
+    # already named a wrong one; what is left are the relations between keys.
     train = cfg.get("train", {})
-    named = [("train.methods", n) for n in train.get("methods", [])]
-    named += [("train.lr_by_method", n) for n in train.get("lr_by_method", {})]
     ablations = train.get("ablations", {})
-    named += [("train.ablations.method", ablations["method"])] if "method" in ablations else []
-    named += [("train.ablations.lr_methods", n) for n in ablations.get("lr_methods", [])]
     task = ablations.get("task")
     if task is not None and task not in train.get("tasks", {}):
         raise ConfigError(f"{source}: key 'train.ablations.task': unknown task {task!r}; "
                           f"train.tasks defines {sorted(train.get('tasks', {}))}")
-    for key, name in named:
-        if name not in METHODS:
-            raise ConfigError(f"{source}: key '{key}': unknown method {name!r}; known methods: {sorted(METHODS)}")
     for tname, t in train.get("tasks", {}).items():
         extra = [m for m in t.get("methods", []) if m not in train.get("methods", [])]
         if extra:
             raise ConfigError(f"{source}: key 'train.tasks.{tname}.methods': {extra} not in train.methods "
                               f"{train.get('methods', [])}; a task trains a subset of train.methods")
+    evaluated = [b for b in cfg["evaluate"]["benchmarks"] if b != "tiny"]
+    absent = [b for b in evaluated if b not in cfg["data"]["benchmarks"]]
+    if absent:
+        raise ConfigError(f"{source}: key 'evaluate.benchmarks' names {absent}, which 'data.benchmarks' "
+                          f"({cfg['data']['benchmarks']}) does not provide; add them there")
     if check_data and cfg["data"]["benchmarks"] and not cfg["data"]["download"]:
         from qerl.data.benchmarks import missing_files
 

@@ -1,6 +1,6 @@
 """Shared fixtures: the real benchmark files (../shared/data beside the checkout, or $QERL_TEST_DATA_ROOT); the
-markers `gpu` (needs a CUDA device) and `triton_device` (needs a GPU, or Triton's CPU interpreter) skip where
-they cannot run."""
+tiny config trimmed for DAG-level tests; the markers `gpu` (needs a CUDA device) and `triton_device` (needs a GPU,
+or Triton's CPU interpreter) skip where they cannot run."""
 from __future__ import annotations
 
 import os
@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 # Triton reads TRITON_INTERPRET when a kernel module is first imported, which may happen in any test package (the
 # layers import kernels/); without a GPU the kernels run in Triton's interpreter.
@@ -38,3 +39,35 @@ def shared_data_root() -> Path:
 @pytest.fixture(scope="session")
 def repo_root() -> Path:
     return REPO
+
+
+# The tiny scale cut to seconds per job, for tests that run the DAG through Snakemake (`rule all` of it takes minutes).
+TRIMMED = {
+    "seeds": [0],
+    "data": {"tiny": {"n_pretrain": 2000, "n_rl": 200, "n_test_per_level": 6}},
+    "tiny_model": {"pretrain": {"steps": 40, "warmup_steps": 5, "eval_per_level": 6}},
+    "quantize": {"awq_grid": 4, "heldout_sequences": 4, "calibration": {"n_sequences": 8, "seq_len": 64}},
+    "evaluate": {"n_repeats": 1},
+    "train": {"methods": ["lora", "qlora", "nvfp4_lora", "qerl"], "steps": 2, "prompts_per_step": 2,
+              "checkpoint_every": 1,
+              "tasks": {"tiny_grpo": {"source": "tiny", "algorithm": "grpo", "group_size": 2, "max_new_tokens": 12},
+                        "tiny_dapo": {"source": "tiny", "algorithm": "dapo", "group_size": 2, "max_new_tokens": 12,
+                                      "dynamic_sampling": True, "methods": ["lora", "nvfp4_lora", "qerl"]}},
+              "ablations": {"aqn_schedules": ["cosine"], "ranks": [8], "lrs": [1.0e-3], "lr_methods": ["qerl"]}},
+}
+
+
+def _merge(base, top):
+    for key, value in top.items():
+        base[key] = _merge(base.get(key, {}), value) if isinstance(value, dict) and key != "tasks" else value
+    return base
+
+
+@pytest.fixture(scope="session")
+def trimmed_config(repo_root):
+    """`trimmed_config(results_dir)`: config/config.yaml with TRIMMED merged in, writing under `results_dir`."""
+    def make(results_dir) -> dict:
+        cfg = _merge(yaml.safe_load((repo_root / "config" / "config.yaml").read_text()), TRIMMED)
+        cfg["results_dir"] = str(results_dir)
+        return cfg
+    return make

@@ -65,8 +65,57 @@ def test_enum_value_named(tmp_path):
 
 
 def test_unknown_method_named():
-    with pytest.raises(ConfigError, match=r"unknown method 'qlorra'"):
+    with pytest.raises(ConfigError, match=r"key 'train.methods.1': value 'qlorra' is not a trainable method; "
+                                          r"allowed: .*did you mean 'qlora'"):
         validate_config({"train": {"methods": ["lora", "qlorra"]}})
+
+
+TRAINABLE = r"is not a trainable method; allowed: \['full', 'lora', 'qlora', 'mxfp4_lora', 'nvfp4_lora', 'qerl'\]"
+
+
+@pytest.mark.parametrize("cfg, message", [
+    ({"train": {"methods": ["lora", "qerl", "nf4"]}},
+     rf"key 'train.methods.2': value 'nf4' {TRAINABLE}; 'nf4' is a weight format evaluated without training: "
+     r"list it under evaluate.methods"),
+    ({"train": {"tasks": {"t": {"source": "tiny", "algorithm": "grpo", "methods": ["bf16"]}}}},
+     rf"key 'train.tasks.t.methods.0': value 'bf16' {TRAINABLE}"),
+    ({"train": {"lr_by_method": {"mxfp4": 1.0e-4}}}, rf"key 'train.lr_by_method': 'mxfp4' \(a key of it\) {TRAINABLE}"),
+    ({"train": {"ablations": {"method": "nvfp4"}}}, rf"key 'train.ablations.method': value 'nvfp4' {TRAINABLE}"),
+    ({"evaluate": {"methods": ["bf16", "qerl"]}},
+     r"key 'evaluate.methods.1': value 'qerl' is not an untrained weight format; allowed: "
+     r"\['bf16', 'nf4', 'mxfp4', 'nvfp4'\]; 'qerl' is a trained method: list it under train.methods"),
+], ids=["train.methods", "task methods", "lr_by_method", "ablations.method", "evaluate.methods"])
+def test_each_method_list_holds_its_own_kind(cfg, message):
+    with pytest.raises(ConfigError, match=message):
+        validate_config(cfg, check_data=False)
+
+
+def test_schema_method_lists_are_the_registry():
+    schema = load_schema()["properties"]
+    train = schema["train"]["properties"]
+    trainable = [n for n, m in METHODS.items() if m.trainable != "none"]
+    assert train["methods"]["items"]["enum"] == trainable
+    assert train["tasks"]["additionalProperties"]["properties"]["methods"]["items"]["enum"] == trainable
+    assert train["lr_by_method"]["propertyNames"]["enum"] == trainable
+    assert train["ablations"]["properties"]["method"]["enum"] == trainable
+    assert train["ablations"]["properties"]["lr_methods"]["items"]["enum"] == trainable
+    assert schema["evaluate"]["properties"]["methods"]["items"]["enum"] == [n for n, m in METHODS.items()
+                                                                           if m.trainable == "none"]
+
+
+@pytest.mark.parametrize("text, hint", [
+    ("4e-4", "write 4.0e-4"), ("-1E5", "write -1.0E5"), ("'0.5'", "write the number without quotes")])
+def test_number_written_as_text_gets_a_hint(tmp_path, text, hint):
+    path = tmp_path / "c.yaml"
+    path.write_text(f"train:\n  lr: {text}\n")
+    with pytest.raises(ConfigError, match=r"key 'train.lr': value '.*' should be of type number; .*" + hint):
+        load_config(path)
+
+
+def test_evaluated_benchmark_must_be_provided_by_data():
+    with pytest.raises(ConfigError, match=r"key 'evaluate.benchmarks' names \['gsm8k'\], which 'data.benchmarks' "
+                                          r"\(\[\]\) does not provide"):
+        validate_config({"evaluate": {"benchmarks": ["tiny", "gsm8k"]}}, check_data=False)
 
 
 def test_missing_data_file_named(tmp_path):
@@ -109,7 +158,7 @@ def test_methods_registry():
 
 
 def test_unknown_method_in_ablations_named():
-    with pytest.raises(ConfigError, match=r"train.ablations.lr_methods': unknown method 'qlroa'"):
+    with pytest.raises(ConfigError, match=r"train.ablations.lr_methods.0': value 'qlroa' is not a trainable method"):
         validate_config({"train": {"ablations": {"lr_methods": ["qlroa"]}}})
 
 

@@ -1,56 +1,52 @@
 """The whole DAG end to end at a trimmed tiny size: every table and figure is produced, non-empty, every table
-has the paper's column beside ours, and the claim-by-claim comparison is written. Minutes on 2 cores (the default
-tiny scale itself is `make reproduce`)."""
+has the paper's column beside ours, the claim-by-claim comparison is written, and the Snakemake report shows each
+table (and the claims) as an HTML page, checked in a real browser where Chromium is installed. Minutes on 2 cores
+(the default tiny scale itself is `make reproduce`)."""
 from __future__ import annotations
 
+import base64
 import csv
+import json
 import os
+import re
+import shutil
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
 import yaml
 
-from qerl.report.registry import ARTIFACTS
+from qerl.report.registry import ARTIFACTS, TABLE_FORMATS
 
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
 # the jobs call the `qerl` console script of this interpreter's environment, active or not
 ENV = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-
-TRIMMED = {
-    "seeds": [0],
-    "data": {"tiny": {"n_pretrain": 2000, "n_rl": 200, "n_test_per_level": 6}},
-    "tiny_model": {"pretrain": {"steps": 40, "warmup_steps": 5, "eval_per_level": 6}},
-    "quantize": {"awq_grid": 4, "heldout_sequences": 4, "calibration": {"n_sequences": 8, "seq_len": 64}},
-    "evaluate": {"n_repeats": 1},
-    "train": {"methods": ["lora", "qlora", "nvfp4_lora", "qerl"], "steps": 2, "prompts_per_step": 2,
-              "checkpoint_every": 1,
-              "tasks": {"tiny_grpo": {"source": "tiny", "algorithm": "grpo", "group_size": 2, "max_new_tokens": 12},
-                        "tiny_dapo": {"source": "tiny", "algorithm": "dapo", "group_size": 2, "max_new_tokens": 12,
-                                      "dynamic_sampling": True, "methods": ["lora", "nvfp4_lora", "qerl"]}},
-              "ablations": {"aqn_schedules": ["cosine"], "ranks": [8], "lrs": [1.0e-3], "lr_methods": ["qerl"]}},
-}
+CHROMIUM = next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome") if shutil.which(n)), None)
 
 
-def _merge(base, top):
-    for key, value in top.items():
-        base[key] = _merge(base.get(key, {}), value) if isinstance(value, dict) and key != "tasks" else value
-    return base
+@pytest.fixture(scope="module")
+def trimmed_dag(repo_root, tmp_path_factory, trimmed_config):
+    """Run the trimmed DAG once (its .snakemake/ in a temporary folder, not the checkout), then its report."""
+    work = tmp_path_factory.mktemp("dag")
+    path = work / "trimmed.yaml"
+    path.write_text(yaml.safe_dump(trimmed_config(work / "results")))
+    command = [SNAKEMAKE, "-s", str(repo_root / "Snakefile"), "-d", str(work), "--cores", "2", "--configfile",
+               str(path)]
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=1500, env=ENV)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    report = work / "report.html"
+    proc = subprocess.run(command + ["--report", str(report)], capture_output=True, text=True, timeout=600, env=ENV)
+    assert proc.returncode == 0 and report.exists(), (proc.stdout + proc.stderr)[-4000:]
+    return {"results": work / "results" / "tiny", "report": report}
 
 
 @pytest.mark.slow
-def test_trimmed_tiny_dag_builds_every_artifact(repo_root, tmp_path):
-    cfg = _merge(yaml.safe_load((repo_root / "config" / "config.yaml").read_text()), TRIMMED)
-    cfg["results_dir"] = str(tmp_path / "results")
-    path = tmp_path / "trimmed.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    proc = subprocess.run([SNAKEMAKE, "--cores", "2", "--nolock", "--configfile", str(path)], cwd=repo_root,
-                          capture_output=True, text=True, timeout=1500, env=ENV)
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
-    out = tmp_path / "results" / "tiny"
+def test_trimmed_tiny_dag_builds_every_artifact(trimmed_dag):
+    out = trimmed_dag["results"]
     for name in ARTIFACTS:
-        suffixes = (".md", ".tex", ".csv") if name.startswith("table") else (".png", ".pdf")
+        suffixes = [f".{ext}" for ext in TABLE_FORMATS] if name.startswith("table") else (".png", ".pdf")
         folder = out / ("tables" if name.startswith("table") else "figures")
         for suffix in suffixes:
             f = folder / f"{name}{suffix}"
@@ -66,3 +62,55 @@ def test_trimmed_tiny_dag_builds_every_artifact(repo_root, tmp_path):
     assert not (out / "runs/tiny_dapo/tiny/qlora").exists()  # the DAPO task trains its own methods only
     claims = (out / "claims.md").read_text()
     assert all(f"\n## {n}. " in claims for n in range(1, 6)), claims[:2000]
+    assert "<h1>Headline claims of QeRL" in (out / "claims.html").read_text()
+
+
+def _report_results(report: Path) -> dict:
+    """The report's embedded file records ({path: {name, mime_type, data_uri, labels, ...}})."""
+    text = report.read_text()
+    found = re.search(r'<script id="results">\s*var results = (\{.*?\});?\s*</script>', text, re.S)
+    assert found, "no results record in the report"
+    return json.loads(found.group(1))
+
+
+@pytest.mark.slow
+def test_report_embeds_every_table_and_the_claims_as_html(trimmed_dag):
+    results = _report_results(trimmed_dag["report"])
+    by_name = {r["name"]: r for r in results.values()}
+    for name in [a for a in ARTIFACTS if a.startswith("table")] + ["claims"]:
+        page = by_name[f"{name}.html"]
+        assert page["mime_type"] == "text/html", page["mime_type"]  # displayed in the report, not a download
+        html = base64.b64decode(page["data_uri"].split(",", 1)[1]).decode()
+        assert "<table>" in html and "<td" in html, name
+    for ext in ("md", "tex", "csv"):  # the downloads stay beside it
+        assert f"table1.{ext}" in by_name
+    assert by_name["table1.html"]["labels"] == {"table": ARTIFACTS["table1"].title, "file": "HTML, shown here"}
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(CHROMIUM is None, reason="needs Chromium (headless) for the screenshot")
+def test_report_table_page_shows_a_table_in_a_browser(trimmed_dag, tmp_path):
+    """Open the report in headless Chromium on Table 1's HTML page, as a reviewer clicking it sees it, and check the
+    screenshot: our columns' cell colour must cover a real area (a .md attachment would show nothing). Set
+    QERL_REPORT_SCREENSHOT=FILE.png to keep the screenshot."""
+    from PIL import Image
+
+    text = trimmed_dag["report"].read_text()
+    opener = ("<script>window.addEventListener('load', function () { setTimeout(function () {"
+              " const key = Object.keys(results).find(k => results[k].name === 'table1.html');"
+              " app.setView({navbarMode: 'subcategory', category: 'Tables', subcategory: 'Accuracy',"
+              " content: 'html', contentPath: results[key].data_uri, resultPath: key}); }, 300); });</script>")
+    view = tmp_path / "report_table1.html"
+    end = text.rfind("</body>")  # the page's own; the embedded scripts' sources hold that string too
+    view.write_text(text[:end] + opener + text[end:])
+    shot = Path(os.environ.get("QERL_REPORT_SCREENSHOT", tmp_path / "report_table1.png"))
+    proc = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                           "--disable-component-update", "--disable-sync", "--no-first-run",
+                           f"--user-data-dir={tmp_path / 'chromium-profile'}", "--window-size=1600,1000",
+                           "--virtual-time-budget=10000", f"--screenshot={shot}", view.as_uri()],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and shot.exists(), proc.stderr[-2000:]
+    pixels = Counter({color: n for n, color in Image.open(shot).convert("RGB").getcolors(maxcolors=1 << 24)})
+    area = 1600 * 1000
+    ours_cells, ours_header = (0xEA, 0xF2, 0xFC), (0xC9, 0xDC, 0xF3)  # td.ours / th.ours of qerl.report.tables
+    assert pixels[ours_cells] > 0.02 * area and pixels[ours_header] > 0.001 * area, pixels.most_common(5)

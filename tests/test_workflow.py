@@ -43,6 +43,23 @@ def test_unknown_key_fails_before_any_job(repo_root, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("bad, expected", [
+    ({"train": {"stpes": 3}}, "unknown key(s) ['stpes'] under 'train'"),
+    ({"train": {"methods": ["lora", "nf4"]}}, "key 'train.methods.1': value 'nf4' is not a trainable method"),
+    ({"train": {"lr": "4e-4"}}, "key 'train.lr': value '4e-4' should be of type number; YAML reads an exponent"),
+], ids=["unknown key", "untrainable method", "number as text"])
+def test_bad_config_prints_one_line_not_the_schema(repo_root, tmp_path, bad, expected):
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump({"results_dir": str(tmp_path / "r"), **bad}))
+    proc = _snakemake(repo_root, "-n", "--configfile", str(path))
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and expected in out, out[-3000:]
+    assert f"{path}: invalid config" in out  # names the file
+    assert "Failed validating" not in out and len(out.splitlines()) < 10, out  # not the schema's ~570 lines
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.slow
 def test_lint_is_clean(repo_root):
     proc = _snakemake(repo_root, "--lint")
     assert proc.returncode == 0 and "good condition" in proc.stdout + proc.stderr, (proc.stdout + proc.stderr)[-3000:]

@@ -10,8 +10,9 @@ committed measurements (results/measured/<gpu>/) through the Table 3 / 5-8 rende
 a - b reads "holds" when a - b > 2 SE (SE = sqrt(std_a^2/n_a + std_b^2/n_b), the seeds' spread), "contradicted"
 when a - b < -2 SE, and "within noise" otherwise; with one seed there is no spread and the sign alone is reported.
 
-Run: `qerl claims --config results/tiny/config.yaml --out results/tiny/claims.md` (the DAG's `claims` rule);
-docs/CLAIMS_TINY.md is a committed copy of the tiny scale's output.
+Run: `qerl claims --config results/tiny/config.yaml --out results/tiny/claims.md --html results/tiny/claims.html`
+(the DAG's `claims` rule; the HTML page is the same text, as the Snakemake report displays it); docs/CLAIMS_TINY.md
+is a committed copy of the tiny scale's output.
 """
 from __future__ import annotations
 
@@ -20,11 +21,12 @@ import math
 from pathlib import Path
 
 from qerl.report import paper, tables
-from qerl.report.context import Context, Needs, RunSpec, ablation, role_benchmarks, task_name, trained_methods
+from qerl.report.context import (Context, Needs, RunSpec, ablation, role_benchmarks, run_path, task_name,
+                                 trained_methods)
 from qerl.report.inputs import Stat, paper_model_label, summarize
 from qerl.report.registry import ARTIFACTS, input_files
 
-__all__ = ["ARTIFACTS_READ", "claims_inputs", "compare", "render_claims", "add_arguments", "run"]
+__all__ = ["ARTIFACTS_READ", "claims_inputs", "compare", "render_claims", "markdown_to_html", "add_arguments", "run"]
 
 # The registry entries whose inputs the claims read (the DAG rule's inputs are theirs).
 ARTIFACTS_READ = ("table1", "table2", "table3", "table5", "table6", "table7", "table8", "fig3", "fig4", "fig8", "fig9",
@@ -36,9 +38,16 @@ _UNTRAINED_OF = {"full": "bf16", "lora": "bf16", "qlora": "nf4", "mxfp4_lora": "
                  "qerl": "nvfp4"}
 
 
+_TIMED = ("lora", "qlora", "nvfp4_lora", "qerl")  # the GRPO runs whose step phases the claims print (_cpu_timing)
+
+
 def claims_inputs(cfg: dict) -> list[str]:
     """Every run, evaluation and measured file the claims read for this config."""
-    return list(dict.fromkeys(f for a in ARTIFACTS_READ for f in input_files(ARTIFACTS[a], cfg)))
+    files = [f for a in ARTIFACTS_READ for f in input_files(ARTIFACTS[a], cfg)]
+    if task_name(cfg, "grpo") is not None:
+        files += [str(run_path(cfg, RunSpec("grpo", m), seed)) for m in _TIMED if m in trained_methods(cfg, "grpo")
+                  for seed in cfg["seeds"]]
+    return list(dict.fromkeys(files))
 
 
 def compare(a: Stat, b: Stat) -> tuple[float, float | None, str]:
@@ -167,7 +176,7 @@ def _cpu_timing(cfg: dict, seen: list[Context]) -> list[str]:
     """Per-step rollout and update seconds of the GRPO runs (this scale's own hardware)."""
     ctx = _context(cfg, Needs(), seen)
     lines = []
-    for method in ("lora", "qlora", "nvfp4_lora", "qerl"):
+    for method in _TIMED:
         if method not in trained_methods(cfg, "grpo") or task_name(cfg, "grpo") is None:
             continue
         per_seed = ctx.metrics(RunSpec("grpo", method))
@@ -321,7 +330,8 @@ def render_claims(cfg: dict) -> str:
     timing = _cpu_timing(cfg, seen)
     (c3, s3), (c4, s4), (c5, s5) = _claim3(cfg, seen), _claim4(cfg, seen), _claim5(cfg, seen)
     prov = Context(cfg, Needs()).prov
-    for ctx in seen:  # the commits and hardware of every file read
+    for ctx in seen:  # the seeds, commits and hardware of every file read
+        prov.seeds = sorted(set(prov.seeds) | set(ctx.prov.seeds))
         prov.commits |= ctx.prov.commits
         prov.hardware |= ctx.prov.hardware
         prov.sources += [s for s in ctx.prov.sources if s not in prov.sources]
@@ -366,16 +376,27 @@ def render_claims(cfg: dict) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
+def markdown_to_html(text: str, title: str) -> str:
+    """A Markdown document (CommonMark with tables; raw HTML in it is escaped) as a self-contained HTML page."""
+    from markdown_it import MarkdownIt
+
+    return tables.html_page(title, MarkdownIt("commonmark", {"html": False}).enable("table").render(text))
+
+
 def add_arguments(parser) -> None:
     """Arguments of `qerl claims`."""
     parser.add_argument("--config", required=True, help="YAML config file (the one the runs were made with)")
     parser.add_argument("--out", required=True, help="Markdown file to write (e.g. results/tiny/claims.md)")
+    parser.add_argument("--html", default=None, help="also write the document as an HTML page here")
 
 
 def run(args) -> int:
     from qerl.config import load_config
 
     cfg = load_config(args.config, check_data=False)
-    path = tables.write_atomic(Path(args.out), render_claims(cfg))
-    print(path)
+    text = render_claims(cfg)
+    print(tables.write_atomic(Path(args.out), text))
+    if args.html:
+        title = f"Headline claims of QeRL at the {cfg['scale']} scale"
+        print(tables.write_atomic(Path(args.html), markdown_to_html(text, title)))
     return 0

@@ -258,9 +258,14 @@ class Context:
     notes: list[str] = field(default_factory=list)
 
     def __post_init__(self):
-        self.prov = Provenance(self.cfg["scale"], self.cfg["model"]["name"], list(self.cfg["seeds"]))
+        self.prov = Provenance(self.cfg["scale"], self.cfg["model"]["name"], [])  # seeds: added as files are read
         if self.needs.skipped:
-            self.notes.append(f"Not run in this config: {', '.join(self.needs.skipped)}.")
+            self.notes.append(f"Not run in this config: {'; '.join(self.needs.skipped)}.")
+
+    def read_seeds(self) -> list[int]:
+        """The seeds of the runs and evaluations this artifact reads (none for measured files or the config)."""
+        seeds = {s for spec in self.needs.runs for s in run_seeds(self.cfg, spec)}
+        return sorted(seeds | (set(self.cfg["seeds"]) if self.needs.evals else set()))
 
     @property
     def scale(self) -> str:
@@ -286,6 +291,10 @@ class Context:
         self.notes.append(f"Missing input skipped: {path}.")
         return False
 
+    def _read_seed(self, seed: int) -> None:
+        if seed not in self.prov.seeds:
+            self.prov.seeds = sorted([*self.prov.seeds, seed])
+
     def _run_provenance(self, run_dir: Path) -> None:
         """The trainer's run.json beside a run's files carries its provenance (commit, hardware); optional."""
         path = run_dir / "run.json"
@@ -300,6 +309,7 @@ class Context:
             if self._exists(path):
                 out.append(inputs.read_metrics(path))
                 self._run_provenance(path.parent)
+                self._read_seed(seed)
         return out
 
     def run_evals(self, spec: RunSpec, benchmarks: list[str]) -> list[dict[str, inputs.BenchResult]]:
@@ -319,6 +329,7 @@ class Context:
                                      f"present: {sorted(results)}")
                 self.prov.add(prov)
                 self._run_provenance(path.parent)
+                self._read_seed(seed)
                 out.append(results)
         return out
 
@@ -332,6 +343,7 @@ class Context:
                 if self._exists(path):
                     result, prov = inputs.read_untrained_eval(path, bench)
                     self.prov.add(prov)
+                    self._read_seed(seed)
                     per_seed[bench] = result
             if per_seed:
                 out.append(per_seed)
@@ -349,6 +361,7 @@ class Context:
         note = f"measured on {prov.get('gpu') or folder.name} ({folder / name})"
         if note not in self.prov.sources:
             self.prov.sources.append(note)
+        self.prov.hardware.add(f"GPU {prov.get('gpu') or folder.name} (measured files)")
         return rows
 
     def measured_label(self) -> str:

@@ -29,7 +29,7 @@ from typing import Any, Callable
 
 from qerl.methods import METHODS
 from qerl.report import paper
-from qerl.report.context import Context, RunSpec, ablation, role_benchmarks
+from qerl.report.context import Context, RunSpec, ablation, measured_dir, role_benchmarks
 from qerl.report.tables import NOT_MEASURED, e2e_speedup, method_aliases, write_atomic
 
 __all__ = [
@@ -126,8 +126,21 @@ def _label(spec: RunSpec) -> str:
     return base if spec.variant == "default" else f"{base}, {spec.variant}"
 
 
-def _title(artifact, ctx: Context) -> str:
-    return f"{artifact.title}\nours: {ctx.scale} scale, model {ctx.model}, {len(ctx.seeds)} seeds"
+def _runs_line(ctx: Context) -> str:
+    """"tiny scale, model tiny, seeds 0, 1, 2": what our curves and accuracy bars are, from the runs read."""
+    seeds = ctx.read_seeds()
+    what = f"seed {seeds[0]}" if len(seeds) == 1 else f"seeds {', '.join(map(str, seeds))}"
+    return f"{ctx.scale} scale, model {ctx.model}, {what}"
+
+
+def _measured_line(ctx: Context) -> str:
+    folder = measured_dir(ctx.cfg)
+    return f"measured on {folder.name} ({folder})" if folder is not None else NOT_MEASURED
+
+
+def _title(artifact, ctx: Context, ours: str | None = None) -> str:
+    """The artifact's title, and a line saying what our part is (default: the runs it reads)."""
+    return f"{artifact.title}\nours: {ours or _runs_line(ctx)}"
 
 
 def _footer(fig, artifact, ctx: Context, extra: str = "") -> None:
@@ -135,6 +148,8 @@ def _footer(fig, artifact, ctx: Context, extra: str = "") -> None:
     desc = paper.FIGURES.get(artifact.id)
     if desc:
         text += f"\nPaper ({paper.PAPER_ID}): {desc}"
+    if artifact.same_data:
+        text += f"\n{artifact.same_data}"
     for note in ctx.notes + ([extra] if extra else []):
         text += f"\n{note}"
     width, height = fig.get_size_inches()  # margins in inches, so every figure size gets the same room
@@ -164,7 +179,10 @@ def render_curves(ctx: Context, artifact, panels: list[Panel], layout: str = "co
     fig, axes = plt.subplots(*shape, figsize=size, squeeze=False)
     specs = [s for s in ctx.needs.runs if s.file == "metrics.jsonl"]
     cache: dict[RunSpec, list] = {}
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    curves = list(dict.fromkeys((s.method, s.variant) for s in specs))  # one color per curve across panels
+    colors = {c: cycle[i % len(cycle)] for i, c in enumerate(curves)}
+    counts: set[int] = set()
     for ax, panel in zip(axes.flat, panels):
         ax.set_title(panel.title, fontsize=9)
         ax.set_xlabel("step")
@@ -175,14 +193,15 @@ def render_curves(ctx: Context, artifact, panels: list[Panel], layout: str = "co
             continue
         chosen = [s for s in specs if panel.role is None or s.role == panel.role]
         drawn = 0
-        for i, spec in enumerate(chosen):
+        for spec in chosen:
             if spec not in cache:
                 cache[spec] = ctx.metrics(spec)
             per_seed = cache[spec]
             if not per_seed:
                 continue
+            counts.add(len(per_seed))
             steps, mean, low, high, raw = seed_band(per_seed, panel.metric, panel.smooth)
-            color = colors[i % len(colors)]
+            color = colors[(spec.method, spec.variant)]
             ax.plot(steps, mean, color=color, lw=1.6, label=f"{_label(spec)} (n={len(per_seed)})")
             if len(per_seed) > 1:
                 ax.fill_between(steps, low, high, color=color, alpha=0.18, lw=0)
@@ -193,7 +212,11 @@ def render_curves(ctx: Context, artifact, panels: list[Panel], layout: str = "co
             ax.legend(fontsize=7)
         else:
             ax.text(0.5, 0.5, "no runs", ha="center", va="center", transform=ax.transAxes)
-    fig.suptitle(_title(artifact, ctx), fontsize=10)
+    ours = None
+    if len(counts) > 1:  # a comparison of unequal seed counts says so, in the title and the footer
+        ours = f"{_runs_line(ctx)}; curves average {' or '.join(map(str, sorted(counts)))} seeds (n in the legend)"
+        ctx.notes.append("The curves do not average the same number of seeds: compare them with that in mind.")
+    fig.suptitle(_title(artifact, ctx, ours), fontsize=10)
     smooth_note = ("Lines: mean over seeds of EMA-smoothed values (span = max(2, steps // 20)); band: min-max over "
                    "seeds; faint: unsmoothed mean.")
     _footer(fig, artifact, ctx, smooth_note)
@@ -217,13 +240,20 @@ def draw_paper_schedules(ax, ctx: Context) -> None:
     ax.legend(fontsize=7)
 
 
+def _bar_label(value: float) -> str:
+    """A bar's value as printed above it: whole numbers from 100 up (tokens/s), else three significant digits."""
+    return f"{value:.0f}" if abs(value) >= 100 else f"{value:.3g}"
+
+
 def _bars(ax, groups: list[str], series: list[tuple[str, dict[str, Any], dict]], ylabel: str,
           legend: bool = True) -> None:
     """Grouped bars: one group per x label, one bar per series (label, {group: value or (mean, lo, hi, points)});
-    legend=False leaves the legend to the caller (one figure legend for several panels)."""
+    legend=False leaves the legend to the caller (one figure legend for several panels). With more than three
+    series the value labels stand upright, so that neighbouring bars' labels do not overlap."""
     import numpy as np
 
     width = 0.8 / max(1, len(series))
+    upright = len(series) > 3
     x = np.arange(len(groups))
     for j, (label, values, style) in enumerate(series):
         pos = x - 0.4 + width * (j + 0.5)
@@ -239,16 +269,17 @@ def _bars(ax, groups: list[str], series: list[tuple[str, dict[str, Any], dict]],
             else:
                 ax.bar(pos[i], v, width, label=label if i == min(k for k, gg in enumerate(groups) if gg in values)
                        else None, **style)
-                ax.annotate(f"{round(v, 2):g}", (pos[i], v), ha="center", va="bottom", fontsize=6)
+                ax.annotate(_bar_label(v), (pos[i], v), ha="center", va="bottom", fontsize=6,
+                            rotation=90 if upright else 0, xytext=(0, 1), textcoords="offset points")
     ax.set_xticks(x)
     ax.set_xticklabels(groups, fontsize=8)
     ax.set_ylabel(ylabel)
     ax.grid(axis="y", alpha=0.3)
     tops = [v[2] if isinstance(v, tuple) else v for _, values, _ in series for v in values.values()]
-    if tops:
-        ax.set_ylim(0, 1.3 * max(tops))  # headroom for the legend above the bars
+    if tops:  # headroom above the bars for their labels and for the legend (one entry per line: it stays inside)
+        ax.set_ylim(0, (1.45 if legend else 1.2) * max(tops))
     if series and legend:
-        ax.legend(fontsize=6, loc="upper center", ncol=min(3, len(series)), framealpha=0.9)
+        ax.legend(fontsize=6, loc="upper center", ncol=1, framealpha=0.9)
 
 
 _PAPER_STYLE = {"color": "0.55"}
@@ -267,7 +298,6 @@ def _pick_model_batch(rows: list[dict], model: str, batch: int) -> tuple[str, in
 
 def render_fig1(ctx: Context, artifact):
     """Fig. 1: rollout speed, E2E speedup (batch 8) and accuracy of LoRA, QLoRA, QeRL, full: paper vs ours."""
-    
     plt = _plt()
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.8))
     rollout, e2e = ctx.measured("rollout.csv"), ctx.measured("e2e.csv")
@@ -289,7 +319,7 @@ def render_fig1(ctx: Context, artifact):
                                 (f"{o} ({where})", ours_tps, _OURS_STYLE)], "rollout tokens/s")
     axes[0].set_title("rollout throughput", fontsize=9)
     # (b) E2E speedup
-    ours_x, where = {}, NOT_MEASURED
+    ours_x, where, gc_note = {}, NOT_MEASURED, ""
     pick = _pick_model_batch(e2e or [], "7B", 8)
     if pick:
         model, batch = pick
@@ -304,7 +334,9 @@ def render_fig1(ctx: Context, artifact):
                     ours_x[_NAMES[method]] = v
             if _NAMES["lora"] in ours_x:
                 if gc:
-                    where += ", GC: BF16 LoRA OOM w/o"
+                    where += ", with GC"
+                    gc_note = (f" Ours E2E: with gradient checkpointing (GC), since BF16 LoRA runs out of memory "
+                               f"without it at {model}, batch {batch}.")
                 break
     paper_x = {_NAMES[k]: v for k, v in paper.FIG1["e2e_x_bs8"].items()}
     _bars(axes[1], groups[:3], [("paper (7B, bs 8)", paper_x, _PAPER_STYLE), (f"{o} ({where})", ours_x, _OURS_STYLE)],
@@ -329,8 +361,8 @@ def render_fig1(ctx: Context, artifact):
     _bars(axes[2], groups, [("paper: GSM8K (7B)", paper_acc, _PAPER_STYLE),
                             (f"ours ({ctx.scale}): {bench}", ours_acc, _OURS_STYLE)], "pass@1 (%)")
     axes[2].set_title("accuracy after GRPO (ours: mean, min-max bar, seeds as dots)", fontsize=9)
-    fig.suptitle(_title(artifact, ctx), fontsize=10)
-    extra = "Paper bars are the values of Tables 1, 3 and 6 (7B, batch 8)."
+    fig.suptitle(_title(artifact, ctx, f"speed {_measured_line(ctx)}; accuracy: {_runs_line(ctx)}"), fontsize=10)
+    extra = "Paper bars are the values of Tables 1, 3 and 6 (7B, batch 8)." + gc_note
     if absent:
         extra += f" Ours not measured: {', '.join(absent)} absent."
     _footer(fig, artifact, ctx, extra)
@@ -367,7 +399,7 @@ def render_fig11(ctx: Context, artifact):
             ax.set_title(f"{model} (ours: {NOT_MEASURED})", fontsize=9, color="tab:red")
         else:
             ax.set_title(model, fontsize=9)
-    fig.suptitle(_title(artifact, ctx), fontsize=10)
+    fig.suptitle(_title(artifact, ctx, _measured_line(ctx)), fontsize=10)
     extra = "" if rollout is not None else f"Ours not measured: {ctx.measured_where('rollout.csv')} absent."
     _footer(fig, artifact, ctx, extra)
     entries = {}  # one legend for all panels: every series label once

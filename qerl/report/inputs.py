@@ -24,7 +24,8 @@ Contracts (R = <results_dir>/<scale>; model = config model.name; tasks, variants
   "cpu" is used) are printed in the artifact's header line.
 * <results_dir>/measured/<gpu>/rollout.csv (model,method,rank,batch,tokens_per_s), e2e.csv
   (model,method,batch,gradient_checkpointing,step_s) where step_s is seconds or "OOM", memory.csv
-  (model,method,model_size_gb,peak_gb), and optionally provenance.json (gpu, driver, torch, commit, date, command).
+  (model,method,model_size_gb,peak_gb, optionally batch,gradient_checkpointing: the step whose peak it is), and
+  optionally provenance.json (gpu, driver, torch, commit, date, command).
   model is a name such as "Qwen2.5-7B-Instruct" or "7B" (its "<N>B" part matches the paper's rows); method is a name
   of qerl/methods.py (lora, qlora, qerl or nvfp4_lora, ...); gradient_checkpointing is true/false/1/0/yes/no.
 
@@ -284,11 +285,14 @@ def paper_model_label(name: str) -> str:
     return f"{found[0]}B" if len(found) == 1 else name
 
 
-def _read_csv(path: Path, columns: tuple[str, ...]) -> list[tuple[str, dict[str, str]]]:
+def _read_csv(path: Path, columns: tuple[str, ...], optional: tuple[str, ...] = ()) -> list[tuple[str, dict[str, str]]]:
+    """(file:line, {column: text}) per non-empty row; `columns` must be in the header, `optional` ones read as ""
+    when absent."""
+    columns = columns + optional
     with open(path, newline="") as f:
         reader = csv.DictReader(f)
         header = reader.fieldnames or []
-        missing = [c for c in columns if c not in header]
+        missing = [c for c in columns if c not in header and c not in optional]
         if missing:
             raise ValueError(f"{path}:1: missing column(s) {missing}; header is {header}")
         rows = []
@@ -333,6 +337,12 @@ def read_rollout_csv(path: str | Path) -> list[dict]:
 _BOOL = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
 
 
+def _csv_bool(value: str, where: str) -> bool:
+    if value.lower() not in _BOOL:
+        raise ValueError(f"{where}: column 'gradient_checkpointing' must be true/false, got {value!r}")
+    return _BOOL[value.lower()]
+
+
 def read_e2e_csv(path: str | Path) -> list[dict]:
     """Read measured/<gpu>/e2e.csv.
 
@@ -345,10 +355,7 @@ def read_e2e_csv(path: str | Path) -> list[dict]:
     out = []
     cols = ("model", "method", "batch", "gradient_checkpointing", "step_s")
     for where, r in _read_csv(Path(path), cols):
-        gc = _BOOL.get(r["gradient_checkpointing"].lower())
-        if gc is None:
-            raise ValueError(f"{where}: column 'gradient_checkpointing' must be true/false, "
-                             f"got {r['gradient_checkpointing']!r}")
+        gc = _csv_bool(r["gradient_checkpointing"], where)
         step = "OOM" if r["step_s"].upper() == "OOM" else _csv_float(r["step_s"], where, "step_s")
         out.append({"model": paper_model_label(r["model"]), "model_name": r["model"], "method": r["method"],
                     "batch": _csv_int(r["batch"], where, "batch"), "gc": gc, "step_s": step})
@@ -359,16 +366,21 @@ def read_memory_csv(path: str | Path) -> list[dict]:
     """Read measured/<gpu>/memory.csv.
 
     Returns:
-        Rows {"model", "model_name", "method", "model_size_gb", "peak_gb" (float or "OOM")}.
+        Rows {"model", "model_name", "method", "model_size_gb", "peak_gb" (float or "OOM"), "batch" and
+        "gradient_checkpointing" (of the step whose peak it is; None when the file has no such column)}.
 
     Raises:
         ValueError: naming `file:line` and the column for a bad value.
     """
     out = []
-    for where, r in _read_csv(Path(path), ("model", "method", "model_size_gb", "peak_gb")):
+    for where, r in _read_csv(Path(path), ("model", "method", "model_size_gb", "peak_gb"),
+                              optional=("batch", "gradient_checkpointing")):
         peak = "OOM" if r["peak_gb"].upper() == "OOM" else _csv_float(r["peak_gb"], where, "peak_gb")
+        batch = _csv_int(r["batch"], where, "batch") if r["batch"] else None
+        gc = _csv_bool(r["gradient_checkpointing"], where) if r["gradient_checkpointing"] else None
         out.append({"model": paper_model_label(r["model"]), "model_name": r["model"], "method": r["method"],
-                    "model_size_gb": _csv_float(r["model_size_gb"], where, "model_size_gb"), "peak_gb": peak})
+                    "model_size_gb": _csv_float(r["model_size_gb"], where, "model_size_gb"), "peak_gb": peak,
+                    "batch": batch, "gradient_checkpointing": gc})
     return out
 
 

@@ -56,7 +56,9 @@ class Provenance:
     """Collects the provenance of one artifact's inputs while it is rendered.
 
     Attributes:
-        scale, model, seeds: from the config.
+        scale, model: from the config.
+        seeds: the seeds of the runs and evaluations read so far (empty: none, e.g. a table of committed GPU
+            measurements, whose models are in its rows).
         commits, hardware: distinct values seen in the inputs' provenance mappings.
         sources: notes such as "measured on H100 (results/measured/h100)".
     """
@@ -90,8 +92,11 @@ class Provenance:
         if runs:
             commit = f"{commit} (inputs from {', '.join(runs)})"
         hardware = "; ".join(sorted(self.hardware)) if self.hardware else f"{host_hardware()} (rendering host)"
-        out = {"scale": self.scale, "model": self.model, "seeds": ", ".join(map(str, self.seeds)),
-               "commit": commit, "hardware": hardware}
+        if self.seeds:
+            model, seeds = self.model, ", ".join(map(str, self.seeds))
+        else:  # measured files (or the config alone): no run of this scale's model, no seed
+            model, seeds = "per row (measured files)" if self.sources else "n/a (no run read)", "none (no run read)"
+        out = {"scale": self.scale, "model": model, "seeds": seeds, "commit": commit, "hardware": hardware}
         if self.sources:
             out["sources"] = "; ".join(self.sources)
         return out

@@ -7,7 +7,7 @@ Figures 1, 3, 4, 5, 7-17 (Figures 2 and 6 are diagrams).
 How: `ARTIFACTS["fig8"].needs(cfg)` lists the runs (task role, method, variant, file; expanded over cfg["seeds"]),
 the untrained evaluations and the measured profiling files it reads; `input_files` turns that into paths
 (qerl/report/context.py states the path grammar and the config keys it reads); `render_artifact` draws it and writes
-results/<scale>/tables/<id>.{md,tex,csv} or results/<scale>/figures/<id>.{png,pdf}, atomically. Methods the config
+results/<scale>/tables/<id>.{md,tex,csv,html} or results/<scale>/figures/<id>.{png,pdf}, atomically. Methods the config
 does not train are left out of the needs and named in the caption ("Not run in this config").
 
 Which runs stand for which paper artifact (one model per config, so several paper figures share our runs):
@@ -15,7 +15,8 @@ Which runs stand for which paper artifact (one model per config, so several pape
 - Ablations (Figures 8, 9, 10, 15, 16, 17 and Table 9's training rows): the grpo task (train.ablations.task, when
   set), method train.ablations.method (qerl) -- Fig. 16 qerl and Fig. 17 lora, if in train.ablations.lr_methods --,
   variants "noaqn", "aqn-<schedule>", "rank<r>", "lr<value>", on the seeds train.ablations.seeds (Fig. 8's "default"
-  run on every configured seed).
+  run too, so that both of its curves average the same seeds).
+- Paper figures drawn from the same runs say so in their captions (Figs. 3 and 5; 7, 12 and 13; 9 and 15).
 
 Run: `python -m qerl.report.registry` lists every artifact and its inputs for config/config.yaml;
 `python -m qerl.report.registry --write-captions workflow/report` rewrites the Snakemake report captions.
@@ -48,7 +49,11 @@ from qerl.report.context import (
 )
 from qerl.report.figures import Panel
 
-__all__ = ["Artifact", "ARTIFACTS", "get_artifact", "input_files", "output_files", "render_artifact"]
+__all__ = ["Artifact", "ARTIFACTS", "TABLE_FORMATS", "get_artifact", "input_files", "output_files",
+           "render_artifact"]
+
+# The files of a table: Markdown, LaTeX, CSV to download, and the HTML page the Snakemake report displays.
+TABLE_FORMATS = ("md", "tex", "csv", "html")
 
 
 @dataclass(frozen=True)
@@ -63,6 +68,8 @@ class Artifact:
         category: Snakemake report category.
         needs: config -> Needs (runs, untrained evaluations, measured files, config).
         renderer: (Context, Artifact) -> tables.Table or a matplotlib Figure.
+        same_data: which other artifacts show these same runs (one model per config stands in for the paper's
+            several), said in the report caption and in the figure's footer; "" when none does.
     """
 
     id: str
@@ -72,26 +79,28 @@ class Artifact:
     category: str
     needs: Callable[[dict], Needs]
     renderer: Callable[[Context, "Artifact"], Any]
+    same_data: str = ""
 
 
 # ------------------------------------------------------------------------------------------------ needs helpers
 def _runs(cfg: dict, role: str, methods: list[str], variants: list[str] | None = None, file: str = "metrics.jsonl",
           labels: dict[str, str] | None = None, seeds: list[int] | None = None) -> tuple[list[RunSpec], list[str]]:
-    """Run specs of `methods` x `variants` on the role's task; methods not trained (or no task) go to `skipped`."""
+    """Run specs of `methods` x `variants` on the role's task (on `seeds`, default the config's); methods not
+    trained (or no task) go to `skipped`, one entry per reason: "mxfp4_lora, qlora (not in train.methods)"."""
     if task_name(cfg, role) is None:
-        return [], [f"{m} (no {role} task in train.tasks)" for m in methods]
+        return [], [f"{', '.join(methods)} (no {role} task in train.tasks)"]
     configured = trained_methods(cfg, role)
-    runs, skipped = [], []
+    runs, missing = [], {}
     for method in methods:
         if method not in configured:
             where = "train.methods" if method not in trained_methods(cfg) else \
                 f"train.tasks.{task_name(cfg, role)}.methods"
-            skipped.append(f"{method} (not in {where})")
+            missing.setdefault(f"not in {where}", []).append(method)
             continue
         for variant in variants or ["default"]:
             runs.append(RunSpec(role, method, variant, file, (labels or {}).get(variant, ""),
-                                None if seeds is None or variant == "default" else tuple(seeds)))
-    return runs, skipped
+                                None if seeds is None else tuple(seeds)))
+    return runs, [f"{', '.join(ms)} ({reason})" for reason, ms in missing.items()]
 
 
 def _curves(role_methods: list[tuple[str, list[str]]]) -> Callable[[dict], Needs]:
@@ -100,7 +109,7 @@ def _curves(role_methods: list[tuple[str, list[str]]]) -> Callable[[dict], Needs
         for role, methods in role_methods:
             r, s = _runs(cfg, role, methods)
             runs += r
-            skipped += [f"{x}, {role}" for x in s] if len(role_methods) > 1 else s
+            skipped += [f"{role.upper()} task: {x}" for x in s] if len(role_methods) > 1 else s
         return Needs(runs=tuple(runs), skipped=tuple(skipped))
     return needs
 
@@ -141,8 +150,8 @@ def _accuracy(role: str, methods: list[str]) -> Callable[[dict], Needs]:
         evaluated = untrained_methods(cfg) if untrained_benchmarks(cfg, role) else []
         evals = tuple(EvalSpec(role, m) for m in untrained if m in evaluated)
         runs, skipped = _runs(cfg, role, [m for m in methods if m not in untrained], file="eval.json")
-        skipped += [f"{m} (not evaluated: evaluate.methods / evaluate.benchmarks)" for m in untrained
-                    if m not in evaluated]
+        absent = [m for m in untrained if m not in evaluated]
+        skipped += [f"{', '.join(absent)} (not evaluated: evaluate.methods / evaluate.benchmarks)"] if absent else []
         return Needs(runs=tuple(runs), evals=evals, skipped=tuple(skipped))
     return needs
 
@@ -210,26 +219,32 @@ _ENTRIES = [
              "and the GRPO task's accuracy.", "Efficiency", _fig1_needs, figures.render_fig1),
     Artifact("fig3", "figure", "Figure 3: quantization raises policy entropy",
              "Entropy and reward of 4-bit LoRA (NVFP4, MXFP4, NF4) vs BF16 LoRA, GRPO task.",
-             "Training dynamics", _curves([("grpo", _QUANT_VS_BF16)]), _curve_fig([_ENTROPY, _REWARD])),
+             "Training dynamics", _curves([("grpo", _QUANT_VS_BF16)]), _curve_fig([_ENTROPY, _REWARD]),
+             "Same data: the entropy panel is Fig. 5; the reward panel is Fig. 4's GRPO panel without BF16 full."),
     Artifact("fig4", "figure", "Figure 4: accuracy reward, DAPO (top) and GRPO (bottom)",
              "NVFP4 / MXFP4 / NF4 LoRA vs BF16 LoRA vs BF16 full fine-tuning on both tasks.",
              "Training dynamics", _curves([("dapo", _FIG4), ("grpo", _FIG4)]),
              _curve_fig([Panel("reward", "DAPO task", role="dapo", ylabel="reward"),
-                         Panel("reward", "GRPO task", role="grpo", ylabel="reward")], layout="rows")),
+                         Panel("reward", "GRPO task", role="grpo", ylabel="reward")], layout="rows"),
+             "Same data: the GRPO panel is Fig. 3's reward panel plus BF16 full fine-tuning."),
     Artifact("fig5", "figure", "Figure 5: policy entropy, GRPO",
              "Paper: 7B, rank 32, GSM8K, steps 0-200. Ours: the GRPO task.",
-             "Training dynamics", _curves([("grpo", _QUANT_VS_BF16)]), _curve_fig([_ENTROPY])),
+             "Training dynamics", _curves([("grpo", _QUANT_VS_BF16)]), _curve_fig([_ENTROPY]),
+             "Same data: Fig. 3's entropy panel."),
     Artifact("fig7", "figure", "Figure 7: BigMath reward, QeRL vs LoRA vs full",
              "Paper: 7B and 14B, levels 3-5, DAPO. Ours: the DAPO task.",
-             "Training dynamics", _curves([("dapo", _BIGMATH)]), _curve_fig([_REWARD])),
+             "Training dynamics", _curves([("dapo", _BIGMATH)]), _curve_fig([_REWARD]),
+             "Same data: Figs. 12 and 13 are this plot (one model per config stands in for each paper size)."),
     Artifact("fig8", "figure", "Figure 8: AQN ablation (with vs without AQN)",
-             "Paper: 3B (80 steps) and 7B (250 steps). Ours: QeRL default vs its 'noaqn' variant on the ablation task.",
+             "Paper: 3B (80 steps) and 7B (250 steps). Ours: QeRL default vs its 'noaqn' variant on the ablation task, "
+             "both on the ablation seeds (train.ablations.seeds).",
              "Ablations", _fig8_needs, _curve_fig([_REWARD])),
     Artifact("fig9", "figure", "Figure 9: AQN noise schedulers",
              "Paper: linear, exponential, cosine, logarithmic decay over 10 stages, 3B, 150 steps. Ours: the "
              "'aqn-<schedule>' variants of QeRL: reward and the sigma each run used.",
              "Ablations", _ablation(_schedules),
-             _curve_fig([_REWARD, Panel("sigma", "AQN sigma", smooth=False, ylabel="sigma")])),
+             _curve_fig([_REWARD, Panel("sigma", "AQN sigma", smooth=False, ylabel="sigma")]),
+             "Same data: the sigma panel is Fig. 15's left panel."),
     Artifact("fig10", "figure", "Figure 10: LoRA rank ablation",
              "Paper: QeRL reward at rank 16/32/64/128, 3B, 150 steps. Ours: the 'rank<r>' variants of QeRL.",
              "Ablations", _ablation(_ranks), _curve_fig([_REWARD])),
@@ -237,12 +252,13 @@ _ENTRIES = [
              "Paper bars: Table 9. Ours: results/measured/<gpu>/rollout.csv at batch 1 (hatched), when committed.",
              "Efficiency", _measured("rollout.csv"), figures.render_fig11),
     Artifact("fig12", "figure", "Figure 12: BigMath reward, 7B / 14B (appendix H)",
-             "Paper: QeRL vs LoRA vs full, levels 3-5, 250 steps. Ours: the DAPO task (the same runs as Fig. 7: one "
-             "model per config stands in for each paper size).",
-             "Training dynamics", _curves([("dapo", _BIGMATH)]), _curve_fig([_REWARD])),
+             "Paper: QeRL vs LoRA vs full, levels 3-5, 250 steps. Ours: the DAPO task.",
+             "Training dynamics", _curves([("dapo", _BIGMATH)]), _curve_fig([_REWARD]),
+             "Same data: this is Fig. 7's plot (and Fig. 13's): one model per config stands in for each paper size."),
     Artifact("fig13", "figure", "Figure 13: BigMath reward, 32B (appendix H)",
-             "Paper: QeRL vs LoRA vs full, levels 4-5, 500 steps. Ours: the DAPO task (the same runs as Fig. 7).",
-             "Training dynamics", _curves([("dapo", _BIGMATH)]), _curve_fig([_REWARD])),
+             "Paper: QeRL vs LoRA vs full, levels 4-5, 500 steps. Ours: the DAPO task.",
+             "Training dynamics", _curves([("dapo", _BIGMATH)]), _curve_fig([_REWARD]),
+             "Same data: this is Fig. 7's plot (and Fig. 12's): one model per config stands in for each paper size."),
     Artifact("fig14", "figure", "Figure 14: policy entropy, BigMath (appendix)",
              "Paper: 14B, 600 steps. Ours: the DAPO task's NVFP4 LoRA (with and without AQN) vs BF16 LoRA.",
              "Training dynamics", _curves([("dapo", ["lora", "nvfp4_lora", "qerl"])]), _curve_fig([_ENTROPY])),
@@ -252,7 +268,8 @@ _ENTRIES = [
              "Ablations", _ablation(_schedules),
              _curve_fig([Panel("sigma", "ours: sigma per step", smooth=False, ylabel="sigma"),
                          Panel("sigma", "paper: schedules (Eq. 8), Table 4 range, K = 10", ylabel="sigma",
-                               draw=figures.draw_paper_schedules)])),
+                               draw=figures.draw_paper_schedules)]),
+             "Same data: the left panel is Fig. 9's sigma panel."),
     Artifact("fig16", "figure", "Figure 16: QeRL learning rate",
              "Paper: lr 5e-6 vs 3e-5, 7B, 200 steps: QeRL stays stable at 3e-5 and rises ~2x faster. Ours: the "
              "'lr<value>' variants of QeRL.", "Ablations", _lr_ablation("qerl", "QeRL"),
@@ -291,10 +308,11 @@ def input_files(artifact: Artifact, cfg: dict) -> list[str]:
 
 
 def output_files(artifact: Artifact, cfg: dict, out_dir: str | Path | None = None) -> list[str]:
-    """results/<scale>/tables/<id>.{md,tex,csv} or results/<scale>/figures/<id>.{png,pdf} (or under `out_dir`)."""
+    """results/<scale>/tables/<id>.{md,tex,csv,html} or results/<scale>/figures/<id>.{png,pdf} (or under
+    `out_dir`); the HTML page is the table as the Snakemake report shows it."""
     if out_dir is None:
         out_dir = results_root(cfg) / ("tables" if artifact.kind == "table" else "figures")
-    exts = ("md", "tex", "csv") if artifact.kind == "table" else ("png", "pdf")
+    exts = TABLE_FORMATS if artifact.kind == "table" else ("png", "pdf")
     return [str(Path(out_dir) / f"{artifact.id}.{ext}") for ext in exts]
 
 
@@ -325,9 +343,12 @@ def render_artifact(artifact_id: str, cfg: dict, out_dir: str | Path | None = No
 
 def caption_rst(artifact: Artifact) -> str:
     """The Snakemake report caption of an artifact (workflow/report/<id>.rst)."""
-    return (f"{artifact.title}\n\n{artifact.caption}\n\n"
-            "Ours beside the paper's numbers; see the header line of the file for scale, model, seeds, commit and "
-            "hardware. Generated by ``python -m qerl.report.registry --write-captions workflow/report``.\n")
+    same = f" {artifact.same_data}" if artifact.same_data else ""
+    files = (" The HTML file is the table, shown in this report; the Markdown, LaTeX and CSV files are the same "
+             "table to download." if artifact.kind == "table" else "")
+    return (f"{artifact.title}\n\n{artifact.caption}{same}\n\n"
+            f"Ours beside the paper's numbers; see the header line of the file for scale, model, seeds, commit and "
+            f"hardware.{files} Generated by ``python -m qerl.report.registry --write-captions workflow/report``.\n")
 
 
 def _main(argv: list[str] | None = None) -> int:  # pragma: no cover - a developer helper

@@ -1,4 +1,4 @@
-"""Table renderers (Tables 1-9) and the Markdown / LaTeX / CSV writers.
+"""Table renderers (Tables 1-9) and the Markdown / LaTeX / CSV / HTML writers.
 
 Why: every paper table is printed with the paper's numbers in "paper: ..." columns and ours in "ours (<scale>): ..."
 columns, never in the same column, with a header line naming scale, model, seeds, commit and hardware.
@@ -27,6 +27,7 @@ Run: `qerl render --config config/config.yaml --artifact table1`.
 from __future__ import annotations
 
 import csv
+import html
 import io
 import math
 import os
@@ -45,9 +46,12 @@ __all__ = [
     "NOT_MEASURED",
     "NOT_RUN",
     "format_value",
+    "over_seeds",
     "to_markdown",
     "to_latex",
     "to_csv",
+    "to_html",
+    "html_page",
     "write_atomic",
     "write_table",
     "render_table1",
@@ -58,6 +62,7 @@ __all__ = [
     "render_table9",
     "find_row",
     "e2e_speedup",
+    "speedup_cell",
     "method_aliases",
     "config_value",
 ]
@@ -178,6 +183,40 @@ def to_csv(table: Table) -> str:
     return buf.getvalue()
 
 
+# The look of every HTML page the report embeds (tables, claims): our columns tinted blue, the paper's grey.
+_CSS = """
+body { font-family: system-ui, -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; color: #222; margin: 1.2em; }
+h1 { font-size: 1.2em; } h2 { font-size: 1.05em; margin-top: 1.4em; }
+p.provenance { color: #555; font-size: 0.85em; }
+table { border-collapse: collapse; font-size: 0.85em; margin: 0.8em 0; }
+th, td { border: 1px solid #b8b8b8; padding: 0.25em 0.55em; text-align: right; white-space: nowrap; }
+th { background: #e4e4e4; } th.key, td.key, th:first-child, td:first-child { text-align: left; }
+th.paper { background: #d6d6d6; } td.paper { background: #f2f2f2; }
+th.ours { background: #c9dcf3; } td.ours { background: #eaf2fc; }
+p.caption, ul.notes { max-width: 70em; font-size: 0.9em; }
+"""
+
+
+def html_page(title: str, body: str) -> str:
+    """A self-contained HTML page (inline style, no script, nothing fetched): what the Snakemake report shows."""
+    return (f"<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+            f"<title>{html.escape(title)}</title>\n<style>{_CSS}</style>\n</head>\n<body>\n{body}\n</body>\n</html>\n")
+
+
+def to_html(table: Table) -> str:
+    """The table as an HTML page: title, header line, the grid (paper and ours columns tinted), caption, notes."""
+    esc = html.escape
+    head = "".join(f'<th class="{c.kind}">{esc(c.name)}</th>' for c in table.columns)
+    rows = "\n".join("<tr>" + "".join(f'<td class="{c.kind}">{esc(format_value(row.get(c.name), c.digits))}</td>'
+                                      for c in table.columns) + "</tr>" for row in table.rows)
+    provenance = " | ".join(f"{esc(k)}: {esc(v)}" for k, v in table.header.items())
+    notes = "".join(f"<li>{esc(n)}</li>" for n in table.notes)
+    body = (f"<h1>{esc(table.title)}</h1>\n<p class=\"provenance\">{provenance}</p>\n"
+            f"<table>\n<thead><tr>{head}</tr></thead>\n<tbody>\n{rows}\n</tbody>\n</table>\n"
+            f"<p class=\"caption\">{esc(table.caption)}</p>" + (f"\n<ul class=\"notes\">{notes}</ul>" if notes else ""))
+    return html_page(table.title, body)
+
+
 def write_atomic(path: str | Path, data: str | bytes) -> Path:
     """Write `data` to `path` through a temporary file in the same folder and an atomic rename."""
     path = Path(path)
@@ -195,14 +234,22 @@ def write_atomic(path: str | Path, data: str | bytes) -> Path:
 
 
 def write_table(table: Table, out_dir: str | Path) -> list[Path]:
-    """Write <out_dir>/<id>.md, .tex and .csv atomically; returns the three paths."""
+    """Write <out_dir>/<id>.md, .tex, .csv and .html atomically; returns the four paths."""
     out_dir = Path(out_dir)
     return [write_atomic(out_dir / f"{table.id}.md", to_markdown(table)),
             write_atomic(out_dir / f"{table.id}.tex", to_latex(table)),
-            write_atomic(out_dir / f"{table.id}.csv", to_csv(table))]
+            write_atomic(out_dir / f"{table.id}.csv", to_csv(table)),
+            write_atomic(out_dir / f"{table.id}.html", to_html(table))]
 
 
 # --------------------------------------------------------------------------------------------------- helpers
+def over_seeds(seeds: list[int]) -> str:
+    """How our cells summarise seeds: "mean ± sample std over seeds 0, 1, 2", or "one seed (0): single values"."""
+    if len(seeds) == 1:
+        return f"one seed ({seeds[0]}): single values, no spread"
+    return f"mean ± sample std over seeds {', '.join(map(str, seeds))}"
+
+
 def _merge(rows: list[dict], ours: list[dict], keys: tuple[str, ...]) -> list[dict]:
     """Put each of our rows into the paper row with the same keys, or append it as a row of its own."""
     index = {tuple(r.get(k) for k in keys): r for r in rows}
@@ -277,7 +324,7 @@ def _accuracy_table(ctx: Context, artifact, role: str, paper_rows: list[dict], p
     rows = _merge(rows, ours, ("model", "method"))
     place = (f"in the paper's {label} rows" if label in paper_models
              else f"in their own rows (model {ctx.model!r}), never in the paper's columns")
-    caption = (f"{artifact.caption} Ours: pass@1 in %, mean ± sample std over seeds {ctx.seeds}, {place}. "
+    caption = (f"{artifact.caption} Ours: pass@1 in %, {over_seeds(ctx.read_seeds())}, {place}. "
                "Rows without training are the untrained model in that format.")
     return Table(artifact.id, artifact.title, caption, ctx.prov.fields(), columns, rows, list(ctx.notes))
 
@@ -330,6 +377,31 @@ def e2e_speedup(e2e: list[dict] | None, model: str, method: str, batch: int, gc:
     return ref["step_s"] / row["step_s"]
 
 
+def speedup_cell(e2e: list[dict] | None, model: str, method: str, batch: int, gc: bool) -> Any:
+    """A table cell of E2E speedup over BF16 LoRA: the ratio, "-" for BF16 LoRA itself, "OOM" when the method ran
+    out of memory, "n/a (BF16 LoRA OOM)" when only the reference did (the step time is in its own column or the
+    caption), or "not measured"; never a time in a column of ratios."""
+    value = e2e_speedup(e2e, model, method, batch, gc)
+    if isinstance(value, str) and value.endswith("s/step"):
+        ref = find_row(e2e, "lora", model=model, batch=batch, gc=gc)
+        return "n/a (BF16 LoRA OOM)" if ref is not None else "n/a (no BF16 LoRA row)"
+    return value
+
+
+def _step_cell(e2e: list[dict] | None, model: str, method: str, batch: int, gc: bool) -> Any:
+    row = find_row(e2e, method, model=model, batch=batch, gc=gc) if e2e is not None else None
+    return NOT_MEASURED if row is None else row["step_s"]
+
+
+def _peak_column(memory: list[dict] | None) -> str:
+    """Name of the peak-memory column, saying which step it is the peak of (memory.csv's batch and checkpointing)."""
+    steps = {(r.get("batch"), r.get("gradient_checkpointing")) for r in memory or []}
+    if len(steps) != 1 or None in next(iter(steps)):
+        return "peak (GB)"
+    batch, gc = next(iter(steps))
+    return f"peak (GB), bs{batch} {'with' if gc else 'without'} GC"
+
+
 def _not_measured_note(ctx: Context, names: list[str], data: dict[str, Any]) -> None:
     absent = [n for n in names if data[n] is None]
     if absent:
@@ -350,11 +422,13 @@ def render_table3(ctx: Context, artifact) -> Table:
     data = {n: ctx.measured(n) for n in ("e2e.csv", "memory.csv")}
     _not_measured_note(ctx, list(data), data)
     o = ctx.measured_label()
+    peak = f"{o}: {_peak_column(data['memory.csv'])}"
     columns = [Column("model", "key"), Column("method", "key"), Column("W#", "key"),
                Column("paper: model size (GB)", "paper"),
                *[Column(f"paper: x bs{b}", "paper") for b in (2, 4, 8)],
-               Column(f"{o}: model size (GB)", "ours", 2), *[Column(f"{o}: x bs{b}", "ours", 2) for b in (2, 4, 8)],
-               Column(f"{o}: peak (GB)", "ours", 2)]
+               Column(f"{o}: model size (GB)", "ours", 2),
+               *[Column(f"{o}: step s bs{b}", "ours", 1) for b in (2, 4, 8)],
+               *[Column(f"{o}: x bs{b}", "ours", 2) for b in (2, 4, 8)], Column(peak, "ours", 2)]
     rows = [{"model": r["model"], "method": _METHOD_LABEL[r["method"]], "W#": r["wbits"],
              "paper: model size (GB)": r["size_gb"],
              **{f"paper: x bs{b}": ("-" if r[f"x_bs{b}"] is None else r[f"x_bs{b}"]) for b in (2, 4, 8)}}
@@ -366,13 +440,17 @@ def render_table3(ctx: Context, artifact) -> Table:
             mem = find_row(data["memory.csv"], method, model=model)
             row = {"model": model, "method": _METHOD_LABEL[method], "W#": paper.WBITS_LABEL[method],
                    f"{o}: model size (GB)": mem["model_size_gb"] if mem else NOT_MEASURED,
-                   f"{o}: peak (GB)": mem["peak_gb"] if mem else NOT_MEASURED}
-            row.update({f"{o}: x bs{b}": e2e_speedup(data["e2e.csv"], model, method, b, False) for b in (2, 4, 8)})
+                   peak: mem["peak_gb"] if mem else NOT_MEASURED}
+            row.update({f"{o}: step s bs{b}": _step_cell(data["e2e.csv"], model, method, b, False) for b in (2, 4, 8)})
+            row.update({f"{o}: x bs{b}": speedup_cell(data["e2e.csv"], model, method, b, False) for b in (2, 4, 8)})
             ours.append(row)
     rows = _merge(rows, ours, ("model", "method"))
     _fill_not_measured(rows, columns)
-    caption = (f"{artifact.caption} Ours: one measurement per cell from the committed profiling files "
-               "(E2E rows without gradient checkpointing); speedup = BF16 LoRA step time / method step time.")
+    caption = (f"{artifact.caption} Ours: one measurement per cell from the committed profiling files. step s: "
+               "seconds per GRPO step without gradient checkpointing (GC), as the paper's speedups are, or OOM when "
+               "it ran out of GPU memory; x: BF16 LoRA step time / the method's, '-' for BF16 LoRA itself, OOM where "
+               "the method ran out of memory, n/a where only BF16 LoRA did. The peak column is the peak memory of the step memory.csv names "
+               "(with GC), so a model can show a peak next to OOM steps without GC.")
     return Table(artifact.id, artifact.title, caption, ctx.prov.fields(), columns, rows, list(ctx.notes))
 
 
@@ -394,7 +472,7 @@ def render_table5_8(ctx: Context, artifact) -> Table:
                      **{f"paper: {n}": ("-" if v is None else v) for n, v in zip(names, vals)}})
     rollout = [r for r in data["rollout.csv"] or [] if r["model"] == model]
     batches = sorted({r["batch"] for r in rollout} | {r["batch"] for r in data["e2e.csv"] or [] if r["model"] == model})
-    ranks_used = set()
+    ranks_used: dict[int, set[int]] = {}  # rank -> batches whose rollout cells are at that rank
     ours = []
     for batch in batches:
         for method in ("lora", "qerl"):
@@ -403,23 +481,30 @@ def render_table5_8(ctx: Context, artifact) -> Table:
             tps = min(candidates, key=lambda r: r["rank"]) if candidates else None
             ref = min(ref_cands, key=lambda r: r["rank"]) if ref_cands else None
             if tps:
-                ranks_used.add(tps["rank"])
+                ranks_used.setdefault(tps["rank"], set()).add(batch)
             mem = find_row(data["memory.csv"], method, model=model)
             rollout_x = "-" if method == "lora" else (
                 tps["tokens_per_s"] / ref["tokens_per_s"] if tps and ref else NOT_MEASURED)
             vals = [mem["model_size_gb"] if mem else NOT_MEASURED, tps["tokens_per_s"] if tps else NOT_MEASURED,
                     rollout_x if tps else NOT_MEASURED,
-                    e2e_speedup(data["e2e.csv"], model, method, batch, False),
-                    e2e_speedup(data["e2e.csv"], model, method, batch, True)]
+                    speedup_cell(data["e2e.csv"], model, method, batch, False),
+                    speedup_cell(data["e2e.csv"], model, method, batch, True)]
             ours.append({"model": model, "method": _METHOD_LABEL[method], "BS": batch,
                          "W#": paper.WBITS_LABEL[method], **{f"{o}: {n}": v for n, v in zip(names, vals)}})
     rows = _merge(rows, ours, ("model", "method", "BS"))
     _fill_not_measured(rows, columns)
     if data["rollout.csv"] is not None and not rollout:
         ctx.notes.append(f"{ctx.measured_where('rollout.csv')} has no rows for {model}.")
-    ranks = f" at LoRA rank {', '.join(map(str, sorted(ranks_used)))}" if ranks_used else ""
-    caption = (f"{artifact.caption} Ours: one measurement per cell{ranks} (the smallest rank measured; the paper's "
-               f"numbers equal its rank-16 Table 9 values); vLLM memory utilisation in the paper: "
+    if len(ranks_used) == 1:
+        ranks = f"; rollout at LoRA rank {next(iter(ranks_used))}"
+    elif ranks_used:
+        ranks = "; rollout at the smallest LoRA rank measured at each batch: " + ", ".join(
+            f"rank {r} at batch {', '.join(map(str, sorted(b)))}" for r, b in sorted(ranks_used.items()))
+    else:
+        ranks = ""
+    caption = (f"{artifact.caption} Ours: one measurement per cell{ranks}. The paper's numbers equal its rank-16 "
+               f"Table 9 values. E2E x: BF16 LoRA step time / the method's, '-' for BF16 LoRA itself, OOM when the "
+               f"method ran out of GPU memory, n/a where only BF16 LoRA did. vLLM memory utilisation in the paper: "
                f"{paper.VLLM_MEMORY_UTILIZATION[model]}.")
     return Table(artifact.id, artifact.title, caption, ctx.prov.fields(), columns, rows, list(ctx.notes))
 
@@ -474,9 +559,11 @@ def render_table9(ctx: Context, artifact) -> Table:
                 row[f"ours: r{spec.variant[4:]}"] = "n/a (metrics lack rollout_tokens)"
         rows.append(row)
     where = f"batch {', '.join(map(str, sorted(batch_note)))}" if batch_note else "batch 1"
+    runs_row = (f"the last row is our QeRL rank-ablation training runs on this scale's hardware, per-step "
+                f"rollout_tokens / time_rollout averaged over steps, {over_seeds(ctx.read_seeds())}; "
+                if rank_specs else "")
     caption = (f"{artifact.caption} Ours: measured rows at {where} ({ctx.measured_where('rollout.csv')}); "
-               f"the last row is our QeRL rank-ablation training runs on this scale's hardware, mean ± std over "
-               f"seeds of per-step rollout_tokens / time_rollout. {paper.FIG11_NOTE}")
+               f"{runs_row}{paper.FIG11_NOTE}")
     return Table(artifact.id, artifact.title, caption, ctx.prov.fields(), columns, rows, list(ctx.notes))
 
 

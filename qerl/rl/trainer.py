@@ -14,7 +14,13 @@ Methods (qerl/methods.py): full (all weights trainable), lora (BF16 base), qlora
 nvfp4_lora (QeRL without AQN), qerl (NVFP4 + AQN). Variants: default, noaqn, aqn-<schedule>, rank<r>, lr<value>.
 
 Resume: sampling, data order and AQN noise are seeded by (seed, step), and the checkpoint holds the trainable
-weights, optimizer and scheduler state, so a killed run continues identically (tests/rl/test_trainer.py).
+weights, optimizer and scheduler state, so a killed run continues identically (tests/rl/test_trainer.py). The
+checkpoint also holds every metrics line written before its step, and on resume metrics.jsonl is rewritten from
+it: Snakemake deletes metrics.jsonl (a declared output) when a job fails or is rerun as incomplete, while
+checkpoint.pt (deliberately not an output) survives, so the resumed job still writes the whole history. A
+checkpoint written for other settings or other input files (base model, quantized checkpoint, training problems)
+is ignored: the run starts from step 0, as the rerun Snakemake started for that change expects. A resumed run says
+so, and from which step, on stderr (the job's log).
 A NaN/Inf loss skips its update; `max_bad_steps` in a row abort with a clear message.
 
 Deviations from the paper (which trains with verl + vLLM): rollouts use our own sampler on the training model (no
@@ -41,12 +47,14 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import hashlib
 import json
 import math
 import os
 import random
 import resource
 import shutil
+import sys
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -66,7 +74,7 @@ from qerl.rl.rollout import sample, sequence_logprobs
 from qerl.rl.variants import parse_variant
 
 __all__ = ["RunSettings", "UpdateBatch", "parse_variant", "resolve_settings", "load_task_problems", "build_policy",
-           "policy_update", "train", "run"]
+           "policy_update", "run_identity", "train", "run"]
 
 METRIC_KEYS = ("step", "reward", "accuracy", "entropy", "sigma", "response_length", "clip_fraction", "kl",
                "grad_norm", "time_rollout", "time_logprobs", "time_update", "peak_memory_bytes")
@@ -277,16 +285,19 @@ def _atomic_write_text(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def _save_checkpoint(path: Path, model, opt, sched, step: int, bad: int) -> None:
+def _save_checkpoint(path: Path, model, opt, sched, step: int, bad: int, history: list[str],
+                     identity: dict) -> None:
+    """Write the resumable state after `step` steps; `history` is the metrics lines of steps 0 .. step - 1."""
+    assert len(history) == step, (len(history), step)
     state = {"step": step, "bad_streak": bad, "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
-             "trainable": {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}}
+             "trainable": {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad},
+             "history": list(history), "identity": identity}
     tmp = path.with_name(path.name + ".tmp")
     torch.save(state, tmp)
     os.replace(tmp, path)
 
 
-def _load_checkpoint(path: Path, model, opt, sched) -> tuple[int, int]:
-    state = torch.load(path, map_location="cpu", weights_only=False)
+def _load_checkpoint(state: dict, model, opt, sched) -> tuple[int, int]:
     params = dict(model.named_parameters())
     with torch.no_grad():
         for name, value in state["trainable"].items():
@@ -294,6 +305,82 @@ def _load_checkpoint(path: Path, model, opt, sched) -> tuple[int, int]:
     opt.load_state_dict(state["optimizer"])
     sched.load_state_dict(state["scheduler"])
     return state["step"], state["bad_streak"]
+
+
+def _files_fingerprint(folder: str | Path | None) -> list | None:
+    """(relative path, size, mtime in ns) of every file under `folder`: changes when the folder is rewritten, as the
+    mtimes Snakemake compares do; reading no file content keeps it cheap for 4-bit checkpoints of 30B models."""
+    if folder is None:
+        return None
+    root = Path(folder)
+    return [[str(f.relative_to(root)), f.stat().st_size, f.stat().st_mtime_ns]
+            for f in sorted(root.rglob("*")) if f.is_file()]
+
+
+def run_identity(s: RunSettings, problems: list, base_dir, quantized_dir=None) -> dict:
+    """What a checkpoint must match to be resumed: the settings, the base and quantized checkpoints' files and the
+    training problems. Anything else (a config edit, a re-pretrained base model) means a new run from step 0."""
+    digest = hashlib.sha256("\n".join(f"{p.question}\t{p.answer}" for p in problems).encode()).hexdigest()
+    return {"settings": json.loads(json.dumps(s.__dict__, default=list)), "problems_sha256": digest,
+            "base": _files_fingerprint(base_dir), "quantized": _files_fingerprint(quantized_dir)}
+
+
+def _identity_change(old: dict | None, new: dict) -> str | None:
+    """What differs between a checkpoint's identity and this run's, in words; None when they match."""
+    if old is None:
+        return None  # a checkpoint from before identities were recorded: trusted, as it was then
+    if old == new:
+        return None
+    before = old.get("settings") or {}
+    changed = [f"{k}: {before.get(k)!r} -> {v!r}" for k, v in new["settings"].items() if before.get(k) != v]
+    changed += [f"{k} files" for k in ("base", "quantized") if old.get(k) != new[k]]
+    changed += ["training problems"] if old.get("problems_sha256") != new["problems_sha256"] else []
+    return ", ".join(changed) or "identity"
+
+
+def _resume(ckpt: Path, metrics_path: Path, model, opt, sched, identity: dict, total_steps: int,
+            is_main: bool) -> tuple[int, int, list[str]]:
+    """Load `ckpt` if it belongs to this run and put its metrics history back into metrics.jsonl.
+
+    Returns:
+        (first step to run, consecutive bad steps so far, metrics lines of the steps before it).
+
+    Raises:
+        ValueError: an old checkpoint that carries no history while metrics.jsonl does not reach its step (the
+            history of the steps before it would be lost), naming the files to delete.
+    """
+    if ckpt.exists():
+        state = torch.load(ckpt, map_location="cpu", weights_only=False)
+        change = _identity_change(state.get("identity"), identity)
+        if change is not None:
+            if is_main:
+                print(f"qerl train: ignoring {ckpt}: it was written for another run ({change}); training from step 0",
+                      file=sys.stderr, flush=True)
+        else:
+            history = state.get("history")
+            start = state["step"]
+            if history is None:  # written before checkpoints carried the history: it must still be on disk
+                on_disk = [l for l in metrics_path.read_text().splitlines() if l] if metrics_path.exists() else []
+                history = [l for l in on_disk if json.loads(l)["step"] < start]
+                steps = [json.loads(l)["step"] for l in history]
+                if steps != list(range(start)):
+                    raise ValueError(
+                        f"{ckpt} is at step {start}, but {metrics_path} holds "
+                        f"{'no metrics' if not steps else f'steps {steps[0]}-{steps[-1]} ({len(steps)} lines)'} "
+                        f"and the checkpoint carries no history: resuming would lose the metrics of steps 0-{start - 1}."
+                        f" Delete {ckpt} and {metrics_path} to train this run again from step 0")
+            start, bad = _load_checkpoint(state, model, opt, sched)
+            if is_main:
+                _atomic_write_text(metrics_path, "".join(line + "\n" for line in history))
+                what = "training is complete; saving the weights and evaluating" if start >= total_steps else \
+                    f"continuing with step {start}"
+                print(f"qerl train: resumed from {ckpt} at step {start} of {total_steps} (metrics of steps 0-"
+                      f"{start - 1} restored to {metrics_path.name}); {what}. Delete {ckpt.name} to train from step 0.",
+                      file=sys.stderr, flush=True)
+            return start, bad, list(history)
+    if metrics_path.exists() and is_main:
+        metrics_path.unlink()
+    return 0, 0, []
 
 
 def _reference_context(model, ref_model):
@@ -470,15 +557,8 @@ def train(cfg: dict, s: RunSettings, base_dir: str | Path, out_dir: str | Path, 
         aqn = AdaptiveQuantizationNoise(NoiseSchedule(s.steps, s.aqn_stages, s.sigma_start, s.sigma_end, s.aqn_schedule),
                                         seed=s.seed, resample=s.aqn_resample)
     ckpt, metrics_path = out / "checkpoint.pt", out / "metrics.jsonl"
-    start, bad = 0, 0
-    if ckpt.exists():
-        start, bad = _load_checkpoint(ckpt, model, opt, sched)
-        if ctx.is_main:
-            kept = [l for l in metrics_path.read_text().splitlines() if l and json.loads(l)["step"] < start] \
-                if metrics_path.exists() else []
-            _atomic_write_text(metrics_path, "".join(k + "\n" for k in kept))
-    elif metrics_path.exists() and ctx.is_main:
-        metrics_path.unlink()
+    identity = run_identity(s, problems, base_dir, quantized_dir)
+    start, bad, history = _resume(ckpt, metrics_path, model, opt, sched, identity, s.steps, ctx.is_main)
     if ctx.is_main:
         info = {"settings": s.__dict__, "provenance": provenance()}
         if ctx.distributed:
@@ -486,8 +566,6 @@ def train(cfg: dict, s: RunSettings, base_dir: str | Path, out_dir: str | Path, 
         (out / "run.json").write_text(json.dumps(info, indent=2, default=list) + "\n")
     G, last = s.group_size, {}
     bar = Readout(s.steps, start, f"{s.task}/{s.method}/{s.variant}/seed{s.seed}", enabled=progress and ctx.is_main)
-    if start:
-        bar.note(f"resumed from {ckpt} at step {start} of {s.steps}")
     for step in range(start, s.steps):
         if stop_after is not None and step >= stop_after:
             break
@@ -548,18 +626,19 @@ def train(cfg: dict, s: RunSettings, base_dir: str | Path, out_dir: str | Path, 
         if ctx.distributed:
             last.update(_global_metrics(ctx, rewards, correct, batch.entropy, comp, batch.lengths, mask,
                                         batch.truncated, t_rollout, t_logprobs, t_update))
+        history.append(json.dumps(last))
         if ctx.is_main:
             with open(metrics_path, "a") as f:
-                f.write(json.dumps(last) + "\n")
+                f.write(history[-1] + "\n")
         bar.step(reward=last["reward"], entropy=last["entropy"], length=last["response_length"],
                  mixed=last["mixed_groups"], **({"sigma": last["sigma"]} if s.aqn else {}))
         if ((step + 1) % s.checkpoint_every == 0 or step + 1 == s.steps) and ctx.is_main:
-            _save_checkpoint(ckpt, model, opt, sched, step + 1, bad)
+            _save_checkpoint(ckpt, model, opt, sched, step + 1, bad, history, identity)
     bar.close()
     finished = stop_after is None or stop_after >= s.steps
     if stop_after is not None and not finished:
         if ctx.is_main:
-            _save_checkpoint(ckpt, model, opt, sched, min(stop_after, s.steps), bad)
+            _save_checkpoint(ckpt, model, opt, sched, len(history), bad, history, identity)
         barrier(ctx)
         return {"steps": min(stop_after, s.steps), "final": last, "eval": None}
     if ctx.is_main:

@@ -56,30 +56,32 @@ def _levels(value: float) -> dict:
 
 
 def write_inputs(cfg: dict) -> None:
-    """Write every run/eval file that any artifact needs under cfg's results_dir."""
-    for artifact in ARTIFACTS.values():
-        for path in map(Path, input_files(artifact, cfg)):
-            if path.exists() or "measured" in path.parts:
-                continue
-            path.parent.mkdir(parents=True, exist_ok=True)
-            seed = int(path.parent.name[4:]) if path.parent.name.startswith("seed") else int(path.stem[4:])
-            if path.name == "metrics.jsonl":
-                variant, method = path.parts[-3], path.parts[-4]
-                path.write_text(_metrics_lines(method, variant, seed))
-                (path.parent / "run.json").write_text(json.dumps(
-                    {"settings": {}, "provenance": {"commit": "abc1234", "hardware": {"cpu": "Test CPU"}}}))
-            elif path.name == "eval.json":
-                method, task = path.parts[-4], path.parts[-6]
-                value = ACC[method] + SEED_OFFSET[seed] + (0.0 if task == "tiny_grpo" else -10.0)
-                rec = {"pass@1": value, "stderr": 1.0, "n": 500, "per_level": _levels(value)}
-                path.write_text(json.dumps({"benchmarks": {"tiny": rec}, "config": {},
-                                            "provenance": {"commit": "abc1234", "hardware": "CPU test"}}))
-            else:  # untrained evaluation, in the evaluation stage's own layout
-                method = path.parts[-3]
-                value = ACC[method] + SEED_OFFSET[seed]
-                rec = {"pass_at_1": value, "stderr": None, "n_problems": 500, "n_repeats": 4,
-                       "per_level": {k: {"pass_at_1": v, "stderr": 1.0} for k, v in _levels(value).items()}}
-                path.write_text(json.dumps({"benchmarks": {"tiny": rec}, "environment": {}}))
+    """Write every run/eval file that any artifact, or the claims, needs under cfg's results_dir."""
+    from qerl.report.claims import claims_inputs
+
+    files = [f for artifact in ARTIFACTS.values() for f in input_files(artifact, cfg)] + claims_inputs(cfg)
+    for path in map(Path, dict.fromkeys(files)):
+        if path.exists() or "measured" in path.parts:
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        seed = int(path.parent.name[4:]) if path.parent.name.startswith("seed") else int(path.stem[4:])
+        if path.name == "metrics.jsonl":
+            variant, method = path.parts[-3], path.parts[-4]
+            path.write_text(_metrics_lines(method, variant, seed))
+            (path.parent / "run.json").write_text(json.dumps(
+                {"settings": {}, "provenance": {"commit": "abc1234", "hardware": {"cpu": "Test CPU"}}}))
+        elif path.name == "eval.json":
+            method, task = path.parts[-4], path.parts[-6]
+            value = ACC[method] + SEED_OFFSET[seed] + (0.0 if task == "tiny_grpo" else -10.0)
+            rec = {"pass@1": value, "stderr": 1.0, "n": 500, "per_level": _levels(value)}
+            path.write_text(json.dumps({"benchmarks": {"tiny": rec}, "config": {},
+                                        "provenance": {"commit": "abc1234", "hardware": "CPU test"}}))
+        else:  # untrained evaluation, in the evaluation stage's own layout
+            method = path.parts[-3]
+            value = ACC[method] + SEED_OFFSET[seed]
+            rec = {"pass_at_1": value, "stderr": None, "n_problems": 500, "n_repeats": 4,
+                   "per_level": {k: {"pass_at_1": v, "stderr": 1.0} for k, v in _levels(value).items()}}
+            path.write_text(json.dumps({"benchmarks": {"tiny": rec}, "environment": {}}))
 
 
 def write_measured(results: Path, gpu: str = "h100") -> Path:

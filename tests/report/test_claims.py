@@ -62,9 +62,12 @@ def test_claims_cli_writes_markdown_and_names_a_missing_run(synthetic, tmp_path,
     cfg, _ = synthetic
     path = tmp_path / "cfg.yaml"
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))  # train.tasks order: the first task hosts ablations
-    out = tmp_path / "claims.md"
-    assert run(SimpleNamespace(config=str(path), out=str(out))) == 0
+    out, page = tmp_path / "claims.md", tmp_path / "claims.html"
+    assert run(SimpleNamespace(config=str(path), out=str(out), html=str(page))) == 0
     assert out.read_text().startswith("# Headline claims of QeRL")
+    text = page.read_text()  # the same document as an HTML page: headings, tables, bold verdicts
+    assert text.startswith("<!DOCTYPE html>") and "<h1>Headline claims of QeRL" in text
+    assert text.count("<h2>") == out.read_text().count("\n## ") and "<table>" in text and "<strong>" in text
     empty = helpers.make_config(tmp_path / "empty")
     with pytest.raises(ValueError, match=r"does not exist"):
         render_claims(empty)

@@ -53,12 +53,16 @@ def test_every_artifact_renders_where_the_registry_says(rendered):
 def test_tables_have_paper_and_ours_columns_and_header(rendered):
     _, paths, _ = rendered
     for n in range(1, 10):
-        md, tex, csv_path = paths[f"table{n}"]
+        md, tex, csv_path, page = paths[f"table{n}"]
         text = md.read_text()
         header = text.splitlines()[2]
         if n in (1, 2):  # provenance of the runs: commit and hardware from eval.json / run.json
             assert "(inputs from abc1234)" in header and "CPU test" in header, header
-        for field in ("scale: tiny", "model: tiny", "seeds: 0, 1, 2", "commit: ", "hardware: "):
+        # the seeds and model of what the table read: our runs (1, 2; 9's rank ablation on the ablation seeds), or
+        # none for the measured GPU files (3, 5-8) and the config (4)
+        seeds = {1: "seeds: 0, 1, 2", 2: "seeds: 0, 1, 2", 9: "seeds: 0, 1"}.get(n, "seeds: none (no run read)")
+        model = "model: tiny" if n in (1, 2, 9) else "model: n/a (no run read)"
+        for field in ("scale: tiny", model, seeds, "commit: ", "hardware: "):
             assert field in header, (n, header)
         columns = _csv(csv_path)[0].keys()
         assert any(c.startswith("paper") for c in columns), (n, list(columns))
@@ -66,9 +70,46 @@ def test_tables_have_paper_and_ours_columns_and_header(rendered):
         assert r"\begin{tabular}" in tex.read_text() and "# scale: tiny" in csv_path.read_text()
 
 
+def test_tables_as_html_pages(rendered):
+    """What the Snakemake report displays: the same cells as the Markdown, in an HTML table, escaped."""
+    import html
+    from html.parser import HTMLParser
+
+    class Cells(HTMLParser):
+        def __init__(self):
+            super().__init__()
+            self.cells, self.classes, self._in = [], [], False
+
+        def handle_starttag(self, tag, attrs):
+            if tag in ("td", "th"):
+                self._in = True
+                self.cells.append("")
+                self.classes.append(dict(attrs).get("class"))
+
+        def handle_endtag(self, tag):
+            self._in = self._in and tag not in ("td", "th")
+
+        def handle_data(self, data):
+            if self._in:
+                self.cells[-1] += data
+
+    _, paths, _ = rendered
+    for n in range(1, 10):
+        md, _, _, page = paths[f"table{n}"]
+        text = page.read_text()
+        assert text.startswith("<!DOCTYPE html>") and "<script" not in text
+        parser = Cells()
+        parser.feed(text)
+        grid = [line for line in md.read_text().splitlines() if line.startswith("| ")]
+        md_cells = [c.strip().replace("\\|", "|") for line in grid for c in line[2:-2].split(" | ")]
+        assert parser.cells == md_cells, n  # every cell of the Markdown table, in order
+        assert {"key", "paper", "ours"} <= set(parser.classes), n
+        assert html.escape(md.read_text().splitlines()[0][2:]) in text  # the title
+
+
 def test_table1_mean_and_std_over_seeds(rendered):
     _, paths, _ = rendered
-    md, _, csv_path = paths["table1"]
+    md, _, csv_path, _ = paths["table1"]
     rows = _csv(csv_path)
     tiny = {(r["W#"], r["training"]): r for r in rows if r["model"] == "tiny"}
     qerl = tiny[("NVFP4", "LoRA + AQN")]
@@ -94,7 +135,7 @@ def test_table2_dapo_rows(rendered):
 def test_measured_tables_say_not_measured_without_files(rendered):
     _, paths, _ = rendered
     for n in (3, 5, 6, 7, 8):
-        md, _, csv_path = paths[f"table{n}"]
+        md, _, csv_path, _ = paths[f"table{n}"]
         text = md.read_text()
         assert "not measured" in text and "absent" in text
         for row in _csv(csv_path):
@@ -126,18 +167,20 @@ def test_measured_files_fill_our_columns(synthetic, helpers, tmp_path):
     helpers.write_measured(results)
     cfg2 = {**cfg, "results_dir": str(results)}
     assert any("measured" in f for f in input_files(ARTIFACTS["table6"], cfg2))
-    md, _, csv_path = render_artifact("table6", cfg2)
+    md, _, csv_path, _ = render_artifact("table6", cfg2)
     rows = {(r["method"], r["BS"]): r for r in _csv(csv_path)}
     o = "ours (measured, h100)"
     assert float(rows[("QeRL", "2")][f"{o}: E2E x w/o GC"]) == pytest.approx(1.25)
     assert float(rows[("QeRL", "2")][f"{o}: E2E x w/ GC"]) == pytest.approx(1.2)
     assert float(rows[("QeRL", "2")][f"{o}: rollout x"]) == pytest.approx(1.3)
-    assert rows[("QeRL", "8")][f"{o}: E2E x w/o GC"] == "20.0 s/step"  # BF16 LoRA OOM at batch 8
+    assert rows[("QeRL", "8")][f"{o}: E2E x w/o GC"] == "n/a (BF16 LoRA OOM)"  # no time in a ratio column
     assert rows[("LoRA", "8")][f"{o}: E2E x w/o GC"] == "OOM"
     assert float(rows[("QeRL", "8")]["paper: rollout tok/s"]) == 2091.8
     assert "NVIDIA H100" in md.read_text()
     t3 = {(r["model"], r["method"]): r for r in _csv(render_artifact("table3", cfg2)[2])}
     assert float(t3[("7B", "QLoRA")][f"{o}: x bs2"]) == pytest.approx(0.8)
+    assert float(t3[("7B", "QeRL")][f"{o}: step s bs8"]) == 20.0 and t3[("7B", "LoRA")][f"{o}: step s bs8"] == "OOM"
+    assert t3[("7B", "QeRL")][f"{o}: x bs8"] == "n/a (BF16 LoRA OOM)"
     assert t3[("14B", "QLoRA")][f"{o}: x bs2"] == "not measured"
     t9 = {(r["model"], r["W#"]): r for r in _csv(render_artifact("table9", cfg2)[2])}
     assert float(t9[("7B", "NVFP4")]["ours: r32"]) == 140.0
@@ -203,7 +246,7 @@ def test_task_methods_narrow_one_role(helpers, tmp_path):
     dapo = {r.method for r in needs.runs if r.role == "dapo"}
     grpo = {r.method for r in needs.runs if r.role == "grpo"}
     assert dapo == {"nvfp4_lora", "lora", "full"} and grpo == {"nvfp4_lora", "mxfp4_lora", "qlora", "lora", "full"}
-    assert "mxfp4_lora (not in train.tasks.tiny_dapo.methods), dapo" in needs.skipped
+    assert needs.skipped == ("DAPO task: mxfp4_lora, qlora (not in train.tasks.tiny_dapo.methods)",)
     assert not any("/tiny_dapo/tiny/qlora/" in f for f in input_files(ARTIFACTS["fig4"], cfg))
     helpers.write_inputs(cfg)
     rows = _csv(render_artifact("table2", cfg)[2])
@@ -257,3 +300,49 @@ def test_render_all_with_nothing_run(helpers, tmp_path):
             assert p.stat().st_size > 0
     text = (tmp_path / "results" / "tiny" / "tables" / "table1.md").read_text()
     assert "Missing input skipped" in text and "n/a" in text
+
+
+def test_fig8_compares_the_same_seeds(synthetic):
+    cfg, _ = synthetic
+    runs = ARTIFACTS["fig8"].needs(cfg).runs
+    assert {r.variant for r in runs} == {"default", "noaqn"}
+    assert {r.seeds for r in runs} == {(0, 1)}  # train.ablations.seeds for both curves, not 3 seeds against 2
+
+
+def test_captions_say_which_figures_show_the_same_runs(synthetic):
+    from qerl.report.registry import caption_rst
+
+    cfg, _ = synthetic
+    assert "Same data: this is Fig. 7's plot" in caption_rst(ARTIFACTS["fig12"])
+    assert "Fig. 5" in caption_rst(ARTIFACTS["fig3"]) and "Fig. 3's entropy panel" in caption_rst(ARTIFACTS["fig5"])
+    for fig, twin in (("fig7", "fig12"), ("fig7", "fig13"), ("fig3", "fig5"), ("fig9", "fig15")):
+        assert set(input_files(ARTIFACTS[twin], cfg)) <= set(input_files(ARTIFACTS[fig], cfg))  # really the same
+        assert ARTIFACTS[fig].same_data and ARTIFACTS[twin].same_data, (fig, twin)  # and said so, both ways
+
+
+def test_measured_tables_name_their_seeds_ranks_and_peak(synthetic, helpers, tmp_path):
+    cfg, _ = synthetic
+    results = tmp_path / "results"
+    shutil.copytree(cfg["results_dir"], results)
+    folder = helpers.write_measured(results)
+    with open(folder / "rollout.csv", "a") as f:  # batch 4 measured at rank 32 only
+        f.write("Qwen2.5-7B-Instruct,lora,32,4,500\nQwen2.5-7B-Instruct,qerl,32,4,600\n")
+    (folder / "memory.csv").write_text(
+        "model,method,model_size_gb,peak_gb,batch,gradient_checkpointing\n"
+        "Qwen2.5-7B-Instruct,lora,15.23,40.1,2,true\nQwen2.5-7B-Instruct,qerl,5.91,20.5,2,true\n")
+    cfg2 = {**cfg, "results_dir": str(results)}
+    text = render_artifact("table6", cfg2)[0].read_text()
+    assert "model: per row (measured files) | seeds: none (no run read)" in text
+    assert "hardware: GPU NVIDIA H100 80GB HBM3 (measured files)" in text
+    assert "rollout at the smallest LoRA rank measured at each batch: rank 16 at batch 1, 2, 8, rank 32 at batch 4" \
+        in text
+    t3 = render_artifact("table3", cfg2)[2].read_text()
+    assert "ours (measured, h100): peak (GB), bs2 with GC" in t3
+
+
+def test_single_seed_tables_do_not_claim_a_spread(synthetic, helpers, tmp_path):
+    cfg = helpers.make_config(tmp_path / "results")
+    cfg["train"]["ablations"]["seeds"] = [0]
+    helpers.write_inputs(cfg)
+    text = render_artifact("table9", cfg)[0].read_text()
+    assert "one seed (0): single values, no spread" in text and "mean ± std" not in text

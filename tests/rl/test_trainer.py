@@ -2,9 +2,15 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 from qerl.config import validate_config
 from qerl.data.tiny import write_splits
@@ -75,18 +81,103 @@ def test_dapo_task_trains(setup, tmp_path):
     assert len(_metrics(run_dir)) == 4
 
 
-def test_resume_is_exact(setup, tmp_path):
+def _strip(rows):
+    return [{k: v for k, v in r.items() if k not in TIMING} for r in rows]
+
+
+# What a kill (or Snakemake's cleanup of a failed / incomplete job) leaves of metrics.jsonl before the rerun.
+_LOSSES = {"kept": lambda path: None, "deleted": lambda path: path.unlink(),
+           "truncated": lambda path: path.write_text(path.read_text().splitlines()[0] + "\n"),
+           "empty": lambda path: path.write_text("")}
+
+
+@pytest.mark.parametrize("loss", list(_LOSSES))
+def test_resume_is_exact(setup, tmp_path, loss, capsys):
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
     full, dir_a = _run(setup, tmp_path / "a", "qerl")
     part, dir_b = _run(setup, tmp_path / "b", "qerl", stop_after=2)
-    assert len(_metrics(dir_b)) == 2 and (dir_b / "checkpoint.pt").exists()
+    written = (dir_b / "metrics.jsonl").read_text()
+    assert len(written.splitlines()) == 2 and (dir_b / "checkpoint.pt").exists()
+    _LOSSES[loss](dir_b / "metrics.jsonl")
+    capsys.readouterr()
     resumed, _ = _run(setup, tmp_path / "b", "qerl")
-    strip = lambda rows: [{k: v for k, v in r.items() if k not in TIMING} for r in rows]
-    assert strip(_metrics(dir_a)) == strip(_metrics(dir_b))
+    assert f"resumed from {dir_b / 'checkpoint.pt'} at step 2 of 4" in capsys.readouterr().err
+    rows = _metrics(dir_b)
+    assert [r["step"] for r in rows] == [0, 1, 2, 3]
+    assert (dir_b / "metrics.jsonl").read_text().startswith(written)  # the history before the kill, byte for byte
+    assert _strip(_metrics(dir_a)) == _strip(rows)
     pa = {n: p for n, p in full["model"].named_parameters() if p.requires_grad}
     pb = {n: p for n, p in resumed["model"].named_parameters() if p.requires_grad}
     assert pa.keys() == pb.keys() and all(torch.equal(pa[n], pb[n]) for n in pa)
+
+
+def test_rerun_of_a_finished_run_keeps_its_history(setup, tmp_path, capsys):
+    """Killed in its in-job evaluation: the checkpoint is at the last step; Snakemake deletes metrics.jsonl."""
+    _, run_dir = _run(setup, tmp_path, "lora")
+    written = (run_dir / "metrics.jsonl").read_text()
+    (run_dir / "metrics.jsonl").unlink()
+    capsys.readouterr()
+    result, _ = _run(setup, tmp_path, "lora")
+    err = capsys.readouterr().err
+    assert "at step 4 of 4" in err and "training is complete" in err
+    assert (run_dir / "metrics.jsonl").read_text() == written
+    assert result["steps"] == 4 and (run_dir / "adapter").is_dir()
+
+
+@pytest.mark.slow
+def test_cli_killed_in_a_step_then_metrics_deleted_resumes_with_full_history(setup, tmp_path):
+    """`qerl train` SIGKILLed in step 3 (checkpoint at step 2, lines of steps 0-2 written), metrics.jsonl deleted,
+    rerun: exit 0 with the lines of steps 0-3, those before the checkpoint byte for byte (never a short file)."""
+    cfg, root = setup
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({**cfg, "evaluate": {**cfg["evaluate"], "n_repeats": 1, "max_new_tokens": 10}},
+                                     sort_keys=False))
+    out = tmp_path / "run"
+    args = ["train", "--config", str(config), "--task", "t", "--method", "lora", "--seed", "0", "--base",
+            str(root / "base"), "--data", str(root / "data"), "--out", str(out), "--no-progress", "--device", "cpu"]
+    killer = Path(__file__).resolve().parents[1] / "kill_in.py"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(killer.parents[1]), os.environ.get("PYTHONPATH", "")])}
+    killed = subprocess.run([sys.executable, str(killer), "qerl.rl.trainer:compute_rewards", "3", "-", *args],
+                            capture_output=True, text=True, env=env)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    before = (out / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["step"] for line in before] == [0, 1, 2] and (out / "checkpoint.pt").exists()
+    (out / "metrics.jsonl").unlink()
+    rerun = subprocess.run([sys.executable, "-m", "qerl.cli", *args], capture_output=True, text=True, env=env)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert f"resumed from {out / 'checkpoint.pt'} at step 2 of 4" in rerun.stderr
+    after = (out / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["step"] for line in after] == [0, 1, 2, 3]
+    assert after[:2] == before[:2]
+    assert _strip([json.loads(after[2])]) == _strip([json.loads(before[2])])  # step 2 again from the checkpoint
+    assert json.loads((out / "eval.json").read_text())["train"]["steps"] == 4
+
+
+def test_checkpoint_without_history_refuses_a_short_metrics_file(setup, tmp_path):
+    _, run_dir = _run(setup, tmp_path, "lora", stop_after=2)
+    ckpt = run_dir / "checkpoint.pt"
+    state = torch.load(ckpt, weights_only=False)
+    del state["history"], state["identity"]  # as checkpoints were written before they carried the history
+    torch.save(state, ckpt)
+    (run_dir / "metrics.jsonl").write_text((run_dir / "metrics.jsonl").read_text().splitlines()[1] + "\n")
+    with pytest.raises(ValueError, match=r"checkpoint.pt is at step 2, but .*metrics.jsonl holds steps 1-1 .*"
+                                         r"Delete .*checkpoint.pt and .*metrics.jsonl"):
+        _run(setup, tmp_path, "lora")
+    (run_dir / "metrics.jsonl").unlink()
+    with pytest.raises(ValueError, match="holds no metrics"):
+        _run(setup, tmp_path, "lora")
+
+
+def test_checkpoint_of_other_settings_is_not_resumed(setup, tmp_path, capsys):
+    _, run_dir = _run(setup, tmp_path, "lora", stop_after=2)
+    old_lr = _metrics(run_dir)[0]["lr"]
+    capsys.readouterr()
+    _run(setup, tmp_path, "lora", variant="lr2e-3")  # a config edit reruns the job in the same folder
+    err = capsys.readouterr().err
+    assert "ignoring" in err and "lr: 0.001 -> 0.002" in err and "training from step 0" in err
+    assert [r["step"] for r in _metrics(run_dir)] == [0, 1, 2, 3]
+    assert _metrics(run_dir)[0]["lr"] == pytest.approx(2 * old_lr)  # step 0 was trained again, at the new rate
 
 
 def test_nan_losses_abort(setup, tmp_path, monkeypatch):

@@ -1,6 +1,7 @@
 # Claims: the paper's five headline claims (REPORTED.md), each checked against this scale's runs and the committed
 # measurements (qerl/report/claims.py), with the numbers it rests on and a verdict per comparison:
 #   snakemake --cores all claims        ->  R/claims.md   (docs/CLAIMS_TINY.md is the tiny scale's, committed)
+#                                           R/claims.html (the same, as the report displays it)
 # Its inputs are those of the tables and figures it draws on (qerl.report.claims.ARTIFACTS_READ).
 from qerl.report.claims import claims_inputs
 
@@ -10,7 +11,8 @@ rule claims:
         config=ancient(CONFIGFILE),
         data=claims_inputs(config),
     output:
-        report(f"{R}/claims.md", caption="../report/claims.rst", category="Claims"),
+        md=report(f"{R}/claims.md", caption="../report/claims.rst", category="Claims"),
+        html=report(f"{R}/claims.html", caption="../report/claims.rst", category="Claims"),
     params:
         cfg=section("scale", "model", "seeds", "train", "evaluate", "profile"),
     conda:
@@ -20,4 +22,4 @@ rule claims:
     benchmark:
         f"{R}/benchmarks/render/claims.tsv"
     shell:
-        "qerl claims --config {input.config} --out {output} 2> {log}"
+        "qerl claims --config {input.config} --out {output.md} --html {output.html} 2> {log}"

@@ -5,13 +5,12 @@ import os
 
 import yaml
 
-from qerl.config import task_methods, validate_config
+from qerl.config import task_methods
 from qerl.methods import get_method
 from qerl.rl.variants import canonical_variant, lr_variant
 
-# The JSON schema (Snakefile: snakemake.utils.validate) catches unknown keys and types; qerl's own check adds the
-# semantic ones (unknown method names, missing data files) with the same messages the CLI gives.
-config = validate_config(config, source="snakemake config")
+# `config` was validated, and its defaults filled in, by the Snakefile (qerl.config.validate_config, the check the
+# CLI runs, then snakemake's validate against the same schema).
 
 SCALE = config["scale"]
 R = f"{config['results_dir']}/{SCALE}"

@@ -7,13 +7,7 @@
 # the NF4 recipe) when quantize.formats lists its format; otherwise it is quantized round-to-nearest at load time.
 # Either way the results JSON says which (model.quantization).
 
-_eval_real = [b for b in config["evaluate"]["benchmarks"] if b != "tiny"]
-if not set(_eval_real) <= set(config["data"]["benchmarks"]):
-    raise ValueError(
-        f"config key 'evaluate.benchmarks' names {sorted(set(_eval_real) - set(config['data']['benchmarks']))}, "
-        f"which 'data.benchmarks' ({config['data']['benchmarks']}) does not provide; add them there"
-    )
-
+# qerl.config checks that data.benchmarks provides every real benchmark of evaluate.benchmarks.
 EVALUATE_TARGETS = expand(
     f"{R}/evals/{MODEL}/{{method}}/{{benchmark}}/seed{{seed}}.json",
     method=config["evaluate"]["methods"],

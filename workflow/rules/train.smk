@@ -2,6 +2,11 @@
 # model/, eval.json, run.json). The tiny scale evaluates inside the training job (no second process start).
 # resources.train.gpus = 0 runs `qerl train` on the CPU; N >= 1 claims N free GPUs for the job and launches N
 # data-parallel ranks with torchrun (qerl/rl/distributed.py); SLURM gets gpu/mem_mb/runtime as sbatch options.
+# Reruns: checkpoint.pt is deliberately not an output. Snakemake deletes the outputs of a failed or incomplete job
+# (metrics.jsonl included) before it reruns it (--rerun-incomplete, the profiles' retries); the checkpoint survives,
+# and it carries the metrics history, so the resumed job writes the same metrics.jsonl as an uninterrupted one. A
+# job rerun because its config section or an input changed finds a checkpoint written for other settings or input
+# files, which the trainer ignores: that run starts from step 0 (qerl/rl/trainer.py, "Resume").
 from qerl.methods import TRAINED_METHODS
 
 
