@@ -20,7 +20,7 @@ import datetime
 import math
 from pathlib import Path
 
-from qerl.report import paper, tables
+from qerl.report import batch_sweep, paper, tables
 from qerl.report.context import (Context, Needs, RunSpec, ablation, role_benchmarks, run_path, task_name,
                                  trained_methods)
 from qerl.report.inputs import Stat, paper_model_label, summarize
@@ -327,6 +327,7 @@ def render_claims(cfg: dict) -> str:
     seen: list[Context] = []
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     speed, big = _speed(cfg, seen), _memory_32b(cfg, seen)
+    sweep = batch_sweep.sweep_claim_lines(_context(cfg, Needs(measured=("rollout.csv",)), seen))  # by batch
     timing = _cpu_timing(cfg, seen)
     (c3, s3), (c4, s4), (c5, s5) = _claim3(cfg, seen), _claim4(cfg, seen), _claim5(cfg, seen)
     prov = Context(cfg, Needs()).prov
@@ -341,7 +342,8 @@ def render_claims(cfg: dict) -> str:
              "the seeds' spread), **contradicted** when it is below -2 SE, **within noise** otherwise. The paper's "
              "numbers are in ../shared/paper/REPORTED.md and beside ours in every table. Differences treat the "
              "seeds of two methods as independent samples.", "", "## Summary", "",
-             f"1. Speed: {speed[1] if speed else 'not measured at this commit.'}",
+             f"1. Speed: {speed[1] if speed else 'not measured at this commit.'}"
+             + (f" By batch regime: {sweep[1]}." if sweep else ""),
              f"2. 32B on one 80 GB GPU: {big[1] if big else 'not measured at this commit.'}",
              f"3. Entropy and reward growth, 4-bit LoRA vs BF16 LoRA: {s3}",
              f"4. Accuracy: {s4}",
@@ -361,6 +363,8 @@ def render_claims(cfg: dict) -> str:
                   "Tables 3 and 5-8 read \"not measured\". This scale's training runs do not test the claim: on a "
                   "CPU the 4-bit layers go through the torch reference (dequantize, then matmul), not the GPU "
                   "kernels the claim is about.", ""]
+    if sweep:
+        lines += sweep[0]
     if timing:
         lines += ["For the record, this scale's own step phases (GRPO task, mean over steps and seeds; "
                   f"{cfg['scale']} hardware, not the claim's setting):", "", *timing, ""]

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from qerl.report import figures, tables
+from qerl.report import batch_sweep, figures, tables
 from qerl.report.context import (
     Context,
     EvalSpec,
@@ -251,6 +251,13 @@ _ENTRIES = [
     Artifact("fig11", "figure", "Figure 11: rollout tokens/s by LoRA rank",
              "Paper bars: Table 9. Ours: results/measured/<gpu>/rollout.csv at batch 1 (hatched), when committed.",
              "Efficiency", _measured("rollout.csv"), figures.render_fig11),
+    Artifact("figbatch", "figure", "Rollout speedup over BF16 LoRA across batch sizes (not a paper figure)",
+             "The paper's speed claim (> 1.5x, measured there at batch 1-8) across rollout batches 1-256: QeRL and "
+             "QLoRA tokens/s over BF16 LoRA's at each batch (rank 32, results/measured/<gpu>/rollout.csv), beside "
+             "the NVFP4-vs-BF16 ceiling from the measured read bandwidth and matrix rate "
+             "(results/measured/<gpu>/ceilings.json); right: tokens/s and each method's roofline. The verdict per "
+             "batch regime is in claims.md (claim 1).",
+             "Efficiency", _measured("rollout.csv", "ceilings.json"), batch_sweep.render_figbatch),
     Artifact("fig12", "figure", "Figure 12: BigMath reward, 7B / 14B (appendix H)",
              "Paper: QeRL vs LoRA vs full, levels 3-5, 250 steps. Ours: the DAPO task.",
              "Training dynamics", _curves([("dapo", _BIGMATH)]), _curve_fig([_REWARD]),

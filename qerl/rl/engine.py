@@ -25,8 +25,9 @@ One decoder layer of the decode step (batch B, one token per row), kernels in br
     x = rmsnorm(h); t = x A_gu^T; y = x W_gu^T              [as above; BF16: gate and up as two cuBLAS GEMMs]
     m = silu(y_g + t_g B_g^T) * (y_u + t_u B_u^T)           [kernels.decode.silu_mul]
     h = h + m W_d^T + (m A_d^T) B_d^T                       [as o]
-14 launches per layer for NVFP4 + LoRA, 17 for BF16 + LoRA (19 without the q/k/v copy); the LM head and the
-sampling (temperature, top-p, Gumbel-max with the default CUDA generator, log-prob and entropy of the sampling
+Measured on an H200 (results/measured/h200/step_trace.run9.md, 7B): 16 kernels per layer for NVFP4 + LoRA and 21
+for BF16 + LoRA (cuBLAS adds a split-K reduction to the skinny LoRA products; the BF16 addmm copies its input), against
+31 and 33 before this engine; the LM head and the sampling (temperature, top-p, Gumbel-max with the default CUDA generator, log-prob and entropy of the sampling
 distribution, as qerl.rl.rollout.sample) follow, inside the same graph. Layers the fused path cannot read (merged or
 DoRA adapters, several active adapters, bitsandbytes bases) are called as modules, with their LoRA applied by the
 same kernels where it can be.

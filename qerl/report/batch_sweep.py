@@ -1,0 +1,209 @@
+"""The rollout speed claim across batch sizes: QeRL and QLoRA speedup over BF16 LoRA from batch 1 to 256, against
+the speedup the hardware allows, and a verdict per batch regime.
+
+Why: the paper's first claim (NVFP4 rollouts > 1.5x BF16 LoRA) is measured at batch 1-8; RL rolls out far larger
+batches (the paper config samples 128 prompts x 8 in 64-row chunks), where decoding stops being bound by reading the
+weights. This artifact ("figbatch", not a paper figure) plots the measured ratio per batch beside two ceilings:
+
+  * roofline: per decode step, time >= max(bytes / read bandwidth, FLOPs / matrix rate), where bytes are the
+    weights (BF16: 2 bytes per weight; NVFP4: 4.5 bits plus the BF16 LM head), the LoRA factors and the KV cache of
+    every row at the generation's mean context (prompt + completion / 2), and FLOPs are 2 per weight per row plus
+    attention; the ceiling is BF16's floor over NVFP4's;
+  * weights only: the same without the KV cache (the ratio the 4-bit weights alone would buy).
+Bandwidth and matrix rate come from results/measured/<gpu>/ceilings.json (measured on that GPU, with provenance
+inside); without it only the measured ratios are drawn.
+
+Regimes (`regime_verdicts`, also used by `qerl claims`): batch <= 8, 16-64, >= 128; "holds" where every measured
+ratio of the regime is >= 1.5, otherwise "not reproduced", said with whether QeRL is still faster than BF16 LoRA
+there ("faster, below 1.5x"), slower ("slower"), or both ("mixed").
+
+Run: `qerl render --config results/tiny/config.yaml --artifact figbatch --out-dir results/tiny/figures`
+"""
+from __future__ import annotations
+
+import json
+
+from qerl.report.context import Context, measured_dir
+from qerl.report.tables import NOT_MEASURED, method_aliases
+
+__all__ = ["REGIMES", "PAPER_CLAIM", "MEAN_CONTEXT", "ceilings", "step_floor", "speedups", "regime_verdicts",
+           "sweep_claim_lines", "render_figbatch"]
+
+REGIMES = (("batch <= 8", 1, 8), ("batch 16-64", 16, 64), ("batch >= 128", 128, 1 << 30))
+PAPER_CLAIM = 1.5  # "> 1.5x rollout speedup" (QeRL abstract / Tables 5-8)
+MEAN_CONTEXT = 256 + 2048 / 2  # the profile's shape: prompt 256, completion 2048 (mean context over a generation)
+_BITS = {"lora": 16.0, "qerl": 4.5, "qlora": 4.127}  # NF4: 4 bits + 8-bit absmax per 64 + fp32 per 256 blocks
+
+
+def ceilings(cfg: dict) -> dict | None:
+    """{"read_gbs", "tflops", "source"} from measured/<gpu>/ceilings.json, or None when absent."""
+    folder = measured_dir(cfg)
+    path = folder / "ceilings.json" if folder is not None else None
+    if path is None or not path.exists():
+        return None
+    try:
+        data = json.loads(path.read_text())
+        return {"read_gbs": float(data["read_gbs"]), "tflops": float(data["tflops"]),
+                "source": f"{path}: {data.get('source', '')}"}
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"{path}: expected read_gbs and tflops numbers ({exc})") from exc
+
+
+def _arch(model: str):
+    """The architecture of a paper model label ("7B") or a full model name."""
+    from qerl.profiling.archs import ARCHS
+    if model in ARCHS:
+        return ARCHS[model]
+    return next((a for a in ARCHS.values() if a.model_name == model), None)
+
+
+def step_floor(arch, method: str, batch: int, context: float, read_gbs: float, tflops: float, *, rank: int = 32,
+               kv: bool = True) -> float:
+    """Seconds per decode step no implementation can beat (see the module docstring).
+
+    Args:
+        arch: a qerl.profiling.archs.Arch.
+        method: "lora" (BF16 weights), "qerl" (NVFP4) or "qlora" (NF4).
+        batch: rows per step; context: mean tokens each row attends over.
+        read_gbs, tflops: measured read bandwidth (GB/s) and bf16 matrix rate (TFLOP/s).
+        kv: count the KV cache reads (False: weights and LoRA only).
+    """
+    head = arch.vocab * arch.hidden  # the LM head (tied or not) is read every step, in BF16
+    kv_dim = arch.kv_heads * arch.head_dim
+    per_layer_lora = rank * (4 * arch.hidden + arch.hidden + 2 * kv_dim + 3 * (arch.hidden + arch.intermediate)
+                             + (arch.hidden + arch.intermediate))
+    lora = per_layer_lora * arch.layers
+    weight_bytes = arch.linear_params * _BITS[method] / 8 + 2 * head + 2 * lora
+    kv_bytes = batch * context * arch.layers * 2 * kv_dim * 2 if kv else 0.0
+    flops = 2 * batch * (arch.linear_params + head + lora) + 4 * batch * context * arch.layers * arch.hidden
+    return max((weight_bytes + kv_bytes) / (read_gbs * 1e9), flops / (tflops * 1e12))
+
+
+def speedups(rows: list[dict], model: str, method: str, rank: int = 32) -> dict[int, float]:
+    """{batch: method tok/s / BF16 LoRA tok/s} from rollout.csv rows at one LoRA rank (the first row of a batch:
+    the profiler writes the bucket timing before the full-generation one, which agrees with it within ~1 %)."""
+    def tps(m: str) -> dict[int, float]:
+        out: dict[int, float] = {}
+        for r in rows:
+            v = r["tokens_per_s"]
+            if r["model"] == model and r["method"] in method_aliases(m) and r["rank"] == rank and \
+                    isinstance(v, (int, float)) and r["batch"] not in out:
+                out[r["batch"]] = float(v)
+        return out
+    base, ours = tps("lora"), tps(method)
+    return {b: ours[b] / base[b] for b in sorted(ours) if b in base and base[b] > 0}
+
+
+def regime_verdicts(ratios: dict[int, float]) -> list[tuple[str, str, str, str]]:
+    """[(regime, "min-max x over n batches", verdict, short verdict)] for the regimes that have measurements."""
+    out = []
+    for name, lo, hi in REGIMES:
+        xs = [v for b, v in ratios.items() if lo <= b <= hi]
+        if not xs:
+            continue
+        if min(xs) >= PAPER_CLAIM:
+            verdict, short = "holds", "holds"
+        elif max(xs) <= 1.0:
+            verdict, short = "not reproduced (no faster than BF16 LoRA)", "slower"
+        elif min(xs) > 1.0:
+            verdict, short = f"not reproduced (faster than BF16 LoRA, below {PAPER_CLAIM:g}x)", "faster, below 1.5x"
+        else:
+            verdict, short = "not reproduced (faster at some batches, slower at others)", "mixed"
+        out.append((name, f"{min(xs):.2f}-{max(xs):.2f}x over {len(xs)} batch sizes", verdict, short))
+    return out
+
+
+def sweep_claim_lines(ctx: Context) -> tuple[list[str], str] | None:
+    """Markdown lines and a one-line summary of the per-regime verdicts of every model with a batch sweep (QeRL and
+    BF16 LoRA measured at three or more batch sizes, up to 64 or more); None when there is none."""
+    rows = ctx.measured("rollout.csv") or []
+    lines, summary = [], []
+    for model in dict.fromkeys(r["model"] for r in rows):
+        q = speedups(rows, model, "qerl")
+        if len(q) < 3 or max(q) < 64:
+            continue
+        ql = speedups(rows, model, "qlora")
+        label = model
+        lines.append(f"- {label}, QeRL / BF16 LoRA rollout tok/s by batch: " +
+                     ", ".join(f"{b}: {v:.2f}" for b, v in q.items()) +
+                     ("; QLoRA / BF16 LoRA: " + ", ".join(f"{b}: {v:.2f}" for b, v in ql.items()) if ql else ""))
+        verdicts = regime_verdicts(q)
+        lines += [f"  - {name}: {span}: **{verdict}**" for name, span, verdict, _ in verdicts]
+        summary.append(f"{label}: " + "; ".join(f"{name} {short} ({span.split(' over')[0]})"
+                                                 for name, span, _, short in verdicts))
+    if not lines:
+        return None
+    return ["Across batch sizes (figure figbatch; rank 32, the same rollout.csv):", "", *lines, ""], \
+        " | ".join(summary)
+
+
+def render_figbatch(ctx: Context, artifact):
+    """Two panels: speedup over BF16 LoRA vs batch (measured QeRL and QLoRA, roofline and weights-only ceilings,
+    the paper's 1.5x); rollout tokens/s vs batch with each method's roofline tokens/s."""
+    from qerl.report import figures
+
+    plt = figures._plt()
+    rows = ctx.measured("rollout.csv") or []
+    ceil = ceilings(ctx.cfg)
+    # the models with a sweep (QeRL and BF16 LoRA measured up to batch >= 64); others (batch 1-8, Tables 5-8) are
+    # in Tables 5-8 and Fig. 11
+    models = [m for m in dict.fromkeys(r["model"] for r in rows)
+              if len(speedups(rows, m, "qerl")) >= 3 and max(speedups(rows, m, "qerl")) >= 64]
+    ceiling_model = "7B" if "7B" in models else (models[0] if models else None)
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(11.0, 6.4))
+    styles = ["-", "--", ":", "-."]
+    colors = {"qerl": "tab:green", "qlora": "tab:orange", "lora": "tab:gray"}
+    names = {"qerl": "QeRL (NVFP4)", "qlora": "QLoRA (NF4)", "lora": "BF16 LoRA"}
+    for i, model in enumerate(models):
+        label = model
+        ls = styles[i % len(styles)]
+        for method in ("qerl", "qlora"):
+            s = speedups(rows, model, method)
+            if s:
+                ax.plot(list(s), list(s.values()), ls, marker="o", ms=4, color=colors[method],
+                        label=f"{label} {names[method]} (measured)")
+        for method in ("lora", "qerl", "qlora"):
+            first: dict[int, float] = {}
+            for r in rows:
+                if r["model"] == model and r["method"] in method_aliases(method) and r["rank"] == 32 and \
+                        isinstance(r["tokens_per_s"], (int, float)):
+                    first.setdefault(r["batch"], float(r["tokens_per_s"]))
+            pts = sorted(first.items())
+            if pts:
+                ax2.plot([b for b, _ in pts], [v for _, v in pts], ls, marker="o", ms=4, color=colors[method],
+                         label=f"{label} {names[method]}")
+        arch = _arch(model)
+        ctx_len = MEAN_CONTEXT
+        if ceil and arch is not None and model == ceiling_model:
+            batches = [2 ** k for k in range(0, 9)]
+            for kv, style, what in ((True, "-", "roofline (weights + LoRA + KV cache)"),
+                                    (False, ":", "weights only")):
+                ratio = [step_floor(arch, "lora", b, ctx_len, ceil["read_gbs"], ceil["tflops"], kv=kv) /
+                         step_floor(arch, "qerl", b, ctx_len, ceil["read_gbs"], ceil["tflops"], kv=kv)
+                         for b in batches]
+                ax.plot(batches, ratio, style, color="black", lw=1.0, alpha=0.6,
+                        label=f"{label} ceiling, NVFP4 vs BF16: {what}")
+            for method in ("lora", "qerl"):
+                ax2.plot(batches, [b / step_floor(arch, method, b, ctx_len, ceil["read_gbs"], ceil["tflops"])
+                                   for b in batches], "-", color=colors[method], lw=0.8, alpha=0.35,
+                         label=f"{label} {names[method]} roofline")
+    ax.axhline(PAPER_CLAIM, color="tab:red", ls="--", lw=1, label="paper: > 1.5x")
+    ax.axhline(1.0, color="0.5", lw=0.8)
+    for a in (ax, ax2):
+        a.set_xscale("log", base=2)
+        a.set_xlabel("rollout batch (sequences)")
+        a.grid(alpha=0.3)
+    ax2.set_yscale("log")
+    ax.set_ylabel("speedup over BF16 LoRA (rollout tokens/s)")
+    ax2.set_ylabel("rollout tokens/s")
+    if not models:
+        ax.set_title(f"ours: {NOT_MEASURED}", fontsize=9, color="tab:red")
+    for a in (ax, ax2):
+        if a.get_legend_handles_labels()[0]:
+            a.legend(fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2, frameon=False)
+    fig.suptitle(figures._title(artifact, ctx, figures._measured_line(ctx)), fontsize=10)
+    extra = (f"Ceilings: {ceil['source']}; read {ceil['read_gbs']:.0f} GB/s, bf16 {ceil['tflops']:.0f} TFLOP/s; "
+             f"mean context {MEAN_CONTEXT:.0f} tokens (prompt 256 + completion 2048 / 2)." if ceil else "No ceilings.json: ceilings not drawn.")
+    figures._footer(fig, artifact, ctx, extra)
+    fig.subplots_adjust(bottom=0.36, top=0.88, wspace=0.25)
+    return fig

@@ -1,0 +1,38 @@
+"""The batch-sweep artifact's arithmetic: speedups per batch from rollout rows, the roofline ceiling (NVFP4 vs BF16
+~2.9x at batch 1 for 7B, falling as the KV cache and then the FLOPs take over), and the verdict per regime."""
+from __future__ import annotations
+
+import pytest
+
+from qerl.profiling.archs import ARCHS
+from qerl.report.batch_sweep import MEAN_CONTEXT, regime_verdicts, speedups, step_floor
+
+
+def _row(method, batch, tps, rank=32):
+    return {"model": "7B", "method": method, "rank": rank, "batch": batch, "tokens_per_s": tps}
+
+
+def test_speedups_take_the_first_row_of_a_batch_at_the_rank():
+    rows = [_row("lora", 1, 100.0), _row("qerl", 1, 150.0), _row("qerl", 1, 160.0), _row("lora", 8, 800.0),
+            _row("qerl", 8, 400.0), _row("qerl", 1, 999.0, rank=16), _row("qerl", 64, 1.0)]
+    assert speedups(rows, "7B", "qerl") == {1: 1.5, 8: 0.5}  # no BF16 row at 64: no ratio there
+
+
+def test_roofline_ceiling_for_7b():
+    a = ARCHS["7B"]
+    ratio = {b: step_floor(a, "lora", b, MEAN_CONTEXT, 4437, 795) / step_floor(a, "qerl", b, MEAN_CONTEXT, 4437, 795)
+             for b in (1, 64, 256, 4096)}
+    assert 2.8 < ratio[1] < 3.0  # 14.2 GB of BF16 weights + LM head + LoRA against 4.8 GB
+    assert ratio[1] > ratio[64] > ratio[256] > 1.0 and ratio[4096] == pytest.approx(1.0, abs=0.01)
+    weights_only = step_floor(a, "lora", 256, MEAN_CONTEXT, 4437, 795, kv=False) / \
+        step_floor(a, "qerl", 256, MEAN_CONTEXT, 4437, 795, kv=False)
+    assert weights_only == pytest.approx(1.0, abs=0.02)  # compute-bound from ~256 rows on (the issue's estimate)
+    assert 1 / step_floor(a, "qerl", 1, MEAN_CONTEXT, 4437, 795) == pytest.approx(870, rel=0.08)  # issue: ~870
+
+
+def test_regime_verdicts():
+    v = {name: (span, short) for name, span, _, short in
+         regime_verdicts({1: 1.6, 8: 1.55, 16: 1.2, 64: 0.9, 128: 0.8, 256: 0.7})}
+    assert v["batch <= 8"] == ("1.55-1.60x over 2 batch sizes", "holds")
+    assert v["batch 16-64"][1] == "mixed" and v["batch >= 128"][1] == "slower"
+    assert regime_verdicts({2: 1.3})[0][3] == "faster, below 1.5x" and regime_verdicts({}) == []
