@@ -3,6 +3,7 @@
 Public API (CUDA tensors run the Triton kernels, CPU tensors the torch reference):
     fp4_linear(x, codes, scales, global_scale, bias, fmt)      y = x @ W^T + bias, W in the storage layout
     fp4_linear_grad_input(grad_y, codes, scales, global_scale, fmt)   grad_y @ W (fused kernel at small M)
+    _common.fp4_gemm_tc(a, p, forward=...)                    tensor-core tiles for M >= 64 (opt-in, see _common)
     fp4_dequantize_weight(codes, scales, global_scale, fmt, dtype)
     prepare(codes, scales, global_scale, fmt) -> PreparedFP4   the kernels' layout, once per weight
     concat_prepared([p_q, p_k, p_v]) -> group                  several weights of one K as one launch

@@ -23,7 +23,11 @@ below that (0.3-0.9 TB/s measured). What this file does instead, Marlin-style:
    evenly; tiles shared by several CTAs are reduced deterministically by the last CTA to finish (fp32 partials
    in a workspace, an arrival counter that resets itself), so one launch does the whole product.
 5. Larger M uses the same kernel with one tile per CTA; very large M uses the standalone dequantize kernel followed
-   by cuBLAS, which wins there (the decode cost is amortised over M).
+   by cuBLAS, which wins there (the decode cost is amortised over M); between 64 and FUSED_MAX_M the faster of the
+   two is timed once per shape. A third path, tensor-core tiles in the natural orientation (`fp4_gemm_tc`: the
+   decoded tile staged through shared memory as wgmma's B operand), forward and backward, is built and tested but
+   joins that timed choice only with QERL_FP4_TC=1: on an H200 it ran 0.31-0.51x cuBLAS (one CTA per SM, decode not
+   overlapped with the MMA; results/measured/h200/kernels.notes.md, iteration 3).
 6. The backward input gradient grad_x = grad_y @ W (`fp4_gemm_t`) decodes the same tiles in a transposed kernel,
    split over W's rows with a deterministic last-arrival reduction, up to M = 64; dequantize + cuBLAS above.
 7. Per-row output factors (`out_scales` [2, N_pad]) let several weights of one K run as one launch
