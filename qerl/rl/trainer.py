@@ -48,6 +48,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import hashlib
+import itertools
 import json
 import math
 import os
@@ -255,14 +256,33 @@ def _lr_lambda(s: RunSettings):
     return f
 
 
-def _batch_indices(n: int, seed: int, step: int, size: int) -> list[int]:
-    """Problems of a step: consecutive slices of per-epoch permutations seeded by (seed, epoch); stateless."""
+def _epoch_order(levels: list, seed: int, epoch: int) -> list[int]:
+    """One epoch's order of the problems, stratified by level: each level's problems are shuffled (seeded by seed
+    and epoch) and the levels then take turns, so every consecutive slice holds the levels in equal shares. With
+    one level (or none, as GSM8K) this is a plain seeded permutation."""
+    rng = random.Random(f"{seed}:epoch{epoch}")
+    strata: dict = {}
+    for i, level in enumerate(levels):
+        strata.setdefault(level, []).append(i)
+    queues = []
+    for key in sorted(strata, key=lambda k: (k is None, k)):
+        rng.shuffle(strata[key])
+        queues.append(strata[key])
+    return [i for turn in itertools.zip_longest(*queues) for i in turn if i is not None]
+
+
+def _batch_indices(levels: list, seed: int, step: int, size: int) -> list[int]:
+    """Problems of a step: consecutive slices of per-epoch orders (_epoch_order) seeded by (seed, epoch); stateless.
+
+    Why stratified: a step of 16 prompts drawn at random from levels 1-3 has a level mix that swings its mean reward
+    by more than RL moves it in 16 steps (the curves of every method rose and fell together with the prompts); the
+    paper's 128-prompt batches average that out. Equal shares per level keep the batch's difficulty steady.
+    """
+    n = len(levels)
     out, pos = [], step * size
     while len(out) < size:
         epoch, offset = divmod(pos, n)
-        perm = list(range(n))
-        random.Random(f"{seed}:epoch{epoch}").shuffle(perm)
-        take = perm[offset : offset + size - len(out)]
+        take = _epoch_order(levels, seed, epoch)[offset : offset + size - len(out)]
         out += take
         pos += len(take)
     return out
@@ -565,11 +585,12 @@ def train(cfg: dict, s: RunSettings, base_dir: str | Path, out_dir: str | Path, 
             info["distributed"] = {"world_size": ctx.world_size, "backend": ctx.backend}
         (out / "run.json").write_text(json.dumps(info, indent=2, default=list) + "\n")
     G, last = s.group_size, {}
+    levels = [p.level for p in problems]
     bar = Readout(s.steps, start, f"{s.task}/{s.method}/{s.variant}/seed{s.seed}", enabled=progress and ctx.is_main)
     for step in range(start, s.steps):
         if stop_after is not None and step >= stop_after:
             break
-        indices = _batch_indices(len(problems), s.seed, step, s.prompts_per_step)
+        indices = _batch_indices(levels, s.seed, step, s.prompts_per_step)
         lo, hi = shard_range(len(indices), ctx.rank, ctx.world_size) if ctx.distributed else (0, len(indices))
         batch_problems = [problems[i] for i in indices[lo:hi]]  # this rank's prompts: whole groups
         prompts = [build_prompt(p.question, tokenizer, s.instruction) for p in batch_problems]
@@ -615,17 +636,18 @@ def train(cfg: dict, s: RunSettings, base_dir: str | Path, out_dir: str | Path, 
             "step": step, "reward": float(rewards.mean()), "accuracy": float(correct.mean()),
             "entropy": _masked_mean(batch.entropy, comp), "sigma": float(sigma),
             "response_length": float(batch.lengths.float().mean()),
-            "clip_fraction": _mean([d["clip_fraction"] for d in diags]), "kl": _mean([d.get("kl", 0.0) for d in diags]),
+            "loss": _mean(upd["losses"]), "clip_fraction": _mean([d["clip_fraction"] for d in diags]),
+            "kl": _mean([d.get("kl", 0.0) for d in diags]),
             "grad_norm": _mean(grad_norms), "grad_clipped": _mean([float(g > s.grad_clip) for g in grad_norms]),
-            "mixed_groups": mixed, "adv_abs": float(adv.abs().mean()), "time_rollout": t_rollout, "time_logprobs": t_logprobs,
-            "time_update": t_update, "peak_memory_bytes": _peak_memory(), "lr": sched.get_last_lr()[0],
+            "mixed_groups": mixed, "adv_abs": float(adv.abs().mean()), "time_rollout": t_rollout,
+            "time_logprobs": t_logprobs, "time_update": t_update, "peak_memory_bytes": _peak_memory(), "lr": sched.get_last_lr()[0],
             "skipped_updates": skipped, "kept_fraction": float((mask.sum(1) > 0).float().mean()),
             "truncated_fraction": float(batch.truncated.float().mean()),
             "rollout_tokens": int(batch.lengths.sum()), "rollout_tokens_per_s": float(batch.lengths.sum()) / t_rollout,
         }
         if ctx.distributed:
             last.update(_global_metrics(ctx, rewards, correct, batch.entropy, comp, batch.lengths, mask,
-                                        batch.truncated, t_rollout, t_logprobs, t_update))
+                                        batch.truncated, t_rollout, t_logprobs, t_update, adv, G))
         history.append(json.dumps(last))
         if ctx.is_main:
             with open(metrics_path, "a") as f:
@@ -655,18 +677,21 @@ def train(cfg: dict, s: RunSettings, base_dir: str | Path, out_dir: str | Path, 
 
 
 def _global_metrics(ctx: DistContext, rewards, correct, entropy, comp, lengths, mask, truncated, t_rollout,
-                    t_logprobs, t_update) -> dict:
+                    t_logprobs, t_update, adv, group_size) -> dict:
     """The step's metrics over the global batch: means over every rank's rows, the slowest rank's times, the
     largest peak memory, and the global rollout throughput (all tokens / the slowest rollout)."""
     comp = comp.to(entropy.dtype)
-    (r_sum, c_sum, n, e_sum, e_cnt, len_sum, kept, trunc) = reduce_sum(ctx, [
+    grouped = rewards.view(-1, group_size)  # [groups, G]
+    (r_sum, c_sum, n, e_sum, e_cnt, len_sum, kept, trunc, mixed, a_sum) = reduce_sum(ctx, [
         float(rewards.sum()), float(correct.sum()), float(rewards.numel()), float((entropy * comp).sum()),
-        float(comp.sum()), float(lengths.sum()), float((mask.sum(1) > 0).sum()), float(truncated.sum())])
+        float(comp.sum()), float(lengths.sum()), float((mask.sum(1) > 0).sum()), float(truncated.sum()),
+        float((grouped.amax(1) != grouped.amin(1)).sum()), float(adv.abs().sum())])
     t_roll, t_lp, t_up, peak = reduce_max(ctx, [t_rollout, t_logprobs, t_update, float(_peak_memory())])
     return {"reward": r_sum / n, "accuracy": c_sum / n, "entropy": e_sum / max(e_cnt, 1.0),
             "response_length": len_sum / n, "time_rollout": t_roll, "time_logprobs": t_lp, "time_update": t_up,
             "peak_memory_bytes": int(peak), "kept_fraction": kept / n, "truncated_fraction": trunc / n,
-            "rollout_tokens": int(len_sum), "rollout_tokens_per_s": len_sum / t_roll}
+            "rollout_tokens": int(len_sum), "rollout_tokens_per_s": len_sum / t_roll,
+            "mixed_groups": mixed * group_size / n, "adv_abs": a_sum / n}
 
 
 def _mean(xs: list[float]) -> float:

@@ -42,4 +42,4 @@ rule train:
     shell:
         "{params.launch} train --config {input.config} --task {wildcards.task} --method {wildcards.method}"
         " --variant {wildcards.variant} --seed {wildcards.seed} --base {input.base} {params.data} {params.quantized}"
-        " --out {params.out} {params.device} --no-progress 2> {log}"
+        " --out {params.out} {params.device} 2> {log}"
