@@ -289,11 +289,19 @@ def evaluate_benchmark(model, tokenizer, name: str, problems, settings: EvalSett
         raise RuntimeError(f"{name}: lm-eval reports pass@1 {lm_mean} +/- {lm_stderr}, the per-sample verdicts give "
                            f"{stats['pass_at_1']} +/- {stats['stderr']}")
 
+    from qerl.rl.rewards import format_reward
+
+    # strict: the exact <think> ... </think> <answer> ... </answer> shape and a correct answer inside it (the
+    # flexible pass@1 above accepts an answer found anywhere the extractor looks: <answer>, \boxed{}, ####)
+    strict_verdicts = [[c and format_reward(t) == 1.0 for c, t in zip(s["correct"], s["completions"])]
+                       for s in samples]
+    strict = pass_at_1_stats(strict_verdicts)
     per_level = {}
     levels = sorted({p.level for p in problems if p.level is not None})
     for level in levels:
         per_level[str(level)] = pass_at_1_stats([v for v, p in zip(verdicts, problems) if p.level == level])
-    from qerl.rl.rewards import format_reward
+        per_level[str(level)]["pass_at_1_strict"] = pass_at_1_stats(
+            [v for v, p in zip(strict_verdicts, problems) if p.level == level])["pass_at_1"]
 
     tokens = [n for s in samples for n in s["n_tokens"]]
     finishes = [f for s in samples for f in s["finish"]]
@@ -301,6 +309,8 @@ def evaluate_benchmark(model, tokenizer, name: str, problems, settings: EvalSett
     formatted = [format_reward(t) == 1.0 for s in samples for t in s["completions"]]
     return {
         **stats,
+        "pass_at_1_strict": strict["pass_at_1"],
+        "stderr_strict": strict["stderr"],
         "per_level": per_level,
         "answer_found_pct": 100.0 * sum(found) / len(found),
         "formatted_pct": 100.0 * sum(formatted) / len(formatted),
@@ -348,7 +358,8 @@ def evaluate_model(model, tokenizer, benchmarks: Iterable[str], cfg: dict, seed:
 
     Returns:
         {"version", "seed", "scale", "settings", "model", "adapter_check", "benchmarks": {name: {"pass_at_1",
-        "stderr", "n_problems", "n_repeats", "per_repeat", "per_level", "lm_eval", "completion_tokens_mean",
+        "stderr", "pass_at_1_strict" and "stderr_strict" (the exact <think>/<answer> shape and a correct answer in
+        it; per_level entries carry pass_at_1_strict too), "n_problems", "n_repeats", "per_repeat", "per_level", "lm_eval", "completion_tokens_mean",
         "truncated_pct", "finish_counts", "answer_found_pct" (samples with an extractable answer),
         "formatted_pct" (samples in the exact <think>/<answer> format), "seconds", "prompt_example",
         "samples": [per-problem log]}},
@@ -452,7 +463,8 @@ def run(args) -> int:
     for name, r in results["benchmarks"].items():
         stderr = "n/a" if r["stderr"] is None else f"{r['stderr']:.2f}"
         levels = "  ".join(f"L{k} {v['pass_at_1']:.1f}" for k, v in r["per_level"].items())
-        print(f"{name}: pass@1 {r['pass_at_1']:.2f} % +/- {stderr} (n={r['n_problems']} x {r['n_repeats']} repeats, "
+        print(f"{name}: pass@1 {r['pass_at_1']:.2f} % +/- {stderr}, strict {r['pass_at_1_strict']:.2f} % "
+              f"(n={r['n_problems']} x {r['n_repeats']} repeats, "
               f"{r['completion_tokens_mean']:.0f} tokens/completion, {r['truncated_pct']:.1f} % truncated, "
               f"answer found {r['answer_found_pct']:.1f} %, formatted {r['formatted_pct']:.1f} %, "
               f"{r['seconds']:.0f} s) {levels}".rstrip())

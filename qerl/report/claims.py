@@ -29,8 +29,8 @@ from qerl.report.registry import ARTIFACTS, input_files
 __all__ = ["ARTIFACTS_READ", "claims_inputs", "compare", "render_claims", "markdown_to_html", "add_arguments", "run"]
 
 # The registry entries whose inputs the claims read (the DAG rule's inputs are theirs).
-ARTIFACTS_READ = ("table1", "table2", "table3", "table5", "table6", "table7", "table8", "fig3", "fig4", "fig8", "fig9",
-                  "fig14")
+ARTIFACTS_READ = ("table1", "table2", "table3", "table5", "table6", "table7", "table8", "tableaqn", "fig3", "fig4",
+                  "fig8", "fig9", "fig14")
 _FOUR_BIT = ("nvfp4_lora", "mxfp4_lora", "qlora", "qerl")
 _LABEL = {"full": "BF16 full", "lora": "BF16 LoRA", "qlora": "NF4 LoRA (QLoRA)", "mxfp4_lora": "MXFP4 LoRA",
           "nvfp4_lora": "NVFP4 LoRA (QeRL w/o AQN)", "qerl": "NVFP4 LoRA + AQN (QeRL)"}
@@ -360,6 +360,59 @@ def _claim5(cfg: dict, seen: list[Context]) -> tuple[list[str], str]:
             f"- Most stable late (lowest std): {best}: **{verdict}**{note}.", ""], f"**{verdict}**{note}."
 
 
+# --------------------------------------------------------------------------------------------- beyond the paper
+def _beyond(cfg: dict, seen: list[Context]) -> tuple[list[str], str]:
+    """Noise alone, quantization alone, and what TIS changed, from the AQN table's runs (qerl/report/beyond.py)."""
+    from qerl.report import beyond
+
+    variants = beyond.aqn_variants(cfg)
+    rows = {(m, v): label for m, v, label, _ in variants}
+    schedule = cfg["train"]["aqn"]["schedule"]
+    bf16, bf16_aqn = ("lora", "default"), ("lora", f"aqn-{schedule}")
+    nvfp4, qerl = ("nvfp4_lora", "default"), ("qerl", "default")
+    if not {bf16, nvfp4, qerl} <= set(rows):
+        return ["Not run in this config (needs BF16 LoRA, NVFP4 LoRA and QeRL on the GRPO task).", ""], "not run."
+    artifact = ARTIFACTS["tableaqn"]
+    ctx = _context(cfg, artifact.needs(cfg), seen)
+    bench = role_benchmarks(cfg, "grpo")[0]
+    stats = {(m, v): beyond.row_stats(ctx, RunSpec("grpo", m, v, "metrics.jsonl", label, seeds), bench)
+             for m, v, label, seeds in variants}
+    out, summary = ["The AQN table (tableaqn) and figure figmismatch; differences of means over seeds, verdicts as "
+                    "above (higher entropy, faster reward growth, higher held-out pass@1).", ""], []
+
+    def effect(name: str, a: tuple, b: tuple) -> None:
+        tally: list[str] = []
+        parts = [f"{what} {_diff_text(stats[a][key], stats[b][key], digits, tally)}"
+                 for what, key, digits in (("entropy at step 0", "entropy0", 3), ("mean entropy", "entropy", 3),
+                                           ("reward growth", "growth", 3), ("held-out pass@1", "pass1", 1))]
+        out.append(f"- **{name}** ({rows[a]} - {rows[b]}): " + "; ".join(parts) + ".")
+        summary.append(f"{name}: {_count(tally)}")
+
+    if bf16_aqn in rows:
+        effect("Noise alone", bf16_aqn, bf16)
+    else:
+        out.append("- Noise alone: not run (train.ablations.aqn_methods does not list lora).")
+    effect("Quantization alone", nvfp4, bf16)
+    effect("Noise on NVFP4", qerl, nvfp4)
+    no_aqn = [k for k in (bf16, nvfp4) if k in stats]
+    with_aqn = [k for k in (bf16_aqn, qerl) if k in stats]
+    out.append("- Rollout-train mismatch, mean per-token k3 KL over steps: without AQN "
+               + ", ".join(f"{rows[k]} {_fmt(stats[k]['mismatch_kl'], 7)}" for k in no_aqn)
+               + " (float rounding between the sampler and the teacher-forced forward); with AQN "
+               + ", ".join(f"{rows[k]} {_fmt(stats[k]['mismatch_kl'], 7)} (IS ratio p99 "
+                           f"{_fmt(stats[k]['is_p99'], 4)}, max {_fmt(stats[k]['is_max'], 3)})" for k in with_aqn)
+               + ".")
+    for key in [k for k in rows if k[1].startswith("tis")]:
+        tally: list[str] = []
+        parts = [f"{what} {_diff_text(stats[key][k], stats[qerl][k], digits, tally)}"
+                 for what, k, digits in (("reward growth", "growth", 3), ("held-out pass@1", "pass1", 1),
+                                         ("mismatch KL", "mismatch_kl", 7))]
+        out.append(f"- **TIS** ({rows[key]} - QeRL): " + "; ".join(parts) + ".")
+        summary.append(f"TIS {key[1]}: {_count(tally)}")
+    out.append("")
+    return out, "; ".join(summary) + "."
+
+
 def _std(xs: list[float]) -> float:
     m = sum(xs) / len(xs)
     return math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1)) if len(xs) > 1 else float("nan")
@@ -379,6 +432,7 @@ def render_claims(cfg: dict) -> str:
     timing = _cpu_timing(cfg, seen)
     (c0, s0), (c3, s3), (c4, s4), (c5, s5) = (_learning(cfg, seen), _claim3(cfg, seen), _claim4(cfg, seen),
                                               _claim5(cfg, seen))
+    c6, s6 = _beyond(cfg, seen)
     prov = Context(cfg, Needs()).prov
     for ctx in seen:  # the seeds, commits and hardware of every file read
         prov.seeds = sorted(set(prov.seeds) | set(ctx.prov.seeds))
@@ -397,7 +451,8 @@ def render_claims(cfg: dict) -> str:
              f"2. 32B on one 80 GB GPU: {big[1] if big else 'not measured at this commit.'}",
              f"3. Entropy and reward growth, 4-bit LoRA vs BF16 LoRA: {s3}",
              f"4. Accuracy: {s4}",
-             f"5. Exponential AQN schedule most stable late: {s5}", ""]
+             f"5. Exponential AQN schedule most stable late: {s5}",
+             f"6. Beyond the paper (noise vs quantization, rollout-train mismatch, TIS): {s6}", ""]
     claim = 0
 
     def head(text: str) -> None:
@@ -430,6 +485,7 @@ def render_claims(cfg: dict) -> str:
     lines += c4
     head(paper.CLAIMS[4])
     lines += c5
+    lines += ["## 6. Beyond the paper: is it the noise or the quantization?", "", *c6]
     return "\n".join(lines).rstrip() + "\n"
 
 

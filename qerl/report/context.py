@@ -187,7 +187,7 @@ def ablation(cfg: dict, key: str) -> Any:
     """
     defaults = {"task": "grpo", "method": "qerl", "seeds": list(cfg["seeds"]), "noaqn": True,
                 "aqn_schedules": list(ABLATION_SCHEDULES), "ranks": list(ABLATION_RANKS), "lrs": list(FIG16_LRS),
-                "lr_methods": ["qerl", "lora"]}
+                "lr_methods": ["qerl", "lora"], "aqn_methods": ["lora"], "tis_caps": [2.0], "norms": True}
     if key not in defaults:
         raise ValueError(f"unknown ablation key {key!r}; known: {sorted(defaults)}")
     section = _section(cfg, "train").get("ablations")

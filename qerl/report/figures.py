@@ -117,6 +117,7 @@ class Panel:
     smooth: bool = True
     ylabel: str = ""
     draw: Callable | None = None
+    log: bool = False  # log y axis (values <= 0 are not drawn)
 
 
 def _label(spec: RunSpec) -> str:
@@ -199,6 +200,10 @@ def render_curves(ctx: Context, artifact, panels: list[Panel], layout: str = "co
             per_seed = cache[spec]
             if not per_seed:
                 continue
+            if panel.metric not in per_seed[0]:  # a run written before the trainer logged this metric
+                ctx.notes.append(f"{_label(spec)}: no {panel.metric!r} in its metrics.jsonl (written before the "
+                                 "trainer logged it); rerun it to draw it.")
+                continue
             counts.add(len(per_seed))
             steps, mean, low, high, raw = seed_band(per_seed, panel.metric, panel.smooth)
             color = colors[(spec.method, spec.variant)]
@@ -208,6 +213,8 @@ def render_curves(ctx: Context, artifact, panels: list[Panel], layout: str = "co
             if panel.smooth:
                 ax.plot(steps, raw, color=color, lw=0.6, alpha=0.3)
             drawn += 1
+        if drawn and panel.log:
+            ax.set_yscale("log")
         if drawn:
             ax.legend(fontsize=7)
         else:

@@ -64,7 +64,7 @@ METRIC_KEYS = (
     "step", "reward", "accuracy", "entropy", "sigma", "response_length", "clip_fraction", "kl", "grad_norm",
     "time_rollout", "time_logprobs", "time_update", "peak_memory_bytes",
 )
-OPTIONAL_METRIC_KEYS = ("rollout_tokens",)
+OPTIONAL_METRIC_KEYS = ("rollout_tokens", "mismatch_kl", "is_ratio_mean", "is_ratio_max", "is_ratio_p99")
 PASS_KEYS = ("pass@1", "pass_at_1")  # the brief's spelling, and the evaluation stage's (qerl/evaluate/run.py)
 N_KEYS = ("n", "n_problems")
 
@@ -164,6 +164,7 @@ class BenchResult:
     stderr: float
     n: int
     per_level: dict[str, float]
+    strict: float = float("nan")  # pass@1 of the exact <think>/<answer> shape with a correct answer (NaN if absent)
 
 
 def _first_key(record: dict, names: tuple[str, ...]) -> str | None:
@@ -195,7 +196,8 @@ def _bench(record: Any, where: str) -> BenchResult:
                 raise ValueError(f"{where}: key 'per_level.{k}' has no pass@1 (accepted: {PASS_KEYS})")
             v = v[key]
         per_level[str(k)] = _number(v, where, f"per_level.{k}", allow_null=False)
-    return BenchResult(pass1, stderr, n, per_level)
+    strict = _number(record.get("pass_at_1_strict"), where, "pass_at_1_strict")
+    return BenchResult(pass1, stderr, n, per_level, strict)
 
 
 def _load_json(path: Path) -> Any:

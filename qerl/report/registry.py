@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from qerl.report import batch_sweep, figures, tables
+from qerl.report import batch_sweep, beyond, figures, tables
 from qerl.report.context import (
     Context,
     EvalSpec,
@@ -258,6 +258,21 @@ _ENTRIES = [
              "(results/measured/<gpu>/ceilings.json); right: tokens/s and each method's roofline. The verdict per "
              "batch regime is in claims.md (claim 1).",
              "Efficiency", _measured("rollout.csv", "ceilings.json"), batch_sweep.render_figbatch),
+    Artifact("tableaqn", "table", "AQN on BF16 and NVFP4, and truncated importance sampling (not a paper table)",
+             "Is it the noise or the quantization? The 2 x 2 design the paper does not run (BF16 / NVFP4 weights x "
+             "without / with AQN: BF16 LoRA, BF16 LoRA + AQN, NVFP4 LoRA, QeRL) on the GRPO task's main seeds, with "
+             "QeRL corrected by truncated importance sampling (variant tis<C>) and QeRL with trainable RMSNorm "
+             "weights (variant norms, ablation seeds).",
+             "Beyond the paper", beyond.tableaqn_needs, beyond.render_tableaqn),
+    Artifact("figmismatch", "figure", "Rollout-train mismatch over steps (not a paper figure)",
+             "How far the policy that sampled the rollouts is from the clean policy the update trains: the per-token "
+             "k3 KL between the sampler's and the teacher-forced log-probs of the sampled tokens, per step, for BF16 "
+             "LoRA (+ AQN), NVFP4 LoRA and QeRL (+ TIS). Log scale: without AQN it is float rounding alone.",
+             "Beyond the paper", beyond.figmismatch_needs,
+             _curve_fig([Panel("mismatch_kl", "rollout-train mismatch (k3 KL per token)", smooth=False,
+                               ylabel="mismatch KL", log=True),
+                         Panel("is_ratio_p99", "pi_old / pi_sampler, 99th percentile", smooth=False,
+                               ylabel="IS ratio p99")])),
     Artifact("fig12", "figure", "Figure 12: BigMath reward, 7B / 14B (appendix H)",
              "Paper: QeRL vs LoRA vs full, levels 3-5, 250 steps. Ours: the DAPO task.",
              "Training dynamics", _curves([("dapo", _BIGMATH)]), _curve_fig([_REWARD]),

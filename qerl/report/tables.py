@@ -293,6 +293,8 @@ def _eval_cells(ctx: Context, role: str, methods: list[str]) -> tuple[list[Colum
     getters: list[tuple[str, Any]] = [(f"{prefix}: {b}", lambda s, b=b: _pass1(s, b)) for b in benches]
     if len(benches) > 1:
         getters.append((f"{prefix}: avg", lambda s: sum(_pass1(s, b) for b in benches) / len(benches)))
+    # strict: the exact <think>/<answer> shape with a correct answer inside (the columns above grade flexibly)
+    getters += [(f"{prefix}: {b} strict", lambda s, b=b: s[b].strict if b in s else float("nan")) for b in benches]
     getters += [(f"{prefix}: {benches[0]} L{lv}",
                  lambda s, lv=lv: s[benches[0]].per_level.get(lv, float("nan")) if benches[0] in s else float("nan"))
                 for lv in levels]

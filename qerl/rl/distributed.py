@@ -178,6 +178,15 @@ def reduce_max(ctx: DistContext, values: list[float]) -> list[float]:
     return _reduce_floats(ctx, values, "max")
 
 
+def all_gather_cat(ctx: DistContext, tensor: torch.Tensor) -> torch.Tensor:
+    """The 1-D tensors of every rank concatenated in rank order (lengths may differ); the tensor itself alone."""
+    if not ctx.distributed:
+        return tensor
+    parts: list = [None] * ctx.world_size
+    torch.distributed.all_gather_object(parts, tensor.detach().cpu())
+    return torch.cat(parts)
+
+
 def all_reduce_grads(ctx: DistContext, params: list[torch.nn.Parameter]) -> None:
     """Sum the gradients of `params` over ranks, in place.
 

@@ -163,6 +163,7 @@ def policy_loss(
     aggregation: str = "sequence",
     max_len: int | None = None,
     entropy: torch.Tensor | None = None,
+    token_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """The clipped-ratio policy loss shared by GRPO and DAPO (see the module docstring for the formulas).
 
@@ -177,6 +178,8 @@ def policy_loss(
         aggregation: "sequence", "token" or "fixed".
         max_len: the completion-length budget, for "fixed" aggregation.
         entropy: [N, L] per-token policy entropy, only for the "entropy" diagnostic.
+        token_weights: [N, L] detached weights on each token's objective (truncated importance sampling,
+            qerl.rl.mismatch.tis_weights); None = 1. The KL term is not weighted.
 
     Returns:
         (loss, diagnostics): a scalar loss with grad, and detached floats: clip_fraction, clip_low_fraction,
@@ -188,6 +191,8 @@ def policy_loss(
             max_len, or negative clip ranges.
     """
     _check_shapes(logp, old_logp, advantages, mask, ref_logp, entropy)
+    if token_weights is not None and token_weights.shape != logp.shape:
+        raise ValueError(f"token_weights has shape {tuple(token_weights.shape)} but logp has {tuple(logp.shape)}")
     if aggregation not in AGGREGATIONS:
         raise ValueError(f"aggregation {aggregation!r} is not one of {AGGREGATIONS}")
     if eps_low < 0 or eps_high < 0:
@@ -207,6 +212,8 @@ def policy_loss(
     ratio = torch.exp(log_ratio)  # [N, L]
     clipped = torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high)  # [N, L]
     per_token = -torch.minimum(ratio * adv, clipped * adv)  # [N, L]
+    if token_weights is not None:
+        per_token = per_token * token_weights.detach().to(logp.dtype)  # [N, L] TIS: min(pi_old / mu, C)
     kl = None
     if ref_logp is not None:
         kl = k3_kl(logp_v, torch.where(valid, ref_logp.to(logp.dtype), zeros))  # [N, L], 0 on padding
@@ -252,6 +259,7 @@ def grpo_loss(
     beta: float = 0.0,
     eps: float = 0.2,
     entropy: torch.Tensor | None = None,
+    token_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """GRPO (Eq. 3-4): symmetric clip eps, sequence-mean-then-batch-mean, optional k3 KL with coefficient beta.
 
@@ -261,7 +269,7 @@ def grpo_loss(
         ValueError: as `policy_loss`.
     """
     return policy_loss(logp, old_logp, advantages, mask, eps_low=eps, eps_high=eps, beta=beta, ref_logp=ref_logp,
-                       aggregation="sequence", entropy=entropy)
+                       aggregation="sequence", entropy=entropy, token_weights=token_weights)
 
 
 def dapo_loss(
@@ -274,6 +282,7 @@ def dapo_loss(
     eps_high: float = 0.28,
     entropy: torch.Tensor | None = None,
     ref_logp: torch.Tensor | None = None,
+    token_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """DAPO: clip-higher (eps_low 0.2, eps_high 0.28), token-level mean over all valid tokens of the batch, no KL.
 
@@ -286,7 +295,7 @@ def dapo_loss(
         ValueError: as `policy_loss`.
     """
     return policy_loss(logp, old_logp, advantages, mask, eps_low=eps_low, eps_high=eps_high, beta=0.0,
-                       ref_logp=ref_logp, aggregation="token", entropy=entropy)
+                       ref_logp=ref_logp, aggregation="token", entropy=entropy, token_weights=token_weights)
 
 
 class GRPOLoss(nn.Module):

@@ -11,7 +11,10 @@ One flat loop (no trainer class hierarchy). Each step:
      (GRPO, kl_coef > 0) is the same model with its adapters disabled, so no second copy of the weights exists;
   5. append the step's metrics to metrics.jsonl; every `checkpoint_every` steps write a resumable checkpoint.
 Methods (qerl/methods.py): full (all weights trainable), lora (BF16 base), qlora (bitsandbytes NF4 base), mxfp4_lora,
-nvfp4_lora (QeRL without AQN), qerl (NVFP4 + AQN). Variants: default, noaqn, aqn-<schedule>, rank<r>, lr<value>.
+nvfp4_lora (QeRL without AQN), qerl (NVFP4 + AQN). Variants (qerl/rl/variants.py): default, noaqn, aqn-<schedule>
+(on any method), rank<r>, lr<value>, tis<C> (truncated importance sampling), norms (RMSNorm weights trained too).
+Every step logs the rollout-train mismatch (qerl/rl/mismatch.py): how far the sampler's token log-probs (AQN noise,
+engine rounding) are from the clean policy's that the update uses.
 
 Resume: sampling, data order and AQN noise are seeded by (seed, step), and the checkpoint holds the trainable
 weights, optimizer and scheduler state, so a killed run continues identically (tests/rl/test_trainer.py). The
@@ -65,14 +68,16 @@ import torch
 from qerl.data.prompts import build_prompt
 from qerl.methods import Method, get_method
 from qerl.noise import AdaptiveQuantizationNoise, NoiseSchedule
+from qerl.noise.aqn import NORM_TARGETS
 from qerl.provenance import provenance
 from qerl.readout import Readout
-from qerl.rl.distributed import (DistContext, all_reduce_grads, barrier, broadcast_params, init_distributed,
-                                  reduce_max, reduce_sum, shard_range, shutdown)
+from qerl.rl.distributed import (DistContext, all_gather_cat, all_reduce_grads, barrier, broadcast_params,
+                                  init_distributed, reduce_max, reduce_sum, shard_range, shutdown)
 from qerl.rl.losses import dapo_loss, dynamic_sampling_mask, grpo_loss, group_advantages, overlong_filter
+from qerl.rl.mismatch import MISMATCH_KEYS, importance_ratios, tis_weights
 from qerl.rl.rewards import compute_rewards
 from qerl.rl.rollout import sample, sequence_logprobs
-from qerl.rl.variants import parse_variant
+from qerl.rl.variants import VARIANT_FORMS, parse_variant
 
 __all__ = ["RunSettings", "UpdateBatch", "parse_variant", "resolve_settings", "load_task_problems", "build_policy",
            "policy_update", "run_identity", "train", "run"]
@@ -126,6 +131,8 @@ class RunSettings:
     aqn_stages: int
     aqn_resample: str
     instruction: str
+    tis_cap: float = 0.0  # > 0: truncated importance sampling at that cap (variant tis<C>)
+    train_norms: bool = False  # the RMSNorm weights trained in full beside LoRA (variant norms)
 
 
 def resolve_settings(cfg: dict, task: str, method: str, variant: str, seed: int) -> RunSettings:
@@ -160,8 +167,9 @@ def resolve_settings(cfg: dict, task: str, method: str, variant: str, seed: int)
     overrides = parse_variant(variant)
     if "lora_rank" in overrides:  # keep the LoRA scale alpha / r fixed across the rank ablation
         overrides["lora_alpha"] = settings.lora_alpha * overrides["lora_rank"] / settings.lora_rank
-    if "aqn_schedule" in overrides and not meth.aqn:
-        raise ValueError(f"variant {variant!r} changes the AQN schedule, but method {method!r} uses no AQN")
+    if overrides.get("train_norms") and meth.trainable == "all":
+        raise ValueError(f"variant {variant!r} trains the RMSNorm weights beside LoRA, but method {method!r} already "
+                         "trains every weight")
     return replace(settings, **overrides)
 
 
@@ -220,8 +228,11 @@ def build_policy(cfg: dict, s: RunSettings, base_dir: str | Path, quantized_dir:
 
         for p in model.parameters():
             p.requires_grad_(False)
+        # norms: the official scripts' ln=True (peft modules_to_save: a trainable copy of each RMSNorm, saved with
+        # the adapter; AQN perturbs the active copy, qerl.noise.find_norm_weights)
         lcfg = register_quant_linear(peft.LoraConfig(r=s.lora_rank, lora_alpha=s.lora_alpha,
                                                      lora_dropout=s.lora_dropout, target_modules=list(s.lora_targets),
+                                                     modules_to_save=list(NORM_TARGETS) if s.train_norms else None,
                                                      bias="none", task_type="CAUSAL_LM"))
         model = peft.get_peft_model(model, lcfg)
     if s.gradient_checkpointing:
@@ -430,6 +441,11 @@ class UpdateBatch:
         ref_logp: [n, L] KL-reference log-probs, or None.
         row_offset: global index of this rank's first row (rows of a rank are contiguous: whole groups).
         global_rows: N, the number of rows of the global batch.
+        sample_logp: [n, L] the sampler's log-probs of the tokens (RolloutBatch.sample_logp), or None: with it the
+            update measures the rollout-train mismatch (qerl.rl.mismatch) and, when s.tis_cap > 0, weights each
+            token's loss by min(pi_old / pi_sampler, tis_cap).
+        valid: [n, L] 1 on every sampled completion token (the mismatch is measured on all of them, also those the
+            loss mask drops); defaults to `mask`.
     """
 
     input_ids: torch.Tensor
@@ -441,6 +457,8 @@ class UpdateBatch:
     ref_logp: torch.Tensor | None
     row_offset: int = 0
     global_rows: int | None = None
+    sample_logp: torch.Tensor | None = None
+    valid: torch.Tensor | None = None
 
 
 def policy_update(model, opt, sched, trainable: list, s: RunSettings, b: UpdateBatch, step: int,
@@ -463,14 +481,16 @@ def policy_update(model, opt, sched, trainable: list, s: RunSettings, b: UpdateB
 
     Returns:
         {"diags": per-update loss diagnostics (global), "grad_norms": [...], "losses": global loss values,
-         "skipped": number of updates skipped for a non-finite loss}.
+         "skipped": number of updates skipped for a non-finite loss, "ratios": this rank's per-token
+         pi_old / pi_sampler over its valid tokens (empty without sample_logp)}.
     """
     loss_fn = grpo_loss if s.algorithm == "grpo" else dapo_loss
     n_global = b.global_rows if b.global_rows is not None else b.input_ids.shape[0]
     lo, hi = b.row_offset, b.row_offset + b.input_ids.shape[0]
     ids, attn, P, mask, adv = b.input_ids, b.attention_mask, b.prompt_len, b.mask, b.advantages
     order = torch.randperm(n_global, generator=torch.Generator().manual_seed(s.seed * 7919 + step))
-    diags, grad_norms, losses, skipped = [], [], [], 0
+    diags, grad_norms, losses, skipped, ratios = [], [], [], 0, []
+    valid_all = b.valid if b.valid is not None else mask
     model.train()
     for mb in order.chunk(s.updates_per_rollout):
         if ctx.distributed:
@@ -488,13 +508,20 @@ def policy_update(model, opt, sched, trainable: list, s: RunSettings, b: UpdateB
         loss, diag = None, {}
         if run_local:
             logp, _ = sequence_logprobs(model, ids[mb], attn[mb], P)
-            old = b.old_logp[mb] if b.old_logp is not None else logp.detach()
+            old = b.old_logp[mb] if b.old_logp is not None else logp.detach()  # the policy before this update
             ref = None if b.ref_logp is None else b.ref_logp[mb]
+            weights = None
+            if b.sample_logp is not None:
+                valid = valid_all[mb]
+                ratios.append(importance_ratios(old, b.sample_logp[mb], valid)[valid.bool()].cpu())
+                if s.tis_cap > 0:
+                    weights = tis_weights(old, b.sample_logp[mb], valid, s.tis_cap)  # [m, L]
             if s.algorithm == "grpo":
-                loss, diag = loss_fn(logp, old, adv[mb], mask[mb], ref, beta=s.kl_coef, eps=s.clip_eps_low)
+                loss, diag = loss_fn(logp, old, adv[mb], mask[mb], ref, beta=s.kl_coef, eps=s.clip_eps_low,
+                                     token_weights=weights)
             else:
                 loss, diag = loss_fn(logp, old, adv[mb], mask[mb], eps_low=s.clip_eps_low, eps_high=s.clip_eps_high,
-                                     ref_logp=ref)
+                                     ref_logp=ref, token_weights=weights)
         if ctx.distributed:  # the local share of the global loss, and the global diagnostics (token-weighted)
             if loss is not None:
                 loss = loss * (local_tokens / global_tokens if s.algorithm == "dapo" else local_seqs / global_seqs)
@@ -517,7 +544,8 @@ def policy_update(model, opt, sched, trainable: list, s: RunSettings, b: UpdateB
         opt.zero_grad(set_to_none=True)
         diags.append(diag)
         losses.append(total)
-    return {"diags": diags, "grad_norms": grad_norms, "losses": losses, "skipped": skipped}
+    return {"diags": diags, "grad_norms": grad_norms, "losses": losses, "skipped": skipped,
+            "ratios": torch.cat(ratios) if ratios else torch.zeros(0)}
 
 
 def _rollout_seed(seed: int, step: int, rank: int) -> int:
@@ -623,7 +651,8 @@ def train(cfg: dict, s: RunSettings, base_dir: str | Path, out_dir: str | Path, 
         t_logprobs = time.perf_counter() - t0
         t0 = time.perf_counter()
         upd = policy_update(model, opt, sched, trainable, s,
-                            UpdateBatch(ids, attn, P, mask, adv, old_logp, ref_logp, lo * G, len(indices) * G),
+                            UpdateBatch(ids, attn, P, mask, adv, old_logp, ref_logp, lo * G, len(indices) * G,
+                                        batch.sample_logp.to(device), batch.completion_mask[:, P:].to(device)),
                             step, ctx)
         diags, grad_norms, skipped = upd["diags"], upd["grad_norms"], upd["skipped"]
         bad = bad + 1 if skipped else 0
@@ -644,6 +673,7 @@ def train(cfg: dict, s: RunSettings, base_dir: str | Path, out_dir: str | Path, 
             "skipped_updates": skipped, "kept_fraction": float((mask.sum(1) > 0).float().mean()),
             "truncated_fraction": float(batch.truncated.float().mean()),
             "rollout_tokens": int(batch.lengths.sum()), "rollout_tokens_per_s": float(batch.lengths.sum()) / t_rollout,
+            **_mismatch(upd["ratios"], ctx),
         }
         if ctx.distributed:
             last.update(_global_metrics(ctx, rewards, correct, batch.entropy, comp, batch.lengths, mask,
@@ -694,6 +724,15 @@ def _global_metrics(ctx: DistContext, rewards, correct, entropy, comp, lengths, 
             "mixed_groups": mixed * group_size / n, "adv_abs": a_sum / n}
 
 
+def _mismatch(ratios: torch.Tensor, ctx: DistContext) -> dict[str, float]:
+    """The step's rollout-train mismatch (qerl/rl/mismatch.py) over every rank's valid tokens."""
+    r = all_gather_cat(ctx, ratios).double()  # [T] pi_old / pi_sampler per token
+    if r.numel() == 0:
+        return {k: float("nan") for k in MISMATCH_KEYS}
+    return {"mismatch_kl": float((r - 1.0 - torch.log(r)).mean()), "is_ratio_mean": float(r.mean()),
+            "is_ratio_max": float(r.max()), "is_ratio_p99": float(torch.quantile(r, 0.99))}
+
+
 def _mean(xs: list[float]) -> float:
     xs = [x for x in xs if x is not None and not math.isnan(x)]
     return sum(xs) / len(xs) if xs else 0.0
@@ -703,7 +742,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--config", required=True, help="YAML config")
     parser.add_argument("--task", required=True, help="a key of train.tasks")
     parser.add_argument("--method", required=True, help="full, lora, qlora, mxfp4_lora, nvfp4_lora or qerl")
-    parser.add_argument("--variant", default="default", help="default, noaqn, aqn-<schedule>, rank<r>, lr<value>")
+    parser.add_argument("--variant", default="default", help=VARIANT_FORMS)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--base", required=True, help="base model folder")
     parser.add_argument("--quantized", default=None, help="quantized checkpoint folder (NVFP4/MXFP4 methods)")

@@ -1,23 +1,31 @@
-"""Ablation variants of a method, by name: default, noaqn, aqn-<schedule>, rank<r>, lr<value>.
+"""Ablation variants of a method, by name: default, noaqn, aqn-<schedule>, rank<r>, lr<value>, tis<C>, norms.
 
-A variant overrides a few run settings. The DAG and the report address runs by variant name; a variant whose
-overrides change nothing for a method under the config (aqn-<the configured schedule>, rank<the configured rank>,
-lr<the method's configured lr>) is the `default` run itself, so `canonical_variant` maps it there and the run is
-trained once. No torch import: the Snakefile uses this at parse time.
+A variant overrides a few run settings:
+  noaqn            AQN off (QeRL without AQN)
+  aqn-<schedule>   AQN on with that schedule, on any method (on BF16 LoRA it separates noise from quantization)
+  rank<r>          LoRA rank r (alpha scaled with it, so alpha / r stays fixed)
+  lr<value>        learning rate
+  tis<C>           truncated importance sampling: each token's loss weighted by min(pi_old / pi_sampler, C)
+  norms            the RMSNorm weights (input_layernorm, post_attention_layernorm) trained in full beside LoRA
+The DAG and the report address runs by variant name; a variant whose overrides change nothing for a method under
+the config (aqn-<the configured schedule> of an AQN method, noaqn of a method without AQN, rank<the configured
+rank>, lr<the method's configured lr>) is the `default` run itself, so `canonical_variant` maps it there and the run
+is trained once. No torch import: the Snakefile uses this at parse time.
 """
 from __future__ import annotations
 
 import re
 
-__all__ = ["VARIANT_FORMS", "parse_variant", "lr_variant", "canonical_variant"]
+__all__ = ["VARIANT_FORMS", "parse_variant", "lr_variant", "tis_variant", "canonical_variant"]
 
-VARIANT_FORMS = "default, noaqn, aqn-<schedule>, rank<r> or lr<value>"
-_VARIANT = re.compile(r"^(default|noaqn|aqn-(exponential|linear|cosine|logarithmic)|rank(\d+)|lr([0-9.eE+-]+))$")
+VARIANT_FORMS = "default, noaqn, aqn-<schedule>, rank<r>, lr<value>, tis<C> or norms"
+_VARIANT = re.compile(r"^(default|noaqn|norms|aqn-(exponential|linear|cosine|logarithmic)|rank(\d+)|lr([0-9.eE+-]+)"
+                      r"|tis([0-9.eE+-]+))$")
 
 
 def parse_variant(variant: str) -> dict:
-    """The settings a variant name overrides: {"aqn": False} for noaqn, {"aqn_schedule": ...}, {"lora_rank": r},
-    {"lr": x}; {} for default.
+    """The settings a variant name overrides: {"aqn": False} for noaqn, {"aqn": True, "aqn_schedule": ...},
+    {"lora_rank": r}, {"lr": x}, {"tis_cap": C}, {"train_norms": True}; {} for default.
 
     Raises:
         ValueError: naming the variant and the accepted forms.
@@ -27,8 +35,10 @@ def parse_variant(variant: str) -> dict:
         raise ValueError(f"unknown variant {variant!r}; use {VARIANT_FORMS}")
     if variant == "noaqn":
         return {"aqn": False}
+    if variant == "norms":
+        return {"train_norms": True}
     if m.group(2):
-        return {"aqn_schedule": m.group(2)}
+        return {"aqn": True, "aqn_schedule": m.group(2)}
     if m.group(3):
         return {"lora_rank": int(m.group(3))}
     if m.group(4):
@@ -36,7 +46,20 @@ def parse_variant(variant: str) -> dict:
             return {"lr": float(m.group(4))}
         except ValueError:
             raise ValueError(f"variant {variant!r}: {m.group(4)!r} is not a number") from None
+    if m.group(5):
+        try:
+            cap = float(m.group(5))
+        except ValueError:
+            raise ValueError(f"variant {variant!r}: {m.group(5)!r} is not a number") from None
+        if not cap > 0:
+            raise ValueError(f"variant {variant!r}: the TIS cap must be > 0")
+        return {"tis_cap": cap}
     return {}
+
+
+def tis_variant(cap: float) -> str:
+    """Variant name of a truncated-importance-sampling run: tis_variant(2) == "tis2"."""
+    return f"tis{float(cap):g}"
 
 
 def lr_variant(lr: float) -> str:
@@ -46,9 +69,12 @@ def lr_variant(lr: float) -> str:
 
 def canonical_variant(cfg: dict, method: str, variant: str) -> str:
     """`variant`, or "default" when it changes nothing for `method` under the (validated) config."""
+    from qerl.methods import get_method
+
     overrides = parse_variant(variant)
     tr = cfg["train"]
     same = {
+        "aqn": get_method(method).aqn,
         "aqn_schedule": tr["aqn"]["schedule"],
         "lora_rank": tr["lora"]["rank"],
         "lr": tr["lr_by_method"].get(method, tr["lr"]),

@@ -58,6 +58,7 @@ def test_scores_and_per_sample_log_match_known_completions(tokenizer, scripted, 
     assert b["lm_eval"]["stderr"] == pytest.approx(b["stderr"])
     assert set(b["per_level"]) == {"1", "2"} and b["per_level"]["2"]["n_problems"] == 2
     assert b["answer_found_pct"] == 100.0 and b["formatted_pct"] == 100.0 and b["truncated_pct"] == 0.0
+    assert b["pass_at_1_strict"] == pytest.approx(b["pass_at_1"])  # every completion has the exact shape
     # the same seed gives the same samples; the global RNG does not matter
     torch.manual_seed(999)
     again = evaluate_model(model, tokenizer, ["tiny"], cfg, seed=3, tiny_test=answer_file,

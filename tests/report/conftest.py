@@ -46,7 +46,9 @@ def _metrics_lines(method: str, variant: str, seed: int) -> str:
                "accuracy": 0.3 + 0.005 * step, "entropy": 0.3 - 0.004 * step + bump / 10, "sigma": 0.01 * 0.9 ** step,
                "response_length": 40.0 + step, "clip_fraction": 0.1, "kl": None, "grad_norm": 1.0,
                "time_rollout": 2.0, "time_logprobs": 0.5, "time_update": 1.0, "peak_memory_bytes": 10 ** 8,
-               "rollout_tokens": 1000 + 100 * seed}
+               "rollout_tokens": 1000 + 100 * seed, "mismatch_kl": (1e-5 if "aqn" in variant or method == "qerl"
+                                                                    else 1e-13) * (1 + step),
+               "is_ratio_mean": 1.0, "is_ratio_max": 1.1, "is_ratio_p99": 1.05}
         lines.append(json.dumps(row))
     return "\n".join(lines) + "\n"
 

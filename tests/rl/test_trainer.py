@@ -193,10 +193,50 @@ def test_nan_losses_abort(setup, tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("variant, expected", [("default", {}), ("noaqn", {"aqn": False}),
-                                               ("aqn-cosine", {"aqn_schedule": "cosine"}), ("rank16", {"lora_rank": 16}),
-                                               ("lr3e-05", {"lr": 3e-5})])
+                                               ("aqn-cosine", {"aqn": True, "aqn_schedule": "cosine"}),
+                                               ("rank16", {"lora_rank": 16}), ("lr3e-05", {"lr": 3e-5}),
+                                               ("tis2", {"tis_cap": 2.0}), ("tis1.5", {"tis_cap": 1.5}),
+                                               ("norms", {"train_norms": True})])
 def test_variants(variant, expected):
     assert T.parse_variant(variant) == expected
+
+
+def test_aqn_on_bf16_lora_perturbs_rollouts_and_the_mismatch_shows_it(setup, tmp_path):
+    _, plain = _run(setup, tmp_path / "plain", "lora")
+    _, noisy = _run(setup, tmp_path / "noisy", "lora", variant="aqn-exponential")
+    clean, aqn = _metrics(plain), _metrics(noisy)
+    assert [r["sigma"] for r in clean] == [0.0] * 4 and aqn[0]["sigma"] == 0.0 and aqn[-1]["sigma"] > 0
+    for row in clean:  # no noise: the sampler and the teacher-forced forward differ by float rounding alone
+        assert row["mismatch_kl"] < 1e-9 and abs(row["is_ratio_max"] - 1.0) < 1e-4
+    noisy_steps = [r for r in aqn if r["sigma"] > 0]
+    assert all(r["mismatch_kl"] > 1e-7 for r in noisy_steps)
+    assert all(r["is_ratio_p99"] <= r["is_ratio_max"] for r in aqn)
+
+
+def test_tis_and_norms_variants_train(setup, tmp_path):
+    cfg, root = setup
+    _, run_dir = _run(setup, tmp_path / "tis", "qerl", variant="tis2")
+    assert len(_metrics(run_dir)) == 4
+    s = T.resolve_settings(cfg, "t", "lora", "norms", 0)
+    assert s.train_norms
+    result = T.train(cfg, s, root / "base", tmp_path / "norms", data_dir=root / "data", progress=False)
+    trained = [n for n, p in result["model"].named_parameters() if p.requires_grad and "norm" in n]
+    assert len(trained) == 4 and all("layernorm.modules_to_save" in n for n in trained)  # 2 layers x 2 norms
+    saved = (tmp_path / "norms" / "adapter" / "adapter_config.json").read_text()
+    assert "input_layernorm" in saved and "post_attention_layernorm" in saved
+    with pytest.raises(ValueError, match="already trains every weight"):
+        T.resolve_settings(cfg, "t", "full", "norms", 0)
+
+
+def test_canonical_variants():
+    from qerl.rl.variants import canonical_variant
+
+    cfg = {"train": {"aqn": {"schedule": "exponential"}, "lora": {"rank": 16}, "lr": 1e-3, "lr_by_method": {}}}
+    assert canonical_variant(cfg, "qerl", "aqn-exponential") == "default"
+    assert canonical_variant(cfg, "lora", "aqn-exponential") == "aqn-exponential"
+    assert canonical_variant(cfg, "lora", "noaqn") == "default"
+    assert canonical_variant(cfg, "qerl", "noaqn") == "noaqn"
+    assert canonical_variant(cfg, "qerl", "tis2") == "tis2"
 
 
 def test_bad_variant_and_task(setup):

@@ -7,7 +7,7 @@ import yaml
 
 from qerl.config import task_methods
 from qerl.methods import get_method
-from qerl.rl.variants import canonical_variant, lr_variant
+from qerl.rl.variants import canonical_variant, lr_variant, tis_variant
 
 # `config` was validated, and its defaults filled in, by the Snakefile (qerl.config.validate_config, the check the
 # CLI runs, then snakemake's validate against the same schema).
@@ -62,8 +62,14 @@ def train_runs():
         variants += [(ab["method"], "noaqn")] if ab["noaqn"] else []
         variants += [(ab["method"], f"rank{r}") for r in ab["ranks"]]
     variants += [(m, lr_variant(lr)) for m in ab["lr_methods"] if m in task_methods(config, task) for lr in ab["lrs"]]
+    variants += [(ab["method"], "norms")] if ab["norms"] and ab["method"] in task_methods(config, task) else []
     runs += [(task, m, v, s) for m, v in variants for s in ab["seeds"]
              if canonical_variant(config, m, v) == v]  # a variant equal to the default run is that run
+    # beyond the paper, on the main seeds: AQN on methods without it, truncated importance sampling
+    main = [(m, f"aqn-{tr['aqn']['schedule']}") for m in ab["aqn_methods"] if m in task_methods(config, task)]
+    main += [(ab["method"], tis_variant(c)) for c in ab["tis_caps"] if ab["method"] in task_methods(config, task)]
+    runs += [(task, m, v, s) for m, v in main for s in config["seeds"]
+             if canonical_variant(config, m, v) == v and (task, m, v, s) not in runs]
     return runs
 
 
