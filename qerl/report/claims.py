@@ -378,7 +378,8 @@ def _beyond(cfg: dict, seen: list[Context]) -> tuple[list[str], str]:
     stats = {(m, v): beyond.row_stats(ctx, RunSpec("grpo", m, v, "metrics.jsonl", label, seeds), bench)
              for m, v, label, seeds in variants}
     out, summary = ["The AQN table (tableaqn) and figure figmismatch; differences of means over seeds, verdicts as "
-                    "above (higher entropy, faster reward growth, higher held-out pass@1).", ""], []
+                    "above (higher entropy, faster reward growth, higher held-out pass@1). Entropy at step 0 cannot "
+                    "differ with AQN alone: the schedule's first stage adds no noise (Alg. 1).", ""], []
 
     def effect(name: str, a: tuple, b: tuple) -> None:
         tally: list[str] = []
@@ -397,16 +398,17 @@ def _beyond(cfg: dict, seen: list[Context]) -> tuple[list[str], str]:
     no_aqn = [k for k in (bf16, nvfp4) if k in stats]
     with_aqn = [k for k in (bf16_aqn, qerl) if k in stats]
     out.append("- Rollout-train mismatch, mean per-token k3 KL over steps: without AQN "
-               + ", ".join(f"{rows[k]} {_fmt(stats[k]['mismatch_kl'], 7)}" for k in no_aqn)
+               + ", ".join(f"{rows[k]} {beyond.sci(stats[k]['mismatch_kl'])}" for k in no_aqn)
                + " (float rounding between the sampler and the teacher-forced forward); with AQN "
-               + ", ".join(f"{rows[k]} {_fmt(stats[k]['mismatch_kl'], 7)} (IS ratio p99 "
+               + ", ".join(f"{rows[k]} {beyond.sci(stats[k]['mismatch_kl'])} (IS ratio p99 "
                            f"{_fmt(stats[k]['is_p99'], 4)}, max {_fmt(stats[k]['is_max'], 3)})" for k in with_aqn)
                + ".")
     for key in [k for k in rows if k[1].startswith("tis")]:
         tally: list[str] = []
         parts = [f"{what} {_diff_text(stats[key][k], stats[qerl][k], digits, tally)}"
-                 for what, k, digits in (("reward growth", "growth", 3), ("held-out pass@1", "pass1", 1),
-                                         ("mismatch KL", "mismatch_kl", 7))]
+                 for what, k, digits in (("reward growth", "growth", 3), ("held-out pass@1", "pass1", 1))]
+        parts.append(f"mismatch KL {beyond.sci(stats[key]['mismatch_kl'])} vs "
+                     f"{beyond.sci(stats[qerl]['mismatch_kl'])}")
         out.append(f"- **TIS** ({rows[key]} - QeRL): " + "; ".join(parts) + ".")
         summary.append(f"TIS {key[1]}: {_count(tally)}")
     out.append("")
