@@ -18,14 +18,13 @@ Exit status 0 when every benchmark passes, 1 otherwise; `--output FILE` also wri
 """
 from __future__ import annotations
 
-import json
-import os
 import random
 import sys
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Sequence
+
+from qerl.io import write_json
 
 __all__ = ["GradeCheck", "check_answers", "check_benchmark", "add_arguments", "run"]
 
@@ -148,20 +147,6 @@ def add_arguments(parser) -> None:
     parser.add_argument("--output", default=None, help="also write the results as JSON to this file")
 
 
-def _write_json(path: str, payload: object) -> None:
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(payload, f, indent=2)
-            f.write("\n")
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def run(args) -> int:
     results = []
     for name in args.benchmark:
@@ -176,7 +161,7 @@ def run(args) -> int:
                 print(f"  foreign answer accepted: id={pid} gold={gold!r} given={other!r}")
         results.append((res, ok))
     if args.output:
-        _write_json(args.output, [
+        write_json(args.output, [
             {**asdict(r), "gold_pct": r.gold_pct, "shuffled_pct": r.shuffled_pct, "passed": ok} for r, ok in results
         ])
     sys.stdout.flush()

@@ -409,11 +409,10 @@ def evaluate_model(model, tokenizer, benchmarks: Iterable[str], cfg: dict, seed:
 
 
 def write_results(results: dict, path: str | Path) -> None:
-    """Write the results JSON atomically (temporary file + rename; folders created), readable by everyone."""
-    from qerl.data.fetch import write_json_atomic
+    """Write the results JSON atomically (temporary file + rename; folders created; qerl.io.write_json)."""
+    from qerl.io import write_json
 
-    write_json_atomic(results, path)
-    os.chmod(path, 0o644)  # the temporary file was created 0600
+    write_json(path, results, sort_keys=True)
 
 
 # ---- CLI ---------------------------------------------------------------------------------------------------------

@@ -345,12 +345,13 @@ def publish(work: Path, dest: Path) -> None:
     """Copy the finished CSVs from the work folder to `dest` (each written atomically: temp file, then rename)."""
     import shutil
 
+    from qerl.io import atomic_file
+
     dest.mkdir(parents=True, exist_ok=True)
     for name in ("rollout.csv", "e2e.csv", "memory.csv", "rollout_hf.csv"):
         if (work / name).exists():
-            tmp = dest / f".{name}.tmp"
-            shutil.copyfile(work / name, tmp)
-            os.replace(tmp, dest / name)
+            with atomic_file(dest / name) as tmp:
+                shutil.copyfile(work / name, tmp)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -12,6 +12,8 @@ import sys
 import time
 from pathlib import Path
 
+from qerl.io import atomic_file
+
 __all__ = ["add_arguments", "run", "calibration_tokens"]
 
 
@@ -60,11 +62,8 @@ def run(args) -> int:
     calib, _ = calibration_tokens(cfg, tokenizer, args.data)
     t = time.time()
     result = calibrate(model, calib, args.format, cfg["quantize"]["awq_grid"], apply=False)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    save_scales(result, tmp)
-    tmp.replace(out)
+    with atomic_file(args.out) as tmp:
+        save_scales(result, tmp)
     print(json.dumps({"format": args.format, "groups": len(result.scales), "seconds": round(time.time() - t, 2),
                       "alphas": result.alphas}), file=sys.stderr)
     return 0

@@ -33,6 +33,8 @@ from pathlib import Path
 
 import torch
 
+from qerl.io import write_text
+
 __all__ = ["perplexity", "completion_perplexity", "completion_examples", "load_model", "measure", "main"]
 
 
@@ -245,11 +247,7 @@ def main(argv: list[str] | None = None) -> int:
         "note": ("weights were GGUF Q4_1 before dequantization: the unquantized row is that model in float32, and "
                  "every format re-quantizes an already 4-bit model") if args.gguf else "",
     }
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(out.suffix + ".tmp")
-    tmp.write_text(json.dumps(result, indent=1))
-    tmp.replace(out)
+    write_text(args.out, json.dumps(result, indent=1))
     return 0
 
 

@@ -14,12 +14,12 @@ OUT appears atomically.
 from __future__ import annotations
 
 import json
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
+
+from qerl.io import atomic_dir
 
 __all__ = ["add_arguments", "run"]
 
@@ -70,9 +70,7 @@ def run(args) -> int:
         report["awq"] = _summary(layer_errors(model, held, args.format, scales))
 
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}."))
-    try:
+    with atomic_dir(out) as tmp:
         if args.format == "nf4":
             save_nf4_recipe(args.model_dir, tmp, compute_dtype=cfg["model"]["dtype"])
         else:
@@ -87,12 +85,6 @@ def run(args) -> int:
             (tmp / "ckpt").rmdir()
         report["seconds"] = round(time.time() - t0, 2)
         (tmp / "layer_errors.json").write_text(json.dumps(report, indent=1))
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     line = {k: round(v["mean"], 5) for k, v in report.items() if isinstance(v, dict)}
     print(json.dumps({"format": args.format, "method": report["method"], "mean_layer_error": line}), file=sys.stderr)
     return 0

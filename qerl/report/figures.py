@@ -27,10 +27,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from qerl.io import write_bytes
 from qerl.methods import METHODS
 from qerl.report import paper
 from qerl.report.context import Context, RunSpec, ablation, measured_dir, role_benchmarks
-from qerl.report.tables import NOT_MEASURED, e2e_speedup, method_aliases, write_atomic
+from qerl.report.tables import NOT_MEASURED, e2e_speedup, method_aliases
 
 __all__ = [
     "Panel", "ema", "ema_span", "seed_band", "render_curves", "draw_paper_schedules", "render_fig1", "render_fig11",
@@ -433,6 +434,6 @@ def write_figure(fig, out_dir: str | Path, artifact_id: str, title: str = "", su
                       ("pdf", {"Title": title, "Subject": subject, "CreationDate": None})):
         buf = io.BytesIO()
         fig.savefig(buf, format=ext, dpi=150, metadata=meta)
-        paths.append(write_atomic(out_dir / f"{artifact_id}.{ext}", buf.getvalue()))
+        paths.append(write_bytes(out_dir / f"{artifact_id}.{ext}", buf.getvalue()))
     plt.close(fig)
     return paths
