@@ -444,6 +444,8 @@ def build_manifest(root: str | Path, names: list[str], provenance: dict[str, dic
 # --------------------------------------------------------------------------------------------------------------
 # CLI
 
+RENAMED = {"--timeout": "--timeout-s"}  # the old spelling still works (qerl.cli.parse_args)
+
 
 def add_arguments(parser) -> None:
     """Arguments of `qerl data`.
@@ -454,7 +456,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--config", required=True, help="config YAML (data.root, data.benchmarks, data.download)")
     parser.add_argument("--out", default=None, help="write the manifest (rows, sha256 per file) to this JSON path")
     parser.add_argument(
-        "--timeout", type=float, default=3.0, help="seconds to wait for the hub before treating it as offline"
+        "--timeout-s", type=float, default=3.0, help="seconds to wait for the hub before treating it as offline"
     )
 
 
@@ -462,7 +464,7 @@ def run(args, download: HubRows = hub_rows, reachable: Callable[[float], bool] =
     """Provide every benchmark file the config needs, then write the manifest.
 
     Args:
-        args: parsed arguments (config, out, timeout).
+        args: parsed arguments (config, out, timeout_s).
         download: the hub downloader (tests pass a fake).
         reachable: the online check (tests pass a fake).
 
@@ -483,7 +485,7 @@ def run(args, download: HubRows = hub_rows, reachable: Callable[[float], bool] =
     if missing:
         if not data["download"]:
             raise ValueError(f"{args.config}: " + missing_message(root, missing, "data.download is false"))
-        if not reachable(getattr(args, "timeout", 3.0)):
+        if not reachable(getattr(args, "timeout_s", 3.0)):
             raise ValueError(
                 f"{args.config}: "
                 + missing_message(root, missing, "the hub is not reachable (offline, or HF_HUB_OFFLINE is set)")

@@ -39,7 +39,7 @@ def _config(tmp_path: Path, benchmarks: list[str], download: bool = True) -> Pat
 
 
 def _args(config: Path, out: Path | None = None) -> argparse.Namespace:
-    return argparse.Namespace(config=str(config), out=str(out) if out else None, timeout=0.5)
+    return argparse.Namespace(config=str(config), out=str(out) if out else None, timeout_s=0.5)
 
 
 def _never_online(timeout: float) -> bool:
