@@ -5,7 +5,7 @@ model is trained by supervised next-token prediction on the completion "<think> 
 </answer>" of `pretrain.jsonl` (prompt tokens are context only), for a fixed number of steps or a wall-clock
 budget, whichever comes first; then it samples at T=0.6 on the held-out test split and reports accuracy per level.
 
-Run: `qerl pretrain-tiny --config config/config.yaml --data results/tiny/data --out results/tiny/models/tiny/base`
+Run: `qerl pretrain-tiny --config config/config.yaml --data results/tiny/data/tiny --out results/tiny/models/tiny/base`
 Outputs: OUT/ (config.json, model.safetensors, tokenizer files), OUT/pretrain_metrics.jsonl (loss per 50 steps),
 OUT/eval.json (pass@1 per level, untrained vs trained). Live loss on stderr (a bar on a terminal, a line every 50 steps in a log).
 """

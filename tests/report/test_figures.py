@@ -14,8 +14,9 @@ def _ema(values, span):
     alpha = 2.0 / (span + 1.0)
     out = []
     for t in range(len(values)):
-        num = sum((1 - alpha) ** (t - i) * x for i, x in enumerate(values[:t + 1]) if x is not None and math.isfinite(x))
-        den = sum((1 - alpha) ** (t - i) for i, x in enumerate(values[:t + 1]) if x is not None and math.isfinite(x))
+        seen = [(i, x) for i, x in enumerate(values[:t + 1]) if x is not None and math.isfinite(x)]
+        num = sum((1 - alpha) ** (t - i) * x for i, x in seen)
+        den = sum((1 - alpha) ** (t - i) for i, _ in seen)
         out.append(num / den if den else math.nan)
     return out
 
