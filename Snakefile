@@ -13,6 +13,7 @@
 #   R/tables/table<N>.{md,tex,csv,html}, R/figures/fig<N>.{png,pdf}
 #   R/claims.md                                       the paper's headline claims checked claim by claim
 #   R/claims.html                                     the same, as an HTML page (shown by the report)
+#   R/config.yaml                                    the effective config every job reads (rule effective_config)
 #   R/logs/<rule>/...  and  R/benchmarks/<rule>/...  per-job logs and timings
 from snakemake.utils import validate
 
@@ -34,6 +35,7 @@ validate(config, "workflow/schemas/config.schema.yaml")
 
 
 include: "workflow/rules/common.smk"
+include: "workflow/rules/config.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/models.smk"
 include: "workflow/rules/prepare.smk"

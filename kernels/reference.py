@@ -2,8 +2,8 @@
 
 Why a second reference beside qerl/formats: the kernels were written in parallel with the formats module, so they
 carry their own small specification of the packed layout (the contract below) and a test checks that both agree
-bit for bit on the same packed tensors (tests/kernels/test_reference.py). These functions are also the CPU path of
-the kernel entry points and what every Triton kernel is tested against.
+bit for bit on the same packed tensors (tests/kernels/test_kernels_reference.py). These functions are also the CPU
+path of the kernel entry points and what every Triton kernel is tested against.
 
 Packed layout (the contract with qerl/formats):
 - codes: uint8 [N, K // 2]; element 2j in the LOW nibble, 2j+1 in the HIGH nibble. E2M1 nibble: bit 3 sign,

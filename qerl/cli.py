@@ -3,6 +3,11 @@
 Each subcommand lives in its own module as `add_arguments(parser)` + `run(args)`, imported only when called, so
 `qerl --help` stays fast and a stage's heavy imports (torch, transformers) are paid only by that stage. Every
 subcommand that takes `--config` validates it against workflow/schemas/config.schema.yaml first.
+
+One name per concept across subcommands (README "CLI"): `--config FILE`, `--base DIR` (the base model checkpoint),
+`--out PATH` (the file or folder written), `--data-root DIR`, and lists space-separated (`--benchmarks gsm8k
+math500`, `add_list`). A module may define `RENAMED = {old: new}`: an old spelling still works and prints one note
+on stderr (`parse_args`); the comma form of a list does the same.
 """
 from __future__ import annotations
 
@@ -10,7 +15,7 @@ import argparse
 import importlib
 import sys
 
-__all__ = ["SUBCOMMANDS", "main"]
+__all__ = ["SUBCOMMANDS", "ListAction", "add_list", "parse_args", "main"]
 
 # name -> (module, one-line help). Add a stage by adding one line here.
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -31,6 +36,49 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+class ListAction(argparse.Action):
+    """Store a space-separated list (`--archs 7B 3B`), each item converted by `item_type`.
+
+    The comma form of earlier versions (`--archs 7B,3B`, and `""` for none) is split the same way, with a note on
+    stderr, so recorded commands (results/measured/*/provenance) still run.
+    """
+
+    def __init__(self, option_strings, dest, item_type=str, **kwargs):
+        super().__init__(option_strings, dest, **kwargs)
+        self.item_type = item_type
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if any("," in v for v in values):
+            print(f"{parser.prog}: note: {option_string} takes space-separated values ({option_string} "
+                  f"{' '.join(x for v in values for x in v.split(',') if x)}); the comma form still works",
+                  file=sys.stderr)
+        items = [x.strip() for v in values for x in v.split(",") if x.strip()]
+        try:
+            setattr(namespace, self.dest, [self.item_type(x) for x in items])
+        except ValueError as exc:
+            parser.error(f"argument {option_string}: {exc}")
+
+
+def add_list(parser: argparse.ArgumentParser, flag: str, *, item_type=str, empty: bool = False, **kwargs) -> None:
+    """Add a space-separated list option (`nargs="+"`, or `"*"` when `empty` allows `--flag` alone for none)."""
+    parser.add_argument(flag, nargs="*" if empty else "+", action=ListAction, item_type=item_type, **kwargs)
+
+
+def parse_args(parser: argparse.ArgumentParser, argv: list[str], renamed: dict[str, str] | None = None):
+    """`parser.parse_args(argv)` after replacing the old spellings in `renamed` ({old: new}), one note each."""
+    args = []
+    for i, arg in enumerate(argv):
+        if arg == "--":
+            args += argv[i:]
+            break
+        name, eq, value = arg.partition("=")
+        if renamed and name in renamed:
+            print(f"{parser.prog}: note: {name} is now {renamed[name]}; the old name still works", file=sys.stderr)
+            arg = renamed[name] + eq + value
+        args.append(arg)
+    return parser.parse_args(args)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="qerl", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -46,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     module = importlib.import_module(SUBCOMMANDS[name][0])
     cmd_parser = argparse.ArgumentParser(prog=f"qerl {name}", description=SUBCOMMANDS[name][1])
     module.add_arguments(cmd_parser)
-    args = cmd_parser.parse_args(argv[1:])
+    args = parse_args(cmd_parser, argv[1:], getattr(module, "RENAMED", None))
     try:
         return int(module.run(args) or 0)
     except ValueError as exc:  # bad config or data: one clear line, no traceback

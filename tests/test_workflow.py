@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -27,9 +28,58 @@ def test_dry_run_lists_every_stage(repo_root, tmp_path):
     proc = _snakemake(repo_root, "-n", "--configfile", str(path))
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = proc.stdout + proc.stderr
-    for rule in ("gen_tiny", "pretrain_tiny", "calibrate", "quantize", "evaluate", "train", "table1", "fig8"):
+    for rule in ("effective_config", "gen_tiny", "pretrain_tiny", "calibrate", "quantize", "evaluate", "train",
+                 "table1", "fig8"):
         assert f"rule {rule}:" in out, rule
-    assert (tmp_path / "results" / "tiny" / "config.yaml").exists()  # the effective config every job reads
+    assert not (tmp_path / "results").exists()  # a dry run writes nothing, not even the effective config
+
+
+@pytest.mark.slow
+def test_effective_config_is_written_by_jobs_and_edits_rerun_only_readers(repo_root, tmp_path, trimmed_config):
+    """R/config.yaml, the effective config every job reads, is written when jobs run: by rule effective_config when
+    it is missing, brought up to date before the first job otherwise; a dry run writes nothing; an edit of one
+    section reruns the jobs reading it and no other; `--config` reaches the file; it is refreshed even when
+    Snakemake has no record of how it was made (as after an older version of the workflow)."""
+    cfg = trimmed_config(tmp_path / "results")
+    path = tmp_path / "c.yaml"
+    results = tmp_path / "results" / "tiny"
+    rl = results / "data" / "tiny" / "rl.jsonl"  # gen_tiny's output; gen_tiny reads section `data` only
+
+    def smk(*args, target=rl):
+        path.write_text(yaml.safe_dump(cfg))
+        proc = _snakemake(repo_root, "-s", str(repo_root / "Snakefile"), "-d", str(tmp_path), "--cores", "1",
+                          str(target), *args, "--configfile", str(path))
+        assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+        return proc.stdout + proc.stderr
+
+    def written():
+        return yaml.safe_load((results / "config.yaml").read_text())
+
+    out = smk("-n")
+    assert "rule effective_config:" in out and "rule gen_tiny:" in out and not (tmp_path / "results").exists()
+    smk()
+    assert written()["results_dir"] == cfg["results_dir"] and written()["evaluate"]["n_repeats"] == 1
+    stamp = rl.stat().st_mtime_ns
+
+    cfg["evaluate"]["n_repeats"] = 3  # a section gen_tiny does not read: nothing to rerun
+    assert "Nothing to be done" in smk("-n")
+    cfg["data"]["tiny"]["n_rl"] = 100  # a section it reads: gen_tiny reruns, with the file brought up to date
+    out = smk("-n")
+    assert "rule gen_tiny:" in out and "rule effective_config:" not in out, out[-3000:]
+    assert written()["data"]["tiny"]["n_rl"] == 200  # the dry run wrote nothing
+    smk()
+    assert rl.stat().st_mtime_ns != stamp and len(rl.read_text().splitlines()) <= 100
+    assert (written()["data"]["tiny"]["n_rl"], written()["evaluate"]["n_repeats"]) == (100, 3)
+
+    other = tmp_path / "other"  # --config key=value reaches the file every job reads
+    smk("--config", f"results_dir={other}", target=other / "tiny" / "data" / "tiny" / "rl.jsonl")
+    assert yaml.safe_load((other / "tiny" / "config.yaml").read_text())["results_dir"] == str(other)
+
+    shutil.rmtree(tmp_path / ".snakemake" / "metadata")  # no record of any earlier job
+    cfg["data"]["tiny"]["n_rl"] = 50
+    rl.unlink()
+    smk()
+    assert written()["data"]["tiny"]["n_rl"] == 50 and len(rl.read_text().splitlines()) <= 50
 
 
 @pytest.mark.slow
@@ -77,6 +127,6 @@ def test_profile_rule_passes_the_config(repo_root, tmp_path):
     proc = _snakemake(repo_root, target, "-n", "-p", "--configfile", str(path))
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = proc.stdout + proc.stderr
-    assert "qerl profile --archs 7B,32B --methods lora,qlora,qerl --ranks 32" in out
+    assert "qerl profile --archs 7B 32B --methods lora qlora qerl --ranks 32" in out
     folder = f"{tmp_path}/results/{cfg['scale']}/measured/h100"
     assert "--completion 512" in out and f"--out {folder}/partial --publish {folder}" in out

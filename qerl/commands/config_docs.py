@@ -5,9 +5,9 @@ Run: `qerl config-docs --out config/README.md` (tests/test_config_docs.py fails 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 from qerl.config import SCHEMA_PATH, load_schema
+from qerl.io import write_text
 
 HEADER = """# Configuration
 
@@ -59,5 +59,5 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    Path(args.out).write_text(render())
+    write_text(args.out, render())
     return 0

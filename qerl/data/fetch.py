@@ -31,7 +31,6 @@ import json
 import os
 import re
 import socket
-import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +44,7 @@ from qerl.data.benchmarks import (
     missing_files,
     parse_row,
 )
+from qerl.io import write_json, write_jsonl
 
 __all__ = [
     "HubSource",
@@ -60,8 +60,6 @@ __all__ = [
     "convert_competition",
     "convert_math_train",
     "fetch_file",
-    "write_jsonl_atomic",
-    "write_json_atomic",
     "file_sha256",
     "build_manifest",
     "missing_message",
@@ -307,41 +305,6 @@ def convert_math_train(
 # Files
 
 
-def write_jsonl_atomic(rows: Iterable[dict], path: str | Path) -> None:
-    """Write rows as JSONL to `path` through a temporary file in the same folder and an atomic rename.
-
-    Args:
-        rows: JSON-serializable dicts.
-        path: destination (parent folders are created).
-    """
-    _write_atomic(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
-
-
-def write_json_atomic(obj: Any, path: str | Path) -> None:
-    """Write `obj` as indented JSON to `path` atomically (temporary file + rename).
-
-    Args:
-        obj: JSON-serializable object.
-        path: destination (parent folders are created).
-    """
-    _write_atomic(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
-
-
-def _write_atomic(path: str | Path, text: str) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def file_sha256(path: str | Path) -> str:
     """Hex sha256 of a file's bytes.
 
@@ -408,7 +371,7 @@ def fetch_file(rel: str, root: str | Path, download: HubRows = hub_rows) -> dict
             f"Put the file at {Path(root) / rel} yourself ({BENCHMARK_FIELDS[source.benchmark]})."
         ) from exc
     _validate(rows, source, origin)
-    write_jsonl_atomic(rows, Path(root) / rel)
+    write_jsonl(Path(root) / rel, rows, ensure_ascii=False)
     return {"repo": source.repo, "config": source.config, "split": source.hub_split, "dropped_rows": dropped}
 
 
@@ -481,6 +444,8 @@ def build_manifest(root: str | Path, names: list[str], provenance: dict[str, dic
 # --------------------------------------------------------------------------------------------------------------
 # CLI
 
+RENAMED = {"--timeout": "--timeout-s"}  # the old spelling still works (qerl.cli.parse_args)
+
 
 def add_arguments(parser) -> None:
     """Arguments of `qerl data`.
@@ -491,7 +456,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--config", required=True, help="config YAML (data.root, data.benchmarks, data.download)")
     parser.add_argument("--out", default=None, help="write the manifest (rows, sha256 per file) to this JSON path")
     parser.add_argument(
-        "--timeout", type=float, default=3.0, help="seconds to wait for the hub before treating it as offline"
+        "--timeout-s", type=float, default=3.0, help="seconds to wait for the hub before treating it as offline"
     )
 
 
@@ -499,7 +464,7 @@ def run(args, download: HubRows = hub_rows, reachable: Callable[[float], bool] =
     """Provide every benchmark file the config needs, then write the manifest.
 
     Args:
-        args: parsed arguments (config, out, timeout).
+        args: parsed arguments (config, out, timeout_s).
         download: the hub downloader (tests pass a fake).
         reachable: the online check (tests pass a fake).
 
@@ -520,7 +485,7 @@ def run(args, download: HubRows = hub_rows, reachable: Callable[[float], bool] =
     if missing:
         if not data["download"]:
             raise ValueError(f"{args.config}: " + missing_message(root, missing, "data.download is false"))
-        if not reachable(getattr(args, "timeout", 3.0)):
+        if not reachable(getattr(args, "timeout_s", 3.0)):
             raise ValueError(
                 f"{args.config}: "
                 + missing_message(root, missing, "the hub is not reachable (offline, or HF_HUB_OFFLINE is set)")
@@ -530,6 +495,6 @@ def run(args, download: HubRows = hub_rows, reachable: Callable[[float], bool] =
             provenance[rel] = fetch_file(rel, root, download)
     manifest = build_manifest(root, names, provenance)
     if args.out:
-        write_json_atomic(manifest, args.out)
+        write_json(args.out, manifest, sort_keys=True)
     print(json.dumps({rel: info["rows"] for rel, info in manifest["files"].items()}))
     return 0

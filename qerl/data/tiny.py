@@ -24,9 +24,10 @@ Run: `qerl gen-tiny --config config/config.yaml --out results/tiny/data`
 from __future__ import annotations
 
 import json
-import os
 import random
 from pathlib import Path
+
+from qerl.io import write_jsonl
 
 __all__ = ["NAMES", "ITEMS", "OPERAND_MAX", "generate_problem", "generate_split", "direct_guess", "add_direct_answers",
            "write_splits", "vocabulary_words"]
@@ -123,14 +124,6 @@ def add_direct_answers(rows: list[dict], fraction: float, seed: int) -> int:
     return marked
 
 
-def _write_jsonl(rows: list[dict], path: Path) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with open(tmp, "w") as f:
-        for row in rows:
-            f.write(json.dumps(row, sort_keys=True) + "\n")
-    os.replace(tmp, path)
-
-
 def write_splits(out_dir: str | Path, seed: int, n_pretrain: int, n_rl: int, n_test_per_level: int,
                  levels: list[int], operand_max: int = OPERAND_MAX, direct_fraction: float = 0.0) -> dict[str, int]:
     """Write pretrain.jsonl, rl.jsonl and test.jsonl to `out_dir`; returns the row counts (and "direct": the
@@ -147,9 +140,9 @@ def write_splits(out_dir: str | Path, seed: int, n_pretrain: int, n_rl: int, n_t
         rows = [r for r in generate_split(seed, n, levels, split, operand_max) if r["question"] not in held_out]
         if split == "pretrain":
             counts["direct"] = add_direct_answers(rows, direct_fraction, seed)
-        _write_jsonl(rows, out / f"{split}.jsonl")
+        write_jsonl(out / f"{split}.jsonl", rows, sort_keys=True)
         counts[split] = len(rows)
-    _write_jsonl(test, out / "test.jsonl")
+    write_jsonl(out / "test.jsonl", test, sort_keys=True)
     return counts
 
 

@@ -12,20 +12,20 @@ Shuffled matches are not all grader errors: problems can share an answer (GSM8K 
 why the bar is "about 0", not 0.
 
 Run:
-    qerl grade-check --benchmark gsm8k math500 aime24 aime25 amc23 --data-root ../shared/data
+    qerl grade-check --benchmarks gsm8k math500 aime24 aime25 amc23 --data-root ../shared/data
     pytest tests/evaluate/test_grade_check.py -q
-Exit status 0 when every benchmark passes, 1 otherwise; `--output FILE` also writes the numbers as JSON.
+Exit status 0 when every benchmark passes, 1 otherwise; `--out FILE` also writes the numbers as JSON.
 """
 from __future__ import annotations
 
-import json
-import os
 import random
 import sys
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Sequence
+
+from qerl.cli import add_list
+from qerl.io import write_json
 
 __all__ = ["GradeCheck", "check_answers", "check_benchmark", "add_arguments", "run"]
 
@@ -136,35 +136,24 @@ def check_benchmark(name: str, root: str | Path, split: str | None = None, seed:
     return check_answers(name, [str(p.id) for p in problems], [p.answer for p in problems], seed, timeout_s)
 
 
+RENAMED = {"--benchmark": "--benchmarks", "--output": "--out"}  # old spellings still work (qerl.cli.parse_args)
+
+
 def add_arguments(parser) -> None:
-    parser.add_argument("--benchmark", nargs="+", required=True, metavar="NAME",
-                        help="benchmark(s): gsm8k math500 aime24 aime25 amc23 math_train")
+    add_list(parser, "--benchmarks", required=True, metavar="NAME",
+             help="benchmark(s): gsm8k math500 aime24 aime25 amc23 math_train")
     parser.add_argument("--data-root", required=True, help="folder holding <benchmark>/<split>.jsonl")
     parser.add_argument("--split", default=None, help="split to read (default: test where there is one)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the answer permutation (default 0)")
     parser.add_argument("--max-shuffled", type=float, default=10.0, metavar="PCT",
                         help="fail when shuffled answers grade correct this often or more, in %% (default 10)")
     parser.add_argument("--timeout-s", type=int, default=3, help="math-verify timeout per answer, seconds")
-    parser.add_argument("--output", default=None, help="also write the results as JSON to this file")
-
-
-def _write_json(path: str, payload: object) -> None:
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(payload, f, indent=2)
-            f.write("\n")
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    parser.add_argument("--out", default=None, metavar="FILE", help="also write the results as JSON to this file")
 
 
 def run(args) -> int:
     results = []
-    for name in args.benchmark:
+    for name in args.benchmarks:
         res = check_benchmark(name, args.data_root, args.split, args.seed, args.timeout_s)
         ok = res.passed(args.max_shuffled)
         print(f"{name}: n={res.n} gold {res.gold_pct:.1f} % ({res.gold_correct}/{res.n})  "
@@ -175,8 +164,8 @@ def run(args) -> int:
             for pid, gold, other in res.shuffled_matches:
                 print(f"  foreign answer accepted: id={pid} gold={gold!r} given={other!r}")
         results.append((res, ok))
-    if args.output:
-        _write_json(args.output, [
+    if args.out:
+        write_json(args.out, [
             {**asdict(r), "gold_pct": r.gold_pct, "shuffled_pct": r.shuffled_pct, "passed": ok} for r, ok in results
         ])
     sys.stdout.flush()

@@ -97,7 +97,7 @@ def load_base(model_dir: str | Path, dtype: str | torch.dtype = "float32", devic
 
     path = Path(model_dir)
     if not (path / "config.json").is_file():
-        raise ValueError(f"--model {str(path)!r}: not a checkpoint folder (no config.json there)")
+        raise ValueError(f"--base {str(path)!r}: not a checkpoint folder (no config.json there)")
     tokenizer = load_tokenizer(path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=_dtype(dtype), local_files_only=True)
     model.to(device).eval()
@@ -216,7 +216,7 @@ def load_model(model_dir: str | Path, fmt: str = "bf16", adapter: str | Path | N
         from qerl.quantize.checkpoint import load_quantized
 
         if not (Path(model_dir) / "config.json").is_file():
-            raise ValueError(f"--model {str(model_dir)!r}: not a checkpoint folder (no config.json there)")
+            raise ValueError(f"--base {str(model_dir)!r}: not a checkpoint folder (no config.json there)")
         tokenizer = load_tokenizer(model_dir)
         model = load_quantized(quantized, _dtype(dtype), device)
         found = checkpoint_format(model)

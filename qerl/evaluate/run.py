@@ -21,9 +21,9 @@ trainer can call `evaluate_model` mid-run. AQN noise must be off while evaluatin
 
 Run::
 
-    qerl evaluate --config config/small.yaml --model results/small/models/smollm2-135m/base \\
-        --benchmarks gsm8k,math500 --limit 50 --data-root ../shared/data --out results/eval.json
-    qerl evaluate --config config/config.yaml --model results/tiny/models/tiny/base --format nvfp4 \\
+    qerl evaluate --config config/small.yaml --base results/small/models/smollm2-135m/base \\
+        --benchmarks gsm8k math500 --limit 50 --data-root ../shared/data --out results/eval.json
+    qerl evaluate --config config/config.yaml --base results/tiny/models/tiny/base --format nvfp4 \\
         --adapter results/tiny/runs/.../adapter --benchmarks tiny --out eval.json
 
 Library (for the trainer)::
@@ -55,6 +55,7 @@ from typing import Iterable, Sequence
 
 import torch
 
+from qerl.cli import add_list
 from qerl.evaluate.tasks import (
     FILTER,
     METRIC,
@@ -409,26 +410,28 @@ def evaluate_model(model, tokenizer, benchmarks: Iterable[str], cfg: dict, seed:
 
 
 def write_results(results: dict, path: str | Path) -> None:
-    """Write the results JSON atomically (temporary file + rename; folders created), readable by everyone."""
-    from qerl.data.fetch import write_json_atomic
+    """Write the results JSON atomically (temporary file + rename; folders created; qerl.io.write_json)."""
+    from qerl.io import write_json
 
-    write_json_atomic(results, path)
-    os.chmod(path, 0o644)  # the temporary file was created 0600
+    write_json(path, results, sort_keys=True)
 
 
 # ---- CLI ---------------------------------------------------------------------------------------------------------
+RENAMED = {"--model": "--base"}  # the old spelling still works (qerl.cli.parse_args)
+
+
 def add_arguments(parser) -> None:
     parser.add_argument("--config", default="config/config.yaml",
                         help="YAML config (reads evaluate, data.root, prompt, model.dtype; default config/config.yaml)")
-    parser.add_argument("--model", required=True, metavar="DIR", help="checkpoint folder of the base model")
+    parser.add_argument("--base", required=True, metavar="DIR", help="checkpoint folder of the base model")
     parser.add_argument("--format", default="bf16", choices=["bf16", "nf4", "mxfp4", "nvfp4"],
                         help="weight format applied after loading (bf16 = unquantized, in model.dtype)")
     parser.add_argument("--quantized", default=None, metavar="DIR",
                         help="quantized checkpoint of the quantization stage (replaces round-to-nearest; "
                              "--format must match)")
     parser.add_argument("--adapter", default=None, metavar="DIR", help="peft LoRA adapter folder (checked active)")
-    parser.add_argument("--benchmarks", default=None, metavar="A,B",
-                        help="comma-separated: gsm8k,math500,aime24,aime25,amc23,tiny (default: evaluate.benchmarks)")
+    add_list(parser, "--benchmarks", default=None, metavar="NAME",
+             help="gsm8k math500 aime24 aime25 amc23 tiny (default: evaluate.benchmarks)")
     parser.add_argument("--limit", type=int, default=None, metavar="N", help="first N problems of each benchmark")
     parser.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
     parser.add_argument("--method", default=None, help="method name recorded in the results (e.g. nvfp4)")
@@ -450,12 +453,11 @@ def run(args) -> int:
         torch.set_num_threads(args.threads)
     overrides = {"data": {"root": args.data_root}} if args.data_root else None
     cfg = load_config(args.config, overrides=overrides, check_data=False)
-    names = check_benchmarks([b.strip() for b in args.benchmarks.split(",") if b.strip()]) if args.benchmarks \
-        else None
+    names = check_benchmarks(args.benchmarks) if args.benchmarks else None
     settings = EvalSettings.from_config(cfg, limit=args.limit, n_repeats=args.n_repeats,
                                         max_new_tokens=args.max_new_tokens, batch_size=args.batch_size)
     names = names or list(settings.benchmarks)
-    model, tokenizer, info = load_model(args.model, args.format, args.adapter, cfg["model"]["dtype"], args.device,
+    model, tokenizer, info = load_model(args.base, args.format, args.adapter, cfg["model"]["dtype"], args.device,
                                         quantized=args.quantized)
     info["method"] = args.method
     results = evaluate_model(model, tokenizer, names, cfg, args.seed, settings=settings, tiny_test=args.tiny_test,

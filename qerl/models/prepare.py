@@ -9,7 +9,8 @@ How: transformers reads the GGUF (`from_pretrained(folder, gguf_file=name)`, nee
 dequantizes every tensor to float32; the model is saved with `save_pretrained` in float32 (the dequantized values
 are kept exactly: Q4_1 values d * q + m are not all representable in bfloat16) together with the tokenizer from the
 same file (its chat template included), then reloaded and checked against the in-memory model on a probe prompt.
-The folder is written as OUT.partial and renamed, so a failed run leaves nothing that looks finished.
+The folder is written as .OUT.partial beside OUT and renamed (qerl.io.atomic_dir), so a failed run leaves nothing
+that looks finished.
 
 Caveat, stated wherever small-scale numbers appear: the GGUF weights were 4-bit (Q4_1: blocks of 32, one fp16
 scale and one fp16 minimum each) before we ever see them, so the small scale's "BF16" model is that 4-bit model
@@ -29,10 +30,10 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
-import os
-import shutil
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+
+from qerl.io import atomic_dir
 
 __all__ = ["PACKAGE", "GGUF_NAME", "packaged_gguf", "resolve_gguf", "convert_gguf", "fetch_pretrained", "add_arguments",
            "run"]
@@ -98,13 +99,6 @@ def _probe_logits(model, tokenizer):
         return model(**enc).logits[0, -1].float(), enc["input_ids"][0].tolist()
 
 
-def _publish(tmp: Path, out: Path, info: dict) -> None:
-    """Write OUT/prepare_info.json into the finished temporary folder, then move it into place in one rename."""
-    (tmp / "prepare_info.json").write_text(json.dumps(info, indent=2) + "\n")
-    shutil.rmtree(out, ignore_errors=True)
-    os.replace(tmp, out)
-
-
 def convert_gguf(gguf: str | Path, out: str | Path) -> dict:
     """Convert a GGUF file into a float32 transformers checkpoint folder at `out` (atomically).
 
@@ -143,10 +137,7 @@ def convert_gguf(gguf: str | Path, out: str | Path) -> dict:
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     expected, ids = _probe_logits(model, tokenizer)
 
-    tmp = out.with_name(out.name + ".partial")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    try:
+    with atomic_dir(out) as tmp:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         reloaded = AutoModelForCausalLM.from_pretrained(tmp, dtype=torch.float32, local_files_only=True).eval()
@@ -173,10 +164,7 @@ def convert_gguf(gguf: str | Path, out: str | Path) -> dict:
             "probe": {"prompt": _PROBE, "reload_logits_identical": True},
             "chat_template": bool(getattr(tokenizer, "chat_template", None)),
         }
-        _publish(tmp, out, info)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        (tmp / "prepare_info.json").write_text(json.dumps(info, indent=2) + "\n")
     return info
 
 
@@ -205,18 +193,13 @@ def fetch_pretrained(model_id: str, out: str | Path, dtype: str = "bfloat16") ->
         raise ValueError(f"config key 'model.id' = {model_id!r}: cannot load it ({exc}); on a machine without "
                          "access to the hub, download the checkpoint elsewhere and set model.source: local and "
                          "model.id: <folder>") from exc
-    tmp = out.with_name(out.name + ".partial")
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
+    with atomic_dir(out) as tmp:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         info = {"source": model_id, "saved_dtype": dtype, "architecture": type(model).__name__,
                 "parameters": sum(p.numel() for p in model.parameters()),
                 "chat_template": bool(getattr(tokenizer, "chat_template", None))}
-        _publish(tmp, out, info)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        (tmp / "prepare_info.json").write_text(json.dumps(info, indent=2) + "\n")
     return info
 
 

@@ -5,7 +5,7 @@ model is trained by supervised next-token prediction on the completion "<think> 
 </answer>" of `pretrain.jsonl` (prompt tokens are context only), for a fixed number of steps or a wall-clock
 budget, whichever comes first; then it samples at T=0.6 on the held-out test split and reports accuracy per level.
 
-Run: `qerl pretrain-tiny --config config/config.yaml --data results/tiny/data --out results/tiny/models/tiny/base`
+Run: `qerl pretrain-tiny --config config/config.yaml --data results/tiny/data/tiny --out results/tiny/models/tiny/base`
 Outputs: OUT/ (config.json, model.safetensors, tokenizer files), OUT/pretrain_metrics.jsonl (loss per 50 steps),
 OUT/eval.json (pass@1 per level, untrained vs trained). Live loss on stderr (a bar on a terminal, a line every 50 steps in a log).
 """
@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import random
-import shutil
 import time
 from pathlib import Path
 
@@ -23,6 +21,7 @@ import torch
 
 from qerl.data.prompts import build_prompt
 from qerl.data.answers import answer_tag
+from qerl.io import atomic_dir
 from qerl.models.tiny import build_model, build_tokenizer
 from qerl.readout import Readout
 
@@ -162,20 +161,15 @@ def run(args) -> int:
         raise ValueError(f"tiny_model.max_position = {tm['max_position']} but a pretraining sequence has {longest} tokens")
     untrained = evaluate_levels(model, tokenizer, eval_rows, instruction, pt["eval_temperature"], pt["seed"], max_new_tokens=24)
 
-    out = Path(args.out)
-    tmp = out.with_name(out.name + ".partial")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    stats = pretrain(model, examples, steps=pt["steps"], time_budget_s=pt["time_budget_s"], batch_size=pt["batch_size"],
-                     lr=pt["lr"], warmup_steps=pt["warmup_steps"], weight_decay=pt["weight_decay"], seed=pt["seed"],
-                     log_path=tmp / "pretrain_metrics.jsonl")
-    trained = evaluate_levels(model, tokenizer, eval_rows, instruction, pt["eval_temperature"], pt["seed"])
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    report = {"train": stats, "untrained": untrained, "trained": trained,
-              "parameters": sum(p.numel() for p in model.parameters()), "threads": torch.get_num_threads()}
-    (tmp / "eval.json").write_text(json.dumps(report, indent=2) + "\n")
-    shutil.rmtree(out, ignore_errors=True)
-    os.replace(tmp, out)
+    with atomic_dir(args.out) as tmp:
+        stats = pretrain(model, examples, steps=pt["steps"], time_budget_s=pt["time_budget_s"],
+                         batch_size=pt["batch_size"], lr=pt["lr"], warmup_steps=pt["warmup_steps"],
+                         weight_decay=pt["weight_decay"], seed=pt["seed"], log_path=tmp / "pretrain_metrics.jsonl")
+        trained = evaluate_levels(model, tokenizer, eval_rows, instruction, pt["eval_temperature"], pt["seed"])
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        report = {"train": stats, "untrained": untrained, "trained": trained,
+                  "parameters": sum(p.numel() for p in model.parameters()), "threads": torch.get_num_threads()}
+        (tmp / "eval.json").write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps(report))
     return 0

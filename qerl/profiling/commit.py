@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import argparse
 import csv
-import os
 import shutil
 from pathlib import Path
+
+from qerl.io import atomic_file
 
 __all__ = ["KEYS", "commit_run", "main"]
 
@@ -39,20 +40,17 @@ def _read(path: Path) -> tuple[list[str], list[dict]]:
 
 
 def _write(path: Path, cols: list[str], rows: list[dict]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", newline="") as f:
+    with atomic_file(path) as tmp, open(tmp, "w", newline="") as f:
         wr = csv.DictWriter(f, fieldnames=cols, extrasaction="ignore")
         wr.writeheader()
         wr.writerows(rows)
-    os.replace(tmp, path)
 
 
 def _copy_new(src: Path, dst: Path) -> None:
     if dst.exists():
         raise ValueError(f"qerl.profiling.commit: {dst} exists; choose another --tag (nothing was changed for it)")
-    tmp = dst.with_name(f".{dst.name}.tmp")
-    shutil.copyfile(src, tmp)
-    os.replace(tmp, dst)
+    with atomic_file(dst) as tmp:
+        shutil.copyfile(src, tmp)
 
 
 def commit_run(src: Path, dest: Path, tag: str) -> list[str]:

@@ -28,11 +28,14 @@ import csv
 import json
 import os
 import resource
+import sys
 import time
 import zlib
 from pathlib import Path
 
 import torch
+
+from qerl.cli import parse_args
 
 __all__ = ["RandomPromptTokenizer", "main"]
 
@@ -104,7 +107,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--layers", type=int, default=None, help="decoder layers (default: the architecture's)")
     parser.add_argument("--prompts-per-rank", type=int, default=4, help="prompts each rank rolls out per step")
     parser.add_argument("--group-size", type=int, default=8, help="samples per prompt (G)")
-    parser.add_argument("--prompt-len", type=int, default=128, help="prompt length in tokens")
+    parser.add_argument("--prompt", type=int, default=128, help="prompt length in tokens (as `qerl profile --prompt`)")
     parser.add_argument("--completion", type=int, default=256, help="completion budget in tokens")
     parser.add_argument("--updates-per-rollout", type=int, default=1, help="optimizer steps per rollout batch")
     parser.add_argument("--steps", type=int, default=3, help="steps, warmup included")
@@ -150,7 +153,7 @@ def run(args) -> dict:
             aqn = AdaptiveQuantizationNoise(NoiseSchedule(s.steps, s.aqn_stages, s.sigma_start, s.sigma_end,
                                                           s.aqn_schedule), seed=s.seed, resample=s.aqn_resample)
         cfg = model.config
-        tok = RandomPromptTokenizer(cfg.vocab_size, args.prompt_len, pad_token_id=cfg.pad_token_id or 0)
+        tok = RandomPromptTokenizer(cfg.vocab_size, args.prompt, pad_token_id=cfg.pad_token_id or 0)
         G, per_rank = args.group_size, args.prompts_per_rank
         rows = []
         for step in range(args.steps):
@@ -204,7 +207,7 @@ def run(args) -> dict:
                     w.writeheader()
                 w.writerow({k: (f"{v:.4f}" if isinstance(v, float) else v) for k, v in summary.items()})
             detail = {"summary": summary, "steps": rows, "args": vars(args),
-                      "layers": args.layers or cfg.num_hidden_layers, "prompt_len": args.prompt_len,
+                      "layers": args.layers or cfg.num_hidden_layers, "prompt_len": args.prompt,
                       "device": str(device), "backend": ctx.backend, "replicas_in_sync": in_sync,
                       "nccl_nvls_enable": os.environ.get("NCCL_NVLS_ENABLE"), "provenance": provenance()}
             name = f"ddp_{args.arch}_{args.method}_w{ctx.world_size}.json"
@@ -217,7 +220,7 @@ def run(args) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m qerl.profiling.ddp", description=__doc__.splitlines()[0])
     add_arguments(parser)
-    args = parser.parse_args(argv)
+    args = parse_args(parser, sys.argv[1:] if argv is None else list(argv), {"--prompt-len": "--prompt"})
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     run(args)
     return 0

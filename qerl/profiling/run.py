@@ -19,7 +19,7 @@ What is measured (one process, one GPU, random weights of the real architectures
 Also, for reference, transformers' own `generate` (dynamic cache) at batch 1 and 8 for a short completion
 (rollout_hf.csv).
 
-Run (GPU): `qerl profile --archs 7B,3B --out WORK [--publish DIR]`; rows are appended to WORK's CSVs and a config
+Run (GPU): `qerl profile --archs 7B 3B --out WORK [--publish DIR]`; rows are appended to WORK's CSVs and a config
 already there is skipped, so a run cut by a time limit resumes where it stopped (`--budget-s` stops starting new
 configs after that many seconds); once every config is measured, --publish copies the CSVs to DIR. The DAG's rule
 `profile` writes results/<scale>/measured/<gpu>/ this way (work folder `partial/` beside it); committing a
@@ -36,10 +36,13 @@ import csv
 import gc
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
 import torch
+
+from qerl.cli import add_list, parse_args
 
 __all__ = ["main", "add_arguments", "run"]
 
@@ -239,10 +242,10 @@ def run(args) -> int:
     def over() -> bool:
         return args.budget_s and time.perf_counter() - start > args.budget_s
 
-    for arch in args.archs.split(","):
+    for arch in args.archs:
         a = ARCHS[arch]
         name = a.model_name
-        for method in args.methods.split(","):
+        for method in args.methods:
             if over():
                 print(f"budget of {args.budget_s} s reached; stopping (rerun to resume)", flush=True)
                 return 3 if args.publish else 0
@@ -261,14 +264,14 @@ def run(args) -> int:
             print(f"# built {name} {method}: {_gb(size):.2f} GB weights "
                   f"({_gb(torch.cuda.memory_allocated() - before):.2f} GB allocated) in "
                   f"{time.perf_counter() - t0:.0f} s", flush=True)
-            ranks = [int(r) for r in args.ranks.split(",")]
+            ranks = args.ranks
             main_rank = 32 if 32 in ranks else ranks[0]
             rollout_s, roll_peak = {}, {}
             model = None
             order = [r for r in ranks if r != main_rank] + [main_rank]  # the GRPO step uses the main rank
             for rank in order:
                 model = _add_lora(base, rank)
-                batches = [int(b) for b in (args.batches if rank == main_rank else "1").split(",")]
+                batches = args.batches if rank == main_rank else [1]
                 for batch in batches:
                     for full in ([False, True] if (rank == main_rank and batch in args.full_batches) else [False]):
                         key = dict(model=name, method=method, rank=rank, batch=batch,
@@ -298,7 +301,7 @@ def run(args) -> int:
             if model is None:
                 model = _add_lora(base, main_rank)
             mem_peak = None
-            for batch in [int(b) for b in args.e2e_batches.split(",") if b]:
+            for batch in args.e2e_batches:
                 for gc_on in (False, True):
                     key = dict(model=name, method=method, batch=batch, gradient_checkpointing=gc_on)
                     if e2e.has(**key) or over():
@@ -345,27 +348,31 @@ def publish(work: Path, dest: Path) -> None:
     """Copy the finished CSVs from the work folder to `dest` (each written atomically: temp file, then rename)."""
     import shutil
 
+    from qerl.io import atomic_file
+
     dest.mkdir(parents=True, exist_ok=True)
     for name in ("rollout.csv", "e2e.csv", "memory.csv", "rollout_hf.csv"):
         if (work / name).exists():
-            tmp = dest / f".{name}.tmp"
-            shutil.copyfile(work / name, tmp)
-            os.replace(tmp, dest / name)
+            with atomic_file(dest / name) as tmp:
+                shutil.copyfile(work / name, tmp)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--archs", default="7B,3B,14B,32B", help="comma-separated names of qerl.profiling.archs.ARCHS")
-    p.add_argument("--methods", default="lora,qlora,qerl", help="comma-separated methods (qerl/methods.py)")
-    p.add_argument("--ranks", default="16,32,64", help="LoRA ranks for the batch-1 rollout (Table 9)")
-    p.add_argument("--batches", default="1,2,4,8,16,32,64,128,256",
-                   help="rollout batch sizes at rank 32 (the speed claim across batch sizes, Fig. batch sweep)")
-    p.add_argument("--full-batches", default="1,8", type=lambda s: [int(x) for x in s.split(",") if x],
-                   help="batches also timed as one complete generation (validates the bucket timing)")
-    p.add_argument("--e2e-batches", default="2,4,8", help="GRPO step batch sizes (sequences per step)")
+    add_list(p, "--archs", default=["7B", "3B", "14B", "32B"], metavar="ARCH",
+             help="names of qerl.profiling.archs.ARCHS")
+    add_list(p, "--methods", default=["lora", "qlora", "qerl"], metavar="METHOD", help="methods (qerl/methods.py)")
+    add_list(p, "--ranks", item_type=int, default=[16, 32, 64], metavar="R",
+             help="LoRA ranks for the batch-1 rollout (Table 9)")
+    add_list(p, "--batches", item_type=int, default=[1, 2, 4, 8, 16, 32, 64, 128, 256], metavar="B",
+             help="rollout batch sizes at rank 32 (the speed claim across batch sizes, Fig. batch sweep)")
+    add_list(p, "--full-batches", item_type=int, empty=True, default=[1, 8], metavar="B",
+             help="batches also timed as one complete generation (validates the bucket timing; none: the flag alone)")
+    add_list(p, "--e2e-batches", item_type=int, empty=True, default=[2, 4, 8], metavar="B",
+             help="GRPO step batch sizes (sequences per step; none: the flag alone)")
     p.add_argument("--prompt", type=int, default=256)
     p.add_argument("--completion", type=int, default=2048)
-    p.add_argument("--hf-batches", default="", type=lambda s: [int(x) for x in s.split(",") if x],
-                   help="also time transformers' generate at these batches")
+    add_list(p, "--hf-batches", item_type=int, empty=True, default=[], metavar="B",
+             help="also time transformers' generate at these batches")
     p.add_argument("--hf-completion", type=int, default=128)
     p.add_argument("--layers", type=int, default=None, help="build only this many layers (smoke tests)")
     p.add_argument("--budget-s", type=float, default=0, help="start no new config after this many seconds")
@@ -378,7 +385,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="qerl profile", description=__doc__.split("\n")[0])
     add_arguments(p)
-    return run(p.parse_args(argv))
+    return run(parse_args(p, sys.argv[1:] if argv is None else list(argv)))
 
 
 if __name__ == "__main__":

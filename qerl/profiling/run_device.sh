@@ -5,7 +5,8 @@
 # (rollout.csv, e2e.csv, memory.csv, rollout_hf.csv; the machine's description in env.txt; the log in log.txt).
 # Resumes from PREV (a folder of earlier CSVs, e.g. the last call's) when given. Everything is packed into
 # $OUT/profile.tgz (the device tool returns at most 8 files).
-# Usage: COMMIT=... ARCHS=7B BUDGET=300 TESTS=1 TRACE=1 PREV=dir bash qerl/profiling/run_device.sh [qerl profile args]
+# Usage: COMMIT=... ARCHS="7B 3B" BUDGET=300 TESTS=1 TRACE=1 PREV=dir bash qerl/profiling/run_device.sh [qerl profile args]
+# (lists are space-separated, as every qerl subcommand takes them: --batches 1 8 64)
 set -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} TRITON_DEFAULT_FP_FUSION=1
 OUT=${OUT:-/tmp/profile-out}
@@ -30,10 +31,10 @@ if [ -n "$TESTS" ]; then
 fi
 if [ -n "$TRACE" ]; then
   EF=""; [ -f .whl/engine_before.py ] && EF="--engine-file .whl/engine_before.py --engine-name before"
-  timeout "${TRACE_S:-240}" python3 -m qerl.profiling.step_trace --arch "${TRACE_ARCH:-7B}" --methods lora,qerl \
-    --batches "${TRACE_BATCHES:-1,64}" --span 1024 $EF --out "$W/trace.json" --md "$W/trace.md" 2>&1 \
+  timeout "${TRACE_S:-240}" python3 -m qerl.profiling.step_trace --arch "${TRACE_ARCH:-7B}" --methods lora qerl \
+    --batches ${TRACE_BATCHES:-1 64} --span 1024 $EF --out "$W/trace.json" --md "$W/trace.md" 2>&1 \
     | grep -v Warn | grep -E "^\| |^# " | head -30
 fi
-timeout "${PROF_S:-420}" python3 -m qerl.cli profile --archs "${ARCHS:-7B}" --budget-s "${BUDGET:-300}" --out "$W/prof" "$@" 2>&1 \
+timeout "${PROF_S:-420}" python3 -m qerl.cli profile --archs ${ARCHS:-7B} --budget-s "${BUDGET:-300}" --out "$W/prof" "$@" 2>&1 \
   | tee "$W/prof/log.txt" | grep -v Warning | grep -E "tokens_per_s|# |budget" | cut -c1-200 | tail -60
 tar czf "$OUT/profile.tgz" -C "$W" .

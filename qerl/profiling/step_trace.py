@@ -10,7 +10,7 @@ A second engine implementation can be loaded from a file (`--engine-file`, e.g. 
 qerl/rl/engine.py extracted with `git show <commit>:qerl/rl/engine.py`), so a before/after comparison runs on the
 same GPU in the same process.
 
-Run (GPU): python -m qerl.profiling.step_trace --arch 7B --methods lora,qerl --batches 1,64 --span 1024 \\
+Run (GPU): python -m qerl.profiling.step_trace --arch 7B --methods lora qerl --batches 1 64 --span 1024 \\
                --out trace.json [--engine-file old_engine.py --engine-name before]
 Output: one JSON object per configuration (printed, and appended to --out as a list) and a Markdown table
 (--md) of kernels per step and per layer, summed kernel time, graph step time, and the top kernels by time.
@@ -20,11 +20,14 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import sys
 import time
 from collections import defaultdict
 from pathlib import Path
 
 import torch
+
+from qerl.cli import add_list, parse_args
 
 __all__ = ["trace_engine", "main"]
 
@@ -99,8 +102,8 @@ def _md(rows) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--arch", default="7B")
-    ap.add_argument("--methods", default="lora,qerl")
-    ap.add_argument("--batches", default="1,64")
+    add_list(ap, "--methods", default=["lora", "qerl"], metavar="METHOD")
+    add_list(ap, "--batches", item_type=int, default=[1, 64], metavar="B")
     ap.add_argument("--rank", type=int, default=32)
     ap.add_argument("--span", type=int, default=1024, help="attention bucket of the profiled step")
     ap.add_argument("--layers", type=int, default=None, help="build only this many layers")
@@ -108,19 +111,19 @@ def main(argv=None) -> int:
     ap.add_argument("--engine-name", default="before")
     ap.add_argument("--out", default=None, help="JSON list of the results")
     ap.add_argument("--md", default=None, help="Markdown summary")
-    args = ap.parse_args(argv)
+    args = parse_args(ap, sys.argv[1:] if argv is None else list(argv))
     from qerl.profiling.build import build_random_model
 
     engines = [("after", _load_engine_class(None))]
     if args.engine_file:
         engines.append((args.engine_name, _load_engine_class(args.engine_file)))
     rows = []
-    for method in args.methods.split(","):
+    for method in args.methods:
         t0 = time.time()
         model = build_random_model(args.arch, method, rank=args.rank, layers=args.layers, device="cuda")
         print(f"# built {args.arch} {method} in {time.time() - t0:.0f} s", flush=True)
         for name, cls in engines:  # the new engine first: the old one re-homes the model's weights
-            for b in (int(x) for x in args.batches.split(",")):
+            for b in args.batches:
                 r = dict(engine=name, method=method, arch=args.arch, **trace_engine(cls, model, b, args.span))
                 rows.append(r)
                 print(json.dumps(r), flush=True)

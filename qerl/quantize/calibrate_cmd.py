@@ -1,8 +1,8 @@
 """`qerl calibrate`: search AWQ scales for one 4-bit format and write them (safetensors, alphas in the metadata).
 
-Run: `qerl calibrate --config config/config.yaml --model-dir results/tiny/models/tiny/base --format nvfp4
-      --out results/tiny/quantized/tiny/awq_scales/nvfp4.safetensors [--data FILE]`
-The calibration sequences come from config quantize.calibration (source, n_sequences, seq_len, seed); --data
+Run: `qerl calibrate --config config/config.yaml --base results/tiny/models/tiny/base --format nvfp4
+      --out results/tiny/quantized/tiny/awq_scales/nvfp4.safetensors [--calib FILE]`
+The calibration sequences come from config quantize.calibration (source, n_sequences, seq_len, seed); --calib
 overrides the file that `source` names. `qerl quantize --scales` folds the result into the model.
 """
 from __future__ import annotations
@@ -12,15 +12,21 @@ import sys
 import time
 from pathlib import Path
 
+from qerl.io import atomic_file
+
 __all__ = ["add_arguments", "run", "calibration_tokens"]
+
+RENAMED = {"--model-dir": "--base", "--data": "--calib"}  # old spellings still work (qerl.cli.parse_args)
 
 
 def add_arguments(parser) -> None:
     parser.add_argument("--config", required=True, help="YAML config file (validated against the schema)")
-    parser.add_argument("--model-dir", required=True, help="base checkpoint folder (config.json, weights, tokenizer)")
+    parser.add_argument("--base", required=True, metavar="DIR",
+                        help="base checkpoint folder (config.json, weights, tokenizer)")
     parser.add_argument("--format", required=True, choices=["nvfp4", "mxfp4"], help="format the search targets")
     parser.add_argument("--out", required=True, help="scales file to write (.safetensors)")
-    parser.add_argument("--data", default=None, help="JSONL of problems (default: the file calibration.source names)")
+    parser.add_argument("--calib", default=None, metavar="FILE",
+                        help="JSONL of problems to calibrate on (default: the file quantize.calibration.source names)")
     parser.add_argument("--no-data-check", action="store_true", help="do not require benchmark files to exist")
 
 
@@ -56,15 +62,12 @@ def run(args) -> int:
 
     cfg = load_config(args.config, check_data=not args.no_data_check)
     torch.manual_seed(cfg["quantize"]["calibration"]["seed"])
-    model, tokenizer = load_model(model_dir=args.model_dir, dtype=torch.float32)
-    calib, _ = calibration_tokens(cfg, tokenizer, args.data)
+    model, tokenizer = load_model(model_dir=args.base, dtype=torch.float32)
+    calib, _ = calibration_tokens(cfg, tokenizer, args.calib)
     t = time.time()
     result = calibrate(model, calib, args.format, cfg["quantize"]["awq_grid"], apply=False)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    save_scales(result, tmp)
-    tmp.replace(out)
+    with atomic_file(args.out) as tmp:
+        save_scales(result, tmp)
     print(json.dumps({"format": args.format, "groups": len(result.scales), "seconds": round(time.time() - t, 2),
                       "alphas": result.alphas}), file=sys.stderr)
     return 0

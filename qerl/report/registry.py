@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from qerl.io import write_text
 from qerl.report import batch_sweep, beyond, figures, tables
 from qerl.report.context import (
     Context,
@@ -380,7 +381,7 @@ def _main(argv: list[str] | None = None) -> int:  # pragma: no cover - a develop
     args = parser.parse_args(argv)
     if args.write_captions:
         for a in ARTIFACTS.values():
-            tables.write_atomic(Path(args.write_captions) / f"{a.id}.rst", caption_rst(a))
+            write_text(Path(args.write_captions) / f"{a.id}.rst", caption_rst(a))
         return 0
     from qerl.config import load_config
 

@@ -30,12 +30,11 @@ import csv
 import html
 import io
 import math
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from qerl.io import write_text
 from qerl.report import paper
 from qerl.report.context import Context, EvalSpec, RunSpec, role_benchmarks, untrained_benchmarks
 from qerl.report.inputs import BenchResult, Stat, paper_model_label, summarize
@@ -52,7 +51,6 @@ __all__ = [
     "to_csv",
     "to_html",
     "html_page",
-    "write_atomic",
     "write_table",
     "render_table1",
     "render_table2",
@@ -217,29 +215,13 @@ def to_html(table: Table) -> str:
     return html_page(table.title, body)
 
 
-def write_atomic(path: str | Path, data: str | bytes) -> Path:
-    """Write `data` to `path` through a temporary file in the same folder and an atomic rename."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data.encode() if isinstance(data, str) else data)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return path
-
-
 def write_table(table: Table, out_dir: str | Path) -> list[Path]:
     """Write <out_dir>/<id>.md, .tex, .csv and .html atomically; returns the four paths."""
     out_dir = Path(out_dir)
-    return [write_atomic(out_dir / f"{table.id}.md", to_markdown(table)),
-            write_atomic(out_dir / f"{table.id}.tex", to_latex(table)),
-            write_atomic(out_dir / f"{table.id}.csv", to_csv(table)),
-            write_atomic(out_dir / f"{table.id}.html", to_html(table))]
+    return [write_text(out_dir / f"{table.id}.md", to_markdown(table)),
+            write_text(out_dir / f"{table.id}.tex", to_latex(table)),
+            write_text(out_dir / f"{table.id}.csv", to_csv(table)),
+            write_text(out_dir / f"{table.id}.html", to_html(table))]
 
 
 # --------------------------------------------------------------------------------------------------- helpers

@@ -10,7 +10,9 @@ It does not modify the model it reads. It asks the layers for what it needs thro
 (`qerl.layers.lora.adapter_factors`, `QuantLinear.kernel_weight`) and keeps its own copies only of what is small:
 the LoRA factors (A stacked, B scaled; refreshed at every `generate`, so an optimizer step between generations is
 seen), the q/k/v biases and, for BF16 bases, the q/k/v weights concatenated (0.9 GB for Qwen2.5-7B, ~6 % of its
-BF16 weights; `copy_dense_qkv=False` runs three GEMMs instead). RMSNorm weights are read in place, so AQN noise
+BF16 weights; `copy_dense_qkv=False` runs three GEMMs instead). 4-bit weights are read in place on CUDA (a
+QuantLinear converts its buffers to the kernels' layout, as its own first CUDA forward does); on the CPU, where the
+layers are left as they are, the engine holds a prepared copy of them. RMSNorm weights are read in place, so AQN noise
 written into them (qerl.noise) is seen by the next replay and its exact restore by the one after.
 
 One decoder layer of the decode step (batch B, one token per row), kernels in brackets:

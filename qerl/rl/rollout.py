@@ -1,14 +1,17 @@
 """Rollouts and log-probs from one model instance: batched sampling with a KV cache, and teacher-forced log-probs.
 
 Why our own loop rather than a second inference engine: the paper's speed comes from the 4-bit weights, and QeRL
-serves rollouts and log-probs from the same quantized model; here the policy that samples is literally the module
-whose log-probs are trained, so there is no second copy of the weights to keep in sync (and AQN, applied to that
-module around `sample`, provably changes the rollout policy). The loop records the entropy of each sampling
-distribution (after temperature and top-p), the quantity of the paper's Fig. 3/5/14.
+serves rollouts and log-probs from the same quantized model; here the policy that samples is the module whose
+log-probs are trained. On CUDA the static-shape engine (qerl.rl.engine) samples from it: it reads the frozen
+weights and the RMSNorm weights in place (so AQN, applied to that module around `sample`, provably changes the
+rollout policy) and copies in only the LoRA factors, the q/k/v biases and, for BF16 bases, the concatenated q/k/v
+weights, refreshed before every generation, so an optimizer step is always seen. The loop records the entropy of
+each sampling distribution (after temperature and top-p), the quantity of the paper's Fig. 3/5/14.
 
     batch = sample(model, tokenizer, prompts, group_size=8, max_new_tokens=96, temperature=1.0, top_p=1.0,
                    generator=torch.Generator().manual_seed(0))
-    logp, entropy = sequence_logprobs(model, batch.input_ids, batch.attention_mask, batch.completion_mask)
+    logp, entropy = sequence_logprobs(model, batch.input_ids, batch.attention_mask, batch.prompt_len,
+                                      with_entropy=True)  # [N, L] each, aligned with batch.completion_ids
 
 Stopping: a sequence ends at an EOS id (the tokenizer's and the model's) or once its text ends a stop string such as
 `</answer>` (matched on the decoded text, so a stop string split across tokens is found too); the completion keeps

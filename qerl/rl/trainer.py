@@ -54,7 +54,6 @@ import hashlib
 import itertools
 import json
 import math
-import os
 import random
 import resource
 import shutil
@@ -66,6 +65,7 @@ from pathlib import Path
 import torch
 
 from qerl.data.prompts import build_prompt
+from qerl.io import atomic_file, write_json, write_text
 from qerl.methods import Method, get_method
 from qerl.noise import AdaptiveQuantizationNoise, NoiseSchedule
 from qerl.noise.aqn import NORM_TARGETS
@@ -310,12 +310,6 @@ def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> float:
     return float((x * m).sum() / m.sum().clamp(min=1))
 
 
-def _atomic_write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 def _save_checkpoint(path: Path, model, opt, sched, step: int, bad: int, history: list[str],
                      identity: dict) -> None:
     """Write the resumable state after `step` steps; `history` is the metrics lines of steps 0 .. step - 1."""
@@ -323,9 +317,8 @@ def _save_checkpoint(path: Path, model, opt, sched, step: int, bad: int, history
     state = {"step": step, "bad_streak": bad, "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
              "trainable": {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad},
              "history": list(history), "identity": identity}
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(state, tmp)
-    os.replace(tmp, path)
+    with atomic_file(path) as tmp:
+        torch.save(state, tmp)
 
 
 def _load_checkpoint(state: dict, model, opt, sched) -> tuple[int, int]:
@@ -402,7 +395,7 @@ def _resume(ckpt: Path, metrics_path: Path, model, opt, sched, identity: dict, t
                         f" Delete {ckpt} and {metrics_path} to train this run again from step 0")
             start, bad = _load_checkpoint(state, model, opt, sched)
             if is_main:
-                _atomic_write_text(metrics_path, "".join(line + "\n" for line in history))
+                write_text(metrics_path, "".join(line + "\n" for line in history))
                 what = "training is complete; saving the weights and evaluating" if start >= total_steps else \
                     f"continuing with step {start}"
                 print(f"qerl train: resumed from {ckpt} at step {start} of {total_steps} (metrics of steps 0-"
@@ -611,7 +604,7 @@ def train(cfg: dict, s: RunSettings, base_dir: str | Path, out_dir: str | Path, 
         info = {"settings": s.__dict__, "provenance": provenance()}
         if ctx.distributed:
             info["distributed"] = {"world_size": ctx.world_size, "backend": ctx.backend}
-        (out / "run.json").write_text(json.dumps(info, indent=2, default=list) + "\n")
+        write_json(out / "run.json", info, default=list)
     G, last = s.group_size, {}
     levels = [p.level for p in problems]
     bar = Readout(s.steps, start, f"{s.task}/{s.method}/{s.variant}/seed{s.seed}", enabled=progress and ctx.is_main)

@@ -25,8 +25,8 @@ from qerl.data.fetch import (
     fetch_file,
     file_sha256,
     hub_reachable,
-    write_jsonl_atomic,
 )
+from qerl.io import write_jsonl
 
 
 def _config(tmp_path: Path, benchmarks: list[str], download: bool = True) -> Path:
@@ -39,7 +39,7 @@ def _config(tmp_path: Path, benchmarks: list[str], download: bool = True) -> Pat
 
 
 def _args(config: Path, out: Path | None = None) -> argparse.Namespace:
-    return argparse.Namespace(config=str(config), out=str(out) if out else None, timeout=0.5)
+    return argparse.Namespace(config=str(config), out=str(out) if out else None, timeout_s=0.5)
 
 
 def _never_online(timeout: float) -> bool:
@@ -167,13 +167,6 @@ def test_hub_reachable_refused(monkeypatch):
 # ------------------------------------------------------------------------------------------------ files
 
 
-def test_write_jsonl_atomic_leaves_no_temp_files(tmp_path):
-    path = tmp_path / "a" / "b.jsonl"
-    write_jsonl_atomic([{"x": "é"}, {"y": 2}], path)
-    assert path.read_text(encoding="utf-8") == '{"x": "é"}\n{"y": 2}\n'
-    assert sorted(p.name for p in path.parent.iterdir()) == ["b.jsonl"]
-
-
 def test_fetch_file_download_error_is_value_error_and_writes_nothing(tmp_path):
     def broken(repo, config, split):
         raise ConnectionError("network down")
@@ -248,7 +241,7 @@ def test_run_downloads_converts_and_writes_manifest(tmp_path):
 
 def test_run_with_files_present_never_touches_network(tmp_path):
     config = _config(tmp_path, ["aime25"], download=True)
-    write_jsonl_atomic([{"problem": "p", "answer": "7"}], tmp_path / "data" / "aime25" / "test.jsonl")
+    write_jsonl(tmp_path / "data" / "aime25" / "test.jsonl", [{"problem": "p", "answer": "7"}])
     out = tmp_path / "m.json"
     assert fetch.run(_args(config, out), download=_no_download, reachable=_never_online) == 0
     info = json.loads(out.read_text())["files"]["aime25/test.jsonl"]

@@ -50,21 +50,21 @@ def _write(root: Path, rows: list[dict]) -> None:
 def test_cli_exit_status_and_json(tmp_path, capsys):
     _write(tmp_path / "good", [{"problem": f"p{i}", "answer": str(100 + i)} for i in range(5)])
     out = tmp_path / "res" / "grade.json"
-    assert main(["grade-check", "--benchmark", "aime25", "--data-root", str(tmp_path / "good"),
-                 "--output", str(out)]) == 0
+    assert main(["grade-check", "--benchmarks", "aime25", "--data-root", str(tmp_path / "good"),
+                 "--out", str(out)]) == 0
     assert "gold 100.0 %" in capsys.readouterr().out
     (record,) = json.loads(out.read_text())
     assert record["passed"] and record["gold_pct"] == 100.0 and record["shuffled_pct"] == 0.0
     # every problem has the same answer: shuffled answers all grade correct, so the check must fail
     _write(tmp_path / "same", [{"problem": f"p{i}", "answer": "7"} for i in range(5)])
-    assert main(["grade-check", "--benchmark", "aime25", "--data-root", str(tmp_path / "same")]) == 1
+    assert main(["grade-check", "--benchmarks", "aime25", "--data-root", str(tmp_path / "same")]) == 1
     assert "FAIL" in capsys.readouterr().out
-    assert main(["grade-check", "--benchmark", "aime25", "--data-root", str(tmp_path / "missing")]) == 2
+    assert main(["grade-check", "--benchmarks", "aime25", "--data-root", str(tmp_path / "missing")]) == 2
 
 
 def test_real_benchmarks(shared_data_root, capsys):
     names = ["gsm8k", "math500", "aime24", "aime25", "amc23"]
-    assert main(["grade-check", "--benchmark", *names, "--data-root", str(shared_data_root)]) == 0
+    assert main(["grade-check", "--benchmarks", *names, "--data-root", str(shared_data_root)]) == 0
     lines = capsys.readouterr().out.splitlines()
     for name in names:
         (line,) = [x for x in lines if x.startswith(name + ":")]

@@ -144,7 +144,7 @@ def test_cli_writes_the_results_json(tmp_path, tokenizer, tiny_model, tiny_test_
     tiny_model.save_pretrained(model_dir)
     tokenizer.save_pretrained(model_dir)
     out = tmp_path / "evals" / "r.json"
-    rc = main(["evaluate", "--config", str(repo_root / "config" / "config.yaml"), "--model", str(model_dir),
+    rc = main(["evaluate", "--config", str(repo_root / "config" / "config.yaml"), "--base", str(model_dir),
                "--format", "mxfp4", "--method", "mxfp4", "--benchmarks", "tiny", "--tiny-test", str(tiny_test_file),
                "--limit", "3", "--n-repeats", "2", "--max-new-tokens", "6", "--seed", "1", "--out", str(out)])
     assert rc == 0
@@ -153,6 +153,6 @@ def test_cli_writes_the_results_json(tmp_path, tokenizer, tiny_model, tiny_test_
     assert res["settings"]["n_repeats"] == 2 and res["benchmarks"]["tiny"]["n_problems"] == 3
     assert "tiny: pass@1" in capsys.readouterr().out
     assert [p.name for p in out.parent.iterdir()] == ["r.json"]  # no temporary file left behind
-    rc = main(["evaluate", "--config", str(repo_root / "config" / "config.yaml"), "--model", str(model_dir),
-               "--benchmarks", "tiny,gsm8", "--out", str(tmp_path / "bad.json")])
+    rc = main(["evaluate", "--config", str(repo_root / "config" / "config.yaml"), "--base", str(model_dir),
+               "--benchmarks", "tiny", "gsm8", "--out", str(tmp_path / "bad.json")])
     assert rc == 2 and "gsm8" in capsys.readouterr().err

@@ -59,7 +59,7 @@ def test_conversion_round_trips(tmp_path):
     assert info["probe"]["reload_logits_identical"] and info["parameters"] > 100_000_000
     assert json.loads((out / "prepare_info.json").read_text())["source_sha256"] == info["source_sha256"]
     assert "quantization_config" not in json.loads((out / "config.json").read_text())
-    assert not (tmp_path / "base.partial").exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["base"]  # no temporary folder left beside it
     model, tok, _ = load_model(out)
     prompt = build_prompt("What is 2 + 3?", tok)
     assert prompt.startswith("<|im_start|>system") and prompt.endswith("<|im_start|>assistant\n")

@@ -39,12 +39,12 @@ def test_calibrate_then_quantize_nvfp4(setup):
 
     root, base, data, config = setup
     scales = root / "awq" / "nvfp4.safetensors"
-    assert main(["calibrate", "--config", str(config), "--model-dir", str(base), "--format", "nvfp4",
-                 "--data", str(data), "--out", str(scales)]) == 0
+    assert main(["calibrate", "--config", str(config), "--base", str(base), "--format", "nvfp4",
+                 "--calib", str(data), "--out", str(scales)]) == 0
     assert load_scales(scales).fmt == "nvfp4" and len(load_scales(scales).scales) == 2 * 4
     out = root / "q" / "nvfp4"
-    assert main(["quantize", "--config", str(config), "--model-dir", str(base), "--format", "nvfp4",
-                 "--data", str(data), "--scales", str(scales), "--out", str(out)]) == 0
+    assert main(["quantize", "--config", str(config), "--base", str(base), "--format", "nvfp4",
+                 "--calib", str(data), "--scales", str(scales), "--out", str(out)]) == 0
     report = json.loads((out / "layer_errors.json").read_text())
     assert report["method"] == "awq" and len(report["awq"]["per_layer"]) == 14
     assert 0 < report["awq"]["mean"] < 0.3 and 0 < report["rtn"]["mean"] < 0.3
@@ -61,16 +61,16 @@ def test_quantize_rtn_mxfp4_and_nf4(setup):
 
     root, base, data, config = setup
     out = root / "q" / "mxfp4"
-    assert main(["quantize", "--config", str(config), "--model-dir", str(base), "--format", "mxfp4",
-                 "--data", str(data), "--out", str(out)]) == 0
+    assert main(["quantize", "--config", str(config), "--base", str(base), "--format", "mxfp4",
+                 "--calib", str(data), "--out", str(out)]) == 0
     report = json.loads((out / "layer_errors.json").read_text())
     assert report["method"] == "rtn" and "awq" not in report
     assert load_quantized(out).model.layers[0].mlp.up_proj.fmt == "mxfp4"
     if bitsandbytes_cpu_problem():
         pytest.skip(bitsandbytes_cpu_problem())
     out = root / "q" / "nf4"
-    assert main(["quantize", "--config", str(config), "--model-dir", str(base), "--format", "nf4",
-                 "--data", str(data), "--out", str(out)]) == 0
+    assert main(["quantize", "--config", str(config), "--base", str(base), "--format", "nf4",
+                 "--calib", str(data), "--out", str(out)]) == 0
     assert (out / "nf4_recipe.json").is_file()
     assert json.loads((out / "layer_errors.json").read_text())["rtn"]["mean"] < 0.3
     model = load_quantized(out, dtype=torch.float32)
@@ -82,10 +82,10 @@ def test_cli_errors_are_one_clear_line(setup, capsys):
     bad = root / "bad.yaml"
     bad.write_text(yaml.safe_dump({"quantize": {"formats": ["nvfp4"], "calibration": {"n_sequences": 4,
                                                                                     "seq_len": 32}}}))
-    assert main(["quantize", "--config", str(bad), "--model-dir", str(base), "--format", "mxfp4",
-                 "--data", str(data), "--out", str(root / "x")]) == 2
+    assert main(["quantize", "--config", str(bad), "--base", str(base), "--format", "mxfp4",
+                 "--calib", str(data), "--out", str(root / "x")]) == 2
     assert "not in config quantize.formats" in capsys.readouterr().err
     bad.write_text(yaml.safe_dump({"quantize": {"calibration": {"n_sequences": 5000, "seq_len": 32}}}))
-    assert main(["calibrate", "--config", str(bad), "--model-dir", str(base), "--format", "nvfp4",
-                 "--data", str(data), "--out", str(root / "x.safetensors")]) == 2
+    assert main(["calibrate", "--config", str(bad), "--base", str(base), "--format", "nvfp4",
+                 "--calib", str(data), "--out", str(root / "x.safetensors")]) == 2
     assert "but 5000 are needed" in capsys.readouterr().err

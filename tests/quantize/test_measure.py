@@ -62,7 +62,7 @@ def test_cli_writes_json(tmp_path):
     tok.save_pretrained(tmp_path / "m")
     data = tmp_path / "rows.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in generate_split(0, 40, [1, 2], "rl")))
-    assert main(["--model-dir", str(tmp_path / "m"), "--calib", str(data), "--heldout", str(data), "--n-calib", "2",
+    assert main(["--base", str(tmp_path / "m"), "--calib", str(data), "--heldout", str(data), "--n-calib", "2",
                  "--n-heldout", "2", "--seq-len", "32", "--grid", "2", "--formats", "nvfp4", "--no-nf4",
                  "--n-completion", "4", "--out", str(tmp_path / "out.json")]) == 0
     out = json.loads((tmp_path / "out.json").read_text())

@@ -284,7 +284,7 @@ def test_cli_render(helpers, tmp_path, capsys):
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump({k: cfg[k] for k in ("scale", "results_dir", "seeds", "model", "train",
                                                         "evaluate")}))
-    assert main(["render", "--config", str(path), "--artifact", "table4", "--out-dir", str(tmp_path / "t")]) == 0
+    assert main(["render", "--config", str(path), "--artifact", "table4", "--out", str(tmp_path / "t")]) == 0
     assert (tmp_path / "t" / "table4.md").exists() and "table4.csv" in capsys.readouterr().out
     assert main(["render", "--config", str(path), "--artifact", "table42"]) == 2
     assert "unknown artifact 'table42'" in capsys.readouterr().err

@@ -135,7 +135,7 @@ def _ddp_args(out: Path):
     parser = argparse.ArgumentParser()
     ddp.add_arguments(parser)
     return parser.parse_args(["--arch", "0.5B", "--layers", "1", "--method", "qerl", "--rank", "4",
-                              "--prompts-per-rank", "2", "--group-size", "2", "--prompt-len", "8", "--completion", "4",
+                              "--prompts-per-rank", "2", "--group-size", "2", "--prompt", "8", "--completion", "4",
                               "--steps", "2", "--dtype", "float32", "--out", str(out)])
 
 

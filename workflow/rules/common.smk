@@ -6,6 +6,7 @@ import os
 import yaml
 
 from qerl.config import task_methods
+from qerl.io import write_text
 from qerl.methods import get_method
 from qerl.rl.variants import canonical_variant, lr_variant, tis_variant
 
@@ -14,24 +15,21 @@ from qerl.rl.variants import canonical_variant, lr_variant, tis_variant
 
 SCALE = config["scale"]
 R = f"{config['results_dir']}/{SCALE}"
-# The effective config (config file + any `--config key=value`, defaults filled in) is written to R/config.yaml,
-# rewritten only when it changes; every rule hands that file to its `qerl` subcommand, which validates it again.
-# Jobs depend on the config sections they read through `params`, so editing one section reruns only those jobs.
+# The effective config (config file + any `--config key=value`, defaults filled in) is R/config.yaml; every rule
+# hands that file to its `qerl` subcommand, which validates it again. It is written when jobs run, never while the
+# workflow is parsed (workflow/rules/config.smk). Jobs read it as ancient(CONFIGFILE), so rewriting it reruns
+# nothing by itself; they depend on the config sections they read through `params: section(...)`, so editing one
+# section reruns only those jobs.
 CONFIGFILE = f"{R}/config.yaml"
+EFFECTIVE_CONFIG = yaml.safe_dump(config, sort_keys=False)
 
 
-def _write_effective_config(path):
-    text = yaml.safe_dump(config, sort_keys=False)
-    if os.path.exists(path) and open(path).read() == text:
-        return
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
+def write_effective_config(path=CONFIGFILE):
+    """Write the effective config to `path` atomically, unless the file already holds it."""
+    if not os.path.exists(path) or open(path, encoding="utf-8").read() != EFFECTIVE_CONFIG:
+        write_text(path, EFFECTIVE_CONFIG)
 
 
-_write_effective_config(CONFIGFILE)
 MODEL = config["model"]["name"]
 # One software environment for every rule (pyproject.toml lists the dependencies once); `--sdm conda` builds it.
 CONDA_ENV = "../../environment.yml"

@@ -19,7 +19,7 @@ EVALUATE_TARGETS = expand(
 rule evaluate:
     input:
         config=ancient(CONFIGFILE),
-        model=f"{R}/models/{{model}}/base",
+        base=f"{R}/models/{{model}}/base",
         # the generated held-out split for `tiny`; the checked benchmark files (the data manifest) otherwise
         data=lambda wildcards: (
             rules.gen_tiny.output.test
@@ -58,6 +58,6 @@ rule evaluate:
     benchmark:
         f"{R}/benchmarks/evaluate/{{model}}/{{method}}/{{benchmark}}/seed{{seed}}.tsv"
     shell:
-        "{params.launch} evaluate --config {input.config} --model {input.model} --format {wildcards.method}"
+        "{params.launch} evaluate --config {input.config} --base {input.base} --format {wildcards.method}"
         " --method {wildcards.method} --benchmarks {wildcards.benchmark} --seed {wildcards.seed}"
         " {params.data} {params.quantized} {params.device} --threads {threads} --out {output} 2> {log}"

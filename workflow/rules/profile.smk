@@ -21,7 +21,7 @@ rule profile:
     params:
         cfg=section("profile"),
         args=lambda wildcards: " ".join(
-            f"--{flag} {','.join(str(v) for v in config['profile'][key])}"
+            f"--{flag} {' '.join(str(v) for v in config['profile'][key])}"
             for flag, key in (("archs", "archs"), ("methods", "methods"), ("ranks", "ranks"),
                               ("batches", "batches"), ("e2e-batches", "e2e_batches"))
         )

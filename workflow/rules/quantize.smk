@@ -12,7 +12,7 @@ rule calibrate:
     input:
         unpack(lambda wildcards: calibration_inputs(config, R)),
         config=ancient(CONFIGFILE),
-        model=f"{R}/models/{{model}}/base",
+        base=f"{R}/models/{{model}}/base",
     output:
         scales_path(R, "{model}", "{fmt}"),
     wildcard_constraints:
@@ -28,8 +28,8 @@ rule calibrate:
     benchmark:
         f"{R}/benchmarks/calibrate/{{model}}/{{fmt}}.tsv"
     shell:
-        "qerl calibrate --config {input.config} --model-dir {input.model} --format {wildcards.fmt} "
-        "--data {params.data} --out {output} 2> {log}"
+        "qerl calibrate --config {input.config} --base {input.base} --format {wildcards.fmt} "
+        "--calib {params.data} --out {output} 2> {log}"
 
 
 rule quantize:
@@ -51,8 +51,8 @@ rule quantize:
     benchmark:
         f"{R}/benchmarks/quantize/{{model}}/{{fmt}}.tsv"
     shell:
-        "qerl quantize --config {input.config} --model-dir {input.model} --format {wildcards.fmt} "
-        "--data {params.data} {params.scales} --out {output} 2> {log}"
+        "qerl quantize --config {input.config} --base {input.base} --format {wildcards.fmt} "
+        "--calib {params.data} {params.scales} --out {output} 2> {log}"
 
 
 rule quantize_all:

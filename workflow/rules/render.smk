@@ -54,7 +54,7 @@ for _artifact in ARTIFACTS.values():
         benchmark:
             f"{R}/benchmarks/render/{_artifact.id}.tsv"
         shell:
-            "qerl render --config {input.config} --artifact {params.artifact} --out-dir {params.out} 2> {log}"
+            "qerl render --config {input.config} --artifact {params.artifact} --out {params.out} 2> {log}"
 
 
 def render_targets():
