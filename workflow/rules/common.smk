@@ -21,7 +21,14 @@ R = f"{config['results_dir']}/{SCALE}"
 # nothing by itself; they depend on the config sections they read through `params: section(...)`, so editing one
 # section reruns only those jobs.
 CONFIGFILE = f"{R}/config.yaml"
-EFFECTIVE_CONFIG = yaml.safe_dump(config, sort_keys=False)
+class _PlainDumper(yaml.SafeDumper):
+    """No &id001 anchors in the effective config when two sections share one list object."""
+
+    def ignore_aliases(self, data):
+        return True
+
+
+EFFECTIVE_CONFIG = yaml.dump(config, Dumper=_PlainDumper, sort_keys=False)
 
 
 def write_effective_config(path=CONFIGFILE):
