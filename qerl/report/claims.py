@@ -379,7 +379,10 @@ def _beyond(cfg: dict, seen: list[Context]) -> tuple[list[str], str]:
              for m, v, label, seeds in variants}
     out, summary = ["The AQN table (tableaqn) and figure figmismatch; differences of means over seeds, verdicts as "
                     "above (higher entropy, faster reward growth, higher held-out pass@1). Entropy at step 0 cannot "
-                    "differ with AQN alone: the schedule's first stage adds no noise (Alg. 1).", ""], []
+                    "differ with AQN alone: the schedule's first stage adds no noise (Alg. 1). Each run trains at its "
+                    "method's configured rate (train.lr_by_method: as in Table 4, 4-bit LoRA methods may run at a "
+                    f"higher rate than BF16 LoRA; here {_rates(cfg)}), so \"quantization alone\" includes any "
+                    "difference of rate.", ""], []
 
     def effect(name: str, a: tuple, b: tuple) -> None:
         tally: list[str] = []
@@ -413,6 +416,11 @@ def _beyond(cfg: dict, seen: list[Context]) -> tuple[list[str], str]:
         summary.append(f"TIS {key[1]}: {_count(tally)}")
     out.append("")
     return out, "; ".join(summary) + "."
+
+
+def _rates(cfg: dict) -> str:
+    tr = cfg["train"]
+    return ", ".join(f"{m} {tr['lr_by_method'].get(m, tr['lr']):g}" for m in ("lora", "nvfp4_lora", "qerl"))
 
 
 def _std(xs: list[float]) -> float:
