@@ -6,6 +6,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 TORCH ?= torch==2.13.0
 CORES ?= all
+# make test: the suite on TEST_WORKERS pytest-xdist workers, whole test files per worker (tests/conftest.py says why).
+TEST_WORKERS ?= 2
 # Snakemake's jobs call the `qerl` console script: the venv's bin folder must come first on PATH.
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
@@ -26,7 +28,7 @@ reproduce: install
 	$(VENV)/bin/snakemake --cores $(CORES)
 
 test: install
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 lint: install
 	$(VENV)/bin/snakemake --lint

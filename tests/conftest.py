@@ -1,6 +1,11 @@
 """Shared fixtures: the real benchmark files (../shared/data beside the checkout, or $QERL_TEST_DATA_ROOT); the
 tiny config trimmed for DAG-level tests; the markers `gpu` (needs a CUDA device) and `triton_device` (needs a GPU,
-or Triton's CPU interpreter) skip where they cannot run."""
+or Triton's CPU interpreter) skip where they cannot run.
+
+Run the suite as CI does: `make test` (pytest-xdist, two workers, whole files per worker: `-n 2 --dist loadfile
+--no-loadscope-reorder`); plain `python -m pytest -q` runs the same tests in one process. Under xdist a module or
+session fixture runs once per worker that needs it, so a fixture shared by several tests lives in their one file.
+"""
 from __future__ import annotations
 
 import os
@@ -18,7 +23,27 @@ if not torch.cuda.is_available():
 REPO = Path(__file__).resolve().parents[1]
 
 
+# The files that run Snakemake DAGs or whole trainings, longest first. Under xdist a worker takes the next file in
+# collection order when it runs low; starting these first keeps the other worker busy with the short files instead
+# of leaving one of them for the end. A renamed file only loses its place here (nothing fails).
+LONGEST_FIRST = ("test_dag_e2e.py", "test_small_smoke.py", "test_rerun_incomplete.py", "rl/test_distributed.py",
+                 "rl/test_trainer.py")
+
+
+def _file_rank(item) -> int:
+    path = item.path.as_posix()
+    return next((i for i, name in enumerate(LONGEST_FIRST) if path.endswith("/tests/" + name)), len(LONGEST_FIRST))
+
+
+def pytest_configure(config):
+    # An xdist worker shares the two cores with the other worker (and with the Snakemake jobs of the DAG tests):
+    # one intra-op thread each; the tests that depend on the thread count set it themselves.
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        torch.set_num_threads(1)
+
+
 def pytest_collection_modifyitems(config, items):
+    items.sort(key=_file_rank)  # stable: the order inside a file and among the other files is kept
     cuda = torch.cuda.is_available()
     interpreter = os.environ.get("TRITON_INTERPRET") == "1"
     for item in items:
