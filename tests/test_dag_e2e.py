@@ -32,8 +32,10 @@ def trimmed_dag(repo_root, tmp_path_factory, trimmed_config):
     work = tmp_path_factory.mktemp("dag")
     path = work / "trimmed.yaml"
     path.write_text(yaml.safe_dump(trimmed_config(work / "results")))
-    command = [SNAKEMAKE, "-s", str(repo_root / "Snakefile"), "-d", str(work), "--cores", "2", "--configfile",
-               str(path)]
+    # one thread per job (calibrate and quantize ask for 2): jobs run side by side, and beside the other pytest-xdist
+    # worker; a 2-thread job on two busy cores ran 3-6x slower than with one
+    command = [SNAKEMAKE, "-s", str(repo_root / "Snakefile"), "-d", str(work), "--cores", "2", "--max-threads", "1",
+               "--configfile", str(path)]
     proc = subprocess.run(command, capture_output=True, text=True, timeout=1500, env=ENV)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     report = work / "report.html"

@@ -67,9 +67,11 @@ def smoke(repo_root, shared_data_root, tmp_path_factory) -> Path:
     path = work / "small_smoke.yaml"
     path.write_text(yaml.safe_dump(_smoke_config(repo_root, work / "results", shared_data_root), sort_keys=False))
     out = work / "results" / "small"
-    # the targets first: --configfile takes every argument after it
+    # the targets first: --configfile takes every argument after it. One thread per job (calibrate and quantize ask
+    # for 2): the two training jobs run side by side, and beside the other pytest-xdist worker; `qerl quantize` of
+    # this model took 10 s with one thread and 40-90 s with two while another process kept a core busy.
     proc = subprocess.run([SNAKEMAKE, str(out / RUN / "eval.json"), str(out / DAPO_RUN / "eval.json"),
-                           "-s", str(repo_root / "Snakefile"), "-d", str(work), "--cores", "2",
+                           "-s", str(repo_root / "Snakefile"), "-d", str(work), "--cores", "2", "--max-threads", "1",
                            "--configfile", str(path)], capture_output=True, text=True, timeout=900, env=ENV)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     return out
