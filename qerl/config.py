@@ -63,7 +63,7 @@ def _number_hint(value: str) -> str:
 def _enum_text(value, allowed: list) -> str:
     """What `value` is not, the allowed values, and where a method name of the wrong kind belongs (or the closest
     allowed value)."""
-    from qerl.methods import TRAINED_METHODS, UNTRAINED_METHODS
+    from qerl.contract.methods import TRAINED_METHODS, UNTRAINED_METHODS
 
     if set(allowed) == set(TRAINED_METHODS):
         text = f"not a trainable method; allowed: {allowed}"
@@ -144,7 +144,7 @@ def _check_semantics(cfg: dict, source: str, check_data: bool) -> None:
         raise ConfigError(f"{source}: key 'evaluate.benchmarks' names {absent}, which 'data.benchmarks' "
                           f"({cfg['data']['benchmarks']}) does not provide; add them there")
     if check_data and cfg["data"]["benchmarks"] and not cfg["data"]["download"]:
-        from qerl.data.benchmarks import missing_files
+        from qerl.contract.paths import missing_files
 
         missing = missing_files(cfg["data"]["root"], cfg["data"]["benchmarks"])
         if missing:

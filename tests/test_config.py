@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from qerl.config import ConfigError, load_config, load_schema, validate_config
-from qerl.methods import METHODS, get_method
+from qerl.contract.methods import METHODS, get_method
 
 
 def _write(tmp_path, cfg):

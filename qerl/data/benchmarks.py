@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
+from qerl.contract.paths import BENCHMARK_FILES, HELD_OUT, benchmark_splits, missing_files
 from qerl.data.answers import gsm8k_final_answer, last_boxed, normalize_number
 
 __all__ = [
@@ -41,16 +42,6 @@ __all__ = [
     "parse_row",
 ]
 
-#: benchmark name -> split -> path relative to the data root.
-BENCHMARK_FILES: dict[str, dict[str, str]] = {
-    "gsm8k": {"train": "gsm8k/train.jsonl", "test": "gsm8k/test.jsonl"},
-    "math500": {"test": "math500/test.jsonl"},
-    "aime24": {"test": "aime24/test.jsonl"},
-    "aime25": {"test": "aime25/test.jsonl"},
-    "amc23": {"test": "amc23/test.jsonl"},
-    "math_train": {"train": "math_train/train.jsonl"},
-}
-
 #: benchmark name -> the fields each row needs (``a|b``: either one), for error messages and for `qerl data`.
 BENCHMARK_FIELDS: dict[str, str] = {
     "gsm8k": "question (str), answer (str, a worked solution ending in '#### N')",
@@ -66,11 +57,6 @@ _VALUE_PREVIEW = 80
 
 class DataFileMissingError(FileNotFoundError, ValueError):
     """A benchmark file is not where the config says; both a FileNotFoundError and a ValueError (bad config/data)."""
-
-
-#: Benchmarks a model trained on a source is evaluated on when its task names none (the trainer and the report).
-HELD_OUT: dict[str, list[str]] = {"tiny": ["tiny"], "gsm8k": ["gsm8k"],
-                                  "math_train": ["math500", "aime24", "aime25", "amc23"]}
 
 
 @dataclass(frozen=True)
@@ -249,14 +235,8 @@ def default_split(name: str) -> str:
     Raises:
         ValueError: for an unknown benchmark.
     """
-    splits = _splits(name)
+    splits = benchmark_splits(name)
     return "test" if "test" in splits else next(iter(splits))
-
-
-def _splits(name: str) -> dict[str, str]:
-    if name not in BENCHMARK_FILES:
-        raise ValueError(f"unknown benchmark {name!r}; known benchmarks: {sorted(BENCHMARK_FILES)}")
-    return BENCHMARK_FILES[name]
 
 
 def parse_row(name: str, row: dict, where: str, index: int, split: str) -> Problem:
@@ -288,7 +268,7 @@ def parse_row(name: str, row: dict, where: str, index: int, split: str) -> Probl
         answer = _numeric_answer(row, where)
         solution = _optional_str(row, where, "solution")
         return Problem(pid, question, answer, None, solution, name)
-    _splits(name)  # raises the unknown-benchmark error
+    benchmark_splits(name)  # raises the unknown-benchmark error
     raise AssertionError(f"no row parser for benchmark {name!r}")  # pragma: no cover - BENCHMARK_FILES drift
 
 
@@ -318,7 +298,7 @@ def benchmark_path(name: str, root: str | Path, split: str | None = None) -> Pat
     Raises:
         ValueError: for an unknown benchmark or split.
     """
-    splits = _splits(name)
+    splits = benchmark_splits(name)
     split = default_split(name) if split is None else split
     if split not in splits:
         raise ValueError(f"benchmark {name!r} has no split {split!r}; splits: {sorted(splits)}")
@@ -421,25 +401,3 @@ def load_jsonl_problems(
             raise _field_error(where, "id", f"expected a string or integer, got {type(pid).__name__}", pid)
         problems.append(Problem(str(pid), question, answer, level, solution, source))
     return _filter(problems, str(path), levels, limit)
-
-
-def missing_files(root: str | Path, names: list[str]) -> list[str]:
-    """The files (relative to `root`, every split) that the benchmarks `names` need and that do not exist.
-
-    Args:
-        root: the data root.
-        names: benchmark names.
-
-    Returns:
-        Relative paths such as ``gsm8k/train.jsonl``, in the order of `names` and their splits.
-
-    Raises:
-        ValueError: for an unknown benchmark name.
-    """
-    root = Path(root)
-    missing = []
-    for name in names:
-        for rel in _splits(name).values():
-            if not (root / rel).is_file() and rel not in missing:
-                missing.append(rel)
-    return missing

@@ -30,9 +30,11 @@ import math
 import sys
 from dataclasses import dataclass
 
+from qerl.contract.variants import AQN_SCHEDULES
+
 __all__ = ["SCHEDULES", "NoiseSchedule", "stage_of", "interpolate", "sigma_at"]
 
-SCHEDULES = ("exponential", "linear", "cosine", "logarithmic")
+SCHEDULES = AQN_SCHEDULES  # the one list of names (qerl.contract.variants), implemented below
 
 
 def stage_of(step: int, total_steps: int, num_stages: int) -> int:

@@ -2,7 +2,7 @@
 import pytest
 
 from qerl.config import validate_config
-from qerl.rl.variants import canonical_variant, lr_variant, parse_variant
+from qerl.contract.variants import canonical_variant, lr_variant, parse_variant
 
 
 def test_lr_variant_names():

@@ -1,8 +1,10 @@
-"""Ablation variants of a method, by name: default, noaqn, aqn-<schedule>, rank<r>, lr<value>, tis<C>, norms.
+"""Ablation variants of a method, by name (the `<variant>` part of a run's path), and the AQN schedule names.
 
 A variant overrides a few run settings:
+  default          the method as configured
   noaqn            AQN off (QeRL without AQN)
-  aqn-<schedule>   AQN on with that schedule, on any method (on BF16 LoRA it separates noise from quantization)
+  aqn-<schedule>   AQN on with that schedule (one of AQN_SCHEDULES), on any method (on BF16 LoRA it separates
+                   noise from quantization)
   rank<r>          LoRA rank r (alpha scaled with it, so alpha / r stays fixed)
   lr<value>        learning rate
   tis<C>           truncated importance sampling: each token's loss weighted by min(pi_old / pi_sampler, C)
@@ -11,15 +13,22 @@ The DAG and the report address runs by variant name; a variant whose overrides c
 the config (aqn-<the configured schedule> of an AQN method, noaqn of a method without AQN, rank<the configured
 rank>, lr<the method's configured lr>) is the `default` run itself, so `canonical_variant` maps it there and the run
 is trained once. No torch import: the Snakefile uses this at parse time.
+
+AQN_SCHEDULES is the one list of schedule names: qerl.noise.schedule implements exactly these, the variant grammar
+accepts exactly these, and tests/test_contract.py checks the config schema's enums against it.
 """
 from __future__ import annotations
 
 import re
 
-__all__ = ["VARIANT_FORMS", "parse_variant", "lr_variant", "tis_variant", "canonical_variant"]
+from qerl.contract.methods import get_method
 
+__all__ = ["AQN_SCHEDULES", "VARIANT_FORMS", "parse_variant", "lr_variant", "tis_variant", "canonical_variant"]
+
+#: sigma decays of AQN (Eq. 8 is the exponential; Fig. 9 compares the others).
+AQN_SCHEDULES = ("exponential", "linear", "cosine", "logarithmic")
 VARIANT_FORMS = "default, noaqn, aqn-<schedule>, rank<r>, lr<value>, tis<C> or norms"
-_VARIANT = re.compile(r"^(default|noaqn|norms|aqn-(exponential|linear|cosine|logarithmic)|rank(\d+)|lr([0-9.eE+-]+)"
+_VARIANT = re.compile(rf"^(default|noaqn|norms|aqn-({'|'.join(AQN_SCHEDULES)})|rank(\d+)|lr([0-9.eE+-]+)"
                       r"|tis([0-9.eE+-]+))$")
 
 
@@ -63,14 +72,16 @@ def tis_variant(cap: float) -> str:
 
 
 def lr_variant(lr: float) -> str:
-    """Variant name of a learning-rate ablation run: lr_variant(3e-5) == "lr3e-05"."""
+    """Variant name of a learning-rate ablation run: lr_variant(3e-5) == "lr3e-05" (parses back with float())."""
     return f"lr{float(lr):g}"
 
 
 def canonical_variant(cfg: dict, method: str, variant: str) -> str:
-    """`variant`, or "default" when it changes nothing for `method` under the (validated) config."""
-    from qerl.methods import get_method
+    """`variant`, or "default" when it changes nothing for `method` under the (validated) config.
 
+    Raises:
+        ValueError: an unknown method or variant.
+    """
     overrides = parse_variant(variant)
     tr = cfg["train"]
     same = {
