@@ -46,12 +46,12 @@ def _make(bnb, linear: nn.Linear, compute_dtype, blocksize: int, double_quant: b
     layer = bnb.nn.Linear4bit(linear.in_features, linear.out_features, bias=linear.bias is not None,
                               compute_dtype=compute_dtype, compress_statistics=double_quant, quant_type="nf4",
                               device="meta")
-    layer.weight = bnb.nn.Params4bit(linear.weight.detach().to("cpu", copy=True), requires_grad=False,
+    layer.weight = bnb.nn.Params4bit(linear.weight.detach().clone(), requires_grad=False,
                                      quant_type="nf4", blocksize=blocksize, compress_statistics=double_quant)
     if linear.bias is not None:
         layer.bias = nn.Parameter(linear.bias.detach().to(compute_dtype).clone(), requires_grad=False)
     layer.support_avx512bf16_for_cpu = False  # see the module docstring
-    return layer.to(device)  # Params4bit quantizes on its first move to a device
+    return layer.to(device)  # Params4bit quantizes on its first move to a device (where the weight already is)
 
 
 def keep_trainable_layout(model: nn.Module) -> nn.Module:

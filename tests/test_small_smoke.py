@@ -122,8 +122,8 @@ def test_converted_checkpoint_round_trips(smoke):
 
     from qerl.data.prompts import build_prompt
     from qerl.evaluate.lm import sample
-    from qerl.evaluate.load import load_model
     from qerl.models.prepare import packaged_gguf
+    from qerl.policy import build_policy
 
     base = smoke / "models" / MODEL / "base"
     info = json.loads((base / "prepare_info.json").read_text())
@@ -134,7 +134,8 @@ def test_converted_checkpoint_round_trips(smoke):
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        model, tok, _ = load_model(base)
+        policy = build_policy("bf16", base)
+        model, tok = policy.model, policy.tokenizer
         prompt = build_prompt("What is 2 + 3?", tok)
         assert prompt.startswith("<|im_start|>system") and prompt.endswith("<|im_start|>assistant\n")
         [c] = sample(model, tok, [prompt], max_new_tokens=24, temperature=0.0, stop=())

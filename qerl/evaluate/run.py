@@ -2,7 +2,8 @@
 
 Why: the released QeRL evaluator compares only the first character of an answer and never applies the LoRA adapter,
 so its numbers cannot be trusted. Here every number can be checked:
-- the model (BF16, NVFP4, MXFP4 or NF4 weights, with or without a LoRA adapter) is handed to lm-eval as an
+- the model (BF16, NVFP4, MXFP4 or NF4 weights, with or without a LoRA adapter; built by the policy core,
+  qerl.policy.build_policy, as training builds it) is handed to lm-eval as an
   in-memory `LM` (`qerl.evaluate.lm.QerlLM`), on tasks generated for our local files (`qerl.evaluate.tasks`);
 - when the model carries an adapter, `check_adapter_active` first compares the logits of a fixed probe prompt with
   the adapter enabled and inside `model.disable_adapter()`; identical logits (an adapter that is absent, disabled or
@@ -26,7 +27,7 @@ Run::
     qerl evaluate --config config/config.yaml --base results/tiny/models/tiny/base --format nvfp4 \\
         --adapter results/tiny/runs/.../adapter --benchmarks tiny --out eval.json
 
-Library (for the trainer)::
+Library (the `qerl train` command evaluates the policy it trained with this)::
 
     from qerl.evaluate.run import evaluate_model, write_results
     results = evaluate_model(peft_model, tokenizer, ["gsm8k"], cfg, seed=0)
@@ -41,6 +42,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # lm-eval and datasets must never 
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
 import dataclasses
+from dataclasses import asdict
 import hashlib
 import logging
 import math
@@ -56,6 +58,7 @@ from typing import Iterable, Sequence
 import torch
 
 from qerl.cli import add_list
+from qerl.contract.records import BenchmarkRecord, PassAt1
 from qerl.evaluate.tasks import (
     FILTER,
     METRIC,
@@ -125,7 +128,7 @@ def check_adapter_active(model, tokenizer, *, question: str = PROBE_QUESTION, at
     if not isinstance(model, PeftModel):
         raise AdapterNotActiveError(
             f"an adapter was expected but the model is a {type(model).__name__}, not a peft.PeftModel: the adapter "
-            "was never applied (load it with qerl.evaluate.load.load_adapter)")
+            "was never applied (load it with qerl.policy.load_adapter, or build_policy(..., adapter=DIR))")
     lora = _lora_modules(model)
     if not lora:
         raise AdapterNotActiveError("the peft model has no LoRA layer: the adapter's target_modules matched nothing")
@@ -164,9 +167,9 @@ def pass_at_1_stats(correct: Sequence[Sequence[bool]]) -> dict:
         correct: one list of verdicts per problem, every list of the same length n (the repeats).
 
     Returns:
-        {"pass_at_1": mean in %, "stderr": standard error of that mean over problems in % (sample std with n-1,
-        divided by sqrt(problems); None for a single problem), "n_problems", "n_repeats",
-        "per_repeat": accuracy in % of the k-th sample of every problem, for k = 1..n}.
+        The fields of qerl.contract.records.PassAt1, as a dict: "pass_at_1" (mean in %), "stderr" (standard error of
+        that mean over problems in %: sample std with n-1, divided by sqrt(problems); None for a single problem),
+        "n_problems", "n_repeats", "per_repeat" (accuracy in % of the k-th sample of every problem, k = 1..n).
 
     Raises:
         ValueError: no problems, or problems with different numbers of samples.
@@ -183,8 +186,8 @@ def pass_at_1_stats(correct: Sequence[Sequence[bool]]) -> dict:
     mean = sum(per_problem) / n
     stderr = math.sqrt(sum((x - mean) ** 2 for x in per_problem) / (n - 1)) / math.sqrt(n) if n > 1 else None
     per_repeat = [100.0 * sum(bool(c[k]) for c in correct) / n for k in range(n_rep)]
-    return {"pass_at_1": 100.0 * mean, "stderr": None if stderr is None else 100.0 * stderr, "n_problems": n,
-            "n_repeats": n_rep, "per_repeat": per_repeat}
+    return asdict(PassAt1(pass_at_1=100.0 * mean, stderr=None if stderr is None else 100.0 * stderr, n_problems=n,
+                          n_repeats=n_rep, per_repeat=per_repeat))
 
 
 # ---- one benchmark -----------------------------------------------------------------------------------------------
@@ -354,7 +357,7 @@ def evaluate_model(model, tokenizer, benchmarks: Iterable[str], cfg: dict, seed:
         tiny_test: overrides the path of the tiny held-out split.
         require_adapter: True: the model must carry an active adapter; False: skip the check; None: check
             whenever the model is a peft.PeftModel.
-        model_info: what was loaded (from `qerl.evaluate.load.load_model`), copied into the results.
+        model_info: what was loaded (`qerl.policy.Policy.info`), copied into the results.
         progress: progress bars on stderr.
 
     Returns:
@@ -410,9 +413,16 @@ def evaluate_model(model, tokenizer, benchmarks: Iterable[str], cfg: dict, seed:
 
 
 def write_results(results: dict, path: str | Path) -> None:
-    """Write the results JSON atomically (temporary file + rename; folders created; qerl.io.write_json)."""
+    """Write the results JSON atomically (temporary file + rename; folders created; qerl.io.write_json), after
+    checking that every benchmark entry holds the qerl.contract.records.BenchmarkRecord fields the report reads.
+
+    Raises:
+        ValueError: a benchmark entry that breaks the contract (naming the file and the key); nothing is written.
+    """
     from qerl.io import write_json
 
+    for name, record in results["benchmarks"].items():
+        BenchmarkRecord.parse(record, f"{path}: benchmarks.{name}")
     write_json(path, results, sort_keys=True)
 
 
@@ -447,7 +457,7 @@ def add_arguments(parser) -> None:
 
 def run(args) -> int:
     from qerl.config import load_config
-    from qerl.evaluate.load import load_model
+    from qerl.policy import build_policy
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -457,11 +467,12 @@ def run(args) -> int:
     settings = EvalSettings.from_config(cfg, limit=args.limit, n_repeats=args.n_repeats,
                                         max_new_tokens=args.max_new_tokens, batch_size=args.batch_size)
     names = names or list(settings.benchmarks)
-    model, tokenizer, info = load_model(args.base, args.format, args.adapter, cfg["model"]["dtype"], args.device,
-                                        quantized=args.quantized)
-    info["method"] = args.method
-    results = evaluate_model(model, tokenizer, names, cfg, args.seed, settings=settings, tiny_test=args.tiny_test,
-                             require_adapter=args.adapter is not None, model_info=info, progress=True)
+    policy = build_policy(args.format, args.base, quantized=args.quantized, adapter=args.adapter,
+                          dtype=cfg["model"]["dtype"], device=args.device)
+    info = {**policy.info, "method": args.method}
+    results = evaluate_model(policy.model, policy.tokenizer, names, cfg, args.seed, settings=settings,
+                             tiny_test=args.tiny_test, require_adapter=args.adapter is not None, model_info=info,
+                             progress=True)
     for name, r in results["benchmarks"].items():
         stderr = "n/a" if r["stderr"] is None else f"{r['stderr']:.2f}"
         levels = "  ".join(f"L{k} {v['pass_at_1']:.1f}" for k, v in r["per_level"].items())

@@ -135,8 +135,11 @@ def check_benchmarks(names) -> list[str]:
 
 
 def tiny_test_path(cfg: dict) -> Path:
-    """Where the `gen_tiny` rule writes the tiny scale's held-out problems: <results_dir>/tiny/data/tiny/test.jsonl."""
-    return Path(cfg.get("results_dir", "results")) / "tiny" / "data" / "tiny" / "test.jsonl"
+    """Where the `gen_tiny` rule writes the tiny scale's held-out problems: R/data/tiny/test.jsonl
+    (qerl.contract.paths)."""
+    from qerl.contract.paths import root_of, tiny_split
+
+    return Path(tiny_split(root_of(cfg), "test"))
 
 
 def load_problems(name: str, *, data_root: str | Path | None = None, tiny_test: str | Path | None = None,

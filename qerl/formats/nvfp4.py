@@ -2,7 +2,7 @@
 
 Why: QeRL keeps the frozen base weights in NVFP4 so that rollouts run on FP4 tensor cores (Marlin on Hopper, native on
 Blackwell). This module is the torch specification of the format; the Triton kernels in kernels/ and the checkpoint
-I/O in qerl/quantize/checkpoint.py are tested against it.
+I/O in qerl/policy/checkpoint.py are tested against it.
 
 How (over the last dimension, in blocks of 16):
     global_scale = amax(|W|) / (448 * 6)                       # FP32, a DEQUANTIZATION multiplier

@@ -116,7 +116,7 @@ def convert_gguf(gguf: str | Path, out: str | Path) -> dict:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from qerl.evaluate.load import load_tokenizer
+    from qerl.policy import load_tokenizer
 
     gguf, out = Path(gguf), Path(out)
     if not gguf.is_file():

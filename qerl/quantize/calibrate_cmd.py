@@ -58,11 +58,12 @@ def run(args) -> int:
 
     from qerl.config import load_config
     from qerl.quantize.awq import calibrate, save_scales
-    from qerl.quantize.measure import load_model
+    from qerl.policy import build_policy
 
     cfg = load_config(args.config, check_data=not args.no_data_check)
     torch.manual_seed(cfg["quantize"]["calibration"]["seed"])
-    model, tokenizer = load_model(model_dir=args.base, dtype=torch.float32)
+    policy = build_policy("bf16", args.base, dtype=torch.float32)
+    model, tokenizer = policy.model, policy.tokenizer
     calib, _ = calibration_tokens(cfg, tokenizer, args.calib)
     t = time.time()
     result = calibrate(model, calib, args.format, cfg["quantize"]["awq_grid"], apply=False)

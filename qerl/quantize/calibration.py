@@ -81,19 +81,19 @@ def calibration_file(cfg: dict) -> str:
     """The JSONL file config key quantize.calibration.source names (for the rules and the CLI).
 
     "train" is the scale's own training problems: the tiny scale's generated RL split
-    (<results_dir>/tiny/data/tiny/rl.jsonl), else GSM8K's or MATH's train split under data.root, whichever of
+    (R/data/tiny/rl.jsonl, qerl.contract.paths), else GSM8K's or MATH's train split under data.root, whichever of
     gsm8k / math_train the config's data.benchmarks lists first. A benchmark name picks its train split directly.
 
     Raises:
         ValueError: naming the key and the value when no train split fits.
     """
-    from qerl.data.benchmarks import BENCHMARK_FILES
+    from qerl.contract.paths import BENCHMARK_FILES, root_of, tiny_split
 
     source = cfg["quantize"]["calibration"]["source"]
     root = cfg["data"]["root"]
     if source == "train":
         if cfg["model"]["source"] == "tiny":
-            return f"{cfg['results_dir']}/{cfg['scale']}/data/tiny/rl.jsonl"
+            return tiny_split(root_of(cfg), "rl")
         for name in ("gsm8k", "math_train"):
             if name in cfg["data"]["benchmarks"]:
                 return f"{root}/{BENCHMARK_FILES[name]['train']}"

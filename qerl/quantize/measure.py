@@ -36,7 +36,7 @@ import torch
 from qerl.cli import parse_args
 from qerl.io import write_text
 
-__all__ = ["perplexity", "completion_perplexity", "completion_examples", "load_model", "measure", "main"]
+__all__ = ["perplexity", "completion_perplexity", "completion_examples", "measure", "main"]
 
 
 @torch.no_grad()
@@ -98,32 +98,6 @@ def completion_examples(path, tokenizer, instruction: str, n: int) -> list[tuple
     return out
 
 
-def load_model(model_dir: str | None = None, gguf: str | None = None, dtype: torch.dtype = torch.float32):
-    """(model, tokenizer) from a transformers checkpoint folder or a GGUF file (dequantized by transformers).
-
-    Raises:
-        ValueError: neither or both of model_dir / gguf given, or the path does not exist.
-    """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    if (model_dir is None) == (gguf is None):
-        raise ValueError("give exactly one of --base or --gguf")
-    if gguf is not None:
-        path = Path(gguf)
-        if not path.is_file():
-            raise ValueError(f"GGUF file {gguf!r} does not exist")
-        tok = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
-        model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=dtype)
-    else:
-        if not (Path(model_dir) / "config.json").is_file():
-            raise ValueError(f"model folder {model_dir!r} has no config.json")
-        from qerl.evaluate.load import load_tokenizer  # AutoTokenizer would rebuild "TokenizersBackend" folders
-
-        tok = load_tokenizer(model_dir)
-        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype)
-    return model.eval(), tok
-
-
 def _summary(errors: dict[str, float]) -> dict:
     by_kind: dict[str, list[float]] = {}
     for name, e in errors.items():
@@ -151,10 +125,10 @@ def measure(model, calib: torch.Tensor, heldout: torch.Tensor, formats=("nvfp4",
     Returns:
         A JSON-able dict: perplexity[name] = {"text": ..., "completion": ...}, layer_error[fmt], awq_alphas, seconds.
     """
-    from qerl.layers import MXFP4Config, NVFP4Config, quantize_
+    from qerl.policy import quantize_model
+    from qerl.policy.formats import nf4_problem
     from qerl.quantize.awq import calibrate, layer_errors
 
-    configs = {"nvfp4": NVFP4Config(), "mxfp4": MXFP4Config()}
     out: dict = {"perplexity": {}, "layer_error": {}, "awq_alphas": {}, "seconds": {}}
 
     def score(name, m):
@@ -171,30 +145,28 @@ def measure(model, calib: torch.Tensor, heldout: torch.Tensor, formats=("nvfp4",
         t = time.time()
         rtn_err = layer_errors(model, heldout, fmt, None, batch_size)
         log(f"{fmt} rtn layer error {statistics.mean(rtn_err.values()):.4f}")
-        score(f"{fmt}_rtn", quantize_(copy.deepcopy(model), configs[fmt]))
+        score(f"{fmt}_rtn", quantize_model(copy.deepcopy(model), fmt))
         t = time.time()
         awq_model = copy.deepcopy(model)
         result = calibrate(awq_model, calib, fmt, grid, batch_size)
         out["seconds"][f"{fmt}_awq_search"] = time.time() - t
         awq_err = layer_errors(model, heldout, fmt, result.scales, batch_size)
         log(f"{fmt} awq layer error {statistics.mean(awq_err.values()):.4f}")
-        score(f"{fmt}_awq", quantize_(awq_model, configs[fmt]))
+        score(f"{fmt}_awq", quantize_model(awq_model, fmt))
         del awq_model
         out["awq_alphas"][fmt] = result.alphas
         out["layer_error"][fmt] = {"rtn": _summary(rtn_err), "awq": _summary(awq_err),
                                    "awq_better_fraction": statistics.mean(
                                        float(awq_err[k] < rtn_err[k]) for k in rtn_err)}
     if nf4:
-        from baselines.nf4 import bitsandbytes_cpu_problem, quantize_nf4_
-
-        problem = bitsandbytes_cpu_problem() if heldout.device.type == "cpu" else None
+        problem = nf4_problem() if heldout.device.type == "cpu" else None
         if problem:
             out["perplexity"]["nf4"] = None
             out["nf4_skipped"] = problem
         else:
             nf4_err = layer_errors(model, heldout, "nf4", None, batch_size)
             out["layer_error"]["nf4"] = {"rtn": _summary(nf4_err)}
-            score("nf4", quantize_nf4_(copy.deepcopy(model)))
+            score("nf4", quantize_model(copy.deepcopy(model), "nf4"))
     return out
 
 
@@ -223,10 +195,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(p, sys.argv[1:] if argv is None else list(argv), {"--model-dir": "--base"})
     if args.threads:
         torch.set_num_threads(args.threads)
+    from qerl.policy import build_policy
     from qerl.quantize.calibration import read_texts, token_chunks
 
     torch.manual_seed(args.seed)
-    model, tok = load_model(args.base, args.gguf)
+    if (args.base is None) == (args.gguf is None):
+        raise ValueError("give exactly one of --base or --gguf")
+    policy = build_policy("bf16", args.gguf or args.base, dtype=torch.float32)  # the policy core's loader
+    model, tok = policy.model, policy.tokenizer
     instruction = None if args.text == "plain" else args.text
     calib = token_chunks(read_texts(args.calib, tokenizer=tok, instruction=instruction), tok, args.n_calib,
                          args.seq_len, args.seed)

@@ -47,11 +47,10 @@ def run(args) -> int:
     import torch
 
     from qerl.config import load_config
-    from qerl.layers import MXFP4Config, NVFP4Config, quantize_
+    from qerl.policy import build_policy, quantize_model
+    from qerl.policy.checkpoint import save_nf4_recipe, save_quantized
     from qerl.quantize.awq import apply_awq, layer_errors, load_scales
     from qerl.quantize.calibrate_cmd import calibration_tokens
-    from qerl.quantize.checkpoint import save_nf4_recipe, save_quantized
-    from qerl.quantize.measure import load_model
 
     cfg = load_config(args.config, check_data=not args.no_data_check)
     qcfg = cfg["quantize"]
@@ -66,7 +65,8 @@ def run(args) -> int:
             raise ValueError(f"--scales {args.scales!r} were searched for {result.fmt}, not {args.format}")
         scales = result.scales
     t0 = time.time()
-    model, tokenizer = load_model(model_dir=args.base, dtype=torch.float32)
+    policy = build_policy("bf16", args.base, dtype=torch.float32)
+    model, tokenizer = policy.model, policy.tokenizer
     _, held = calibration_tokens(cfg, tokenizer, args.calib, heldout=qcfg["heldout_sequences"])
     report = {"format": args.format, "method": "awq" if scales else "rtn", "base": args.base,
               "heldout_sequences": qcfg["heldout_sequences"], "seq_len": qcfg["calibration"]["seq_len"],
@@ -82,8 +82,7 @@ def run(args) -> int:
             if scales:
                 apply_awq(model, scales)
             dtype = getattr(torch, cfg["model"]["dtype"])
-            quantize_(model.to(dtype), NVFP4Config(tuple(qcfg["targets"])) if args.format == "nvfp4"
-                      else MXFP4Config(tuple(qcfg["targets"])))
+            quantize_model(model.to(dtype), args.format, tuple(qcfg["targets"]))
             save_quantized(model, tmp / "ckpt", tokenizer)
             for f in (tmp / "ckpt").iterdir():
                 f.rename(tmp / f.name)

@@ -73,14 +73,14 @@ def test_bad_benchmark_rejected_before_any_work(tokenizer, tiny_model, cfg):
 
 @pytest.mark.parametrize("fmt", ["bf16", "nvfp4", "mxfp4", "nf4"])
 def test_every_weight_format_evaluates(fmt, tokenizer, tiny_model, cfg, tiny_test_file):
-    from qerl.evaluate.load import apply_format, checkpoint_format
+    from qerl.policy import checkpoint_format, quantize_model
 
     if fmt == "nf4":
         from baselines.nf4 import bitsandbytes_cpu_problem
 
         if bitsandbytes_cpu_problem():
             pytest.skip(bitsandbytes_cpu_problem())
-    apply_format(tiny_model, fmt)
+    quantize_model(tiny_model, fmt).eval()
     assert checkpoint_format(tiny_model) == fmt
     res = evaluate_model(tiny_model, tokenizer, ["tiny"], cfg, seed=0, limit=3, tiny_test=tiny_test_file)
     b = res["benchmarks"]["tiny"]
@@ -107,9 +107,9 @@ def _lora(model, trained: bool):
 @pytest.mark.parametrize("fmt", ["bf16", "nvfp4"])
 def test_adapter_probe_passes_for_a_trained_adapter_and_fails_for_an_identity_one(fmt, tokenizer, tiny_model, cfg,
                                                                                   tiny_test_file):
-    from qerl.evaluate.load import apply_format
+    from qerl.policy import quantize_model
 
-    apply_format(tiny_model, fmt)
+    quantize_model(tiny_model, fmt).eval()
     identity = _lora(tiny_model, trained=False)
     with pytest.raises(AdapterNotActiveError, match="does not change the model"):
         check_adapter_active(identity, tokenizer)
@@ -125,10 +125,10 @@ def test_adapter_probe_passes_for_a_trained_adapter_and_fails_for_an_identity_on
 
 
 def _fresh(tokenizer, fmt):
-    from qerl.evaluate.load import apply_format
     from qerl.models.tiny import build_model
+    from qerl.policy import quantize_model
 
-    return apply_format(build_model(tokenizer, seed=0).eval(), fmt)
+    return quantize_model(build_model(tokenizer, seed=0).eval(), fmt).eval()
 
 
 def test_required_adapter_missing_is_an_error(tokenizer, tiny_model, cfg, tiny_test_file):

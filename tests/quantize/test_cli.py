@@ -35,7 +35,7 @@ def setup(tmp_path_factory):
 
 def test_calibrate_then_quantize_nvfp4(setup):
     from qerl.quantize.awq import load_scales
-    from qerl.quantize.checkpoint import load_quantized
+    from qerl.policy.checkpoint import load_quantized
 
     root, base, data, config = setup
     scales = root / "awq" / "nvfp4.safetensors"
@@ -57,7 +57,7 @@ def test_calibrate_then_quantize_nvfp4(setup):
 
 def test_quantize_rtn_mxfp4_and_nf4(setup):
     from baselines.nf4 import bitsandbytes_cpu_problem
-    from qerl.quantize.checkpoint import load_quantized
+    from qerl.policy.checkpoint import load_quantized
 
     root, base, data, config = setup
     out = root / "q" / "mxfp4"

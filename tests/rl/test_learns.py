@@ -26,8 +26,8 @@ import torch
 from qerl.config import load_config
 from qerl.data.benchmarks import load_jsonl_problems
 from qerl.data.prompts import build_prompt
-from qerl.evaluate.load import load_model
 from qerl.data.tiny import write_splits
+from qerl.policy import build_policy
 from qerl.rl.rewards import compute_rewards
 from qerl.rl.rollout import sample
 from qerl.rl.trainer import resolve_settings, train
@@ -62,7 +62,8 @@ def run(tmp_path_factory):
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        base, tokenizer, _ = load_model(FIXTURE)
+        policy = build_policy("bf16", FIXTURE)
+        base, tokenizer = policy.model, policy.tokenizer
         before = _accuracy(base, tokenizer, problems, s.instruction)
         out = train(cfg, s, FIXTURE, root / "run", data_dir=root / "data", progress=False, device="cpu")
         after = _accuracy(out["model"], tokenizer, problems, s.instruction)

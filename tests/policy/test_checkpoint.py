@@ -10,7 +10,7 @@ from safetensors.torch import load_file, save_file
 
 from qerl.formats import mxfp4, nvfp4
 from qerl.layers import MXFP4Config, NVFP4Config, QuantLinear, quantize_
-from qerl.quantize.checkpoint import load_quantized, save_quantized
+from qerl.policy.checkpoint import load_quantized, save_quantized
 
 ct = pytest.importorskip("compressed_tensors")
 CONFIGS = {"nvfp4": NVFP4Config(), "mxfp4": MXFP4Config()}

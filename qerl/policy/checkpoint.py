@@ -1,5 +1,8 @@
 """Save and load quantized models in compressed-tensors' layout (what llm-compressor writes and vLLM loads).
 
+The quantization stage writes these folders (`qerl quantize`); the policy core reads them (`build_policy(...,
+quantized=DIR)`) for the trainer and the evaluator, which is why this module lives in qerl.policy.
+
 Why this layout: the paper serves rollouts with vLLM from an NVFP4 checkpoint; writing the same files lets the paper
 scale hand our quantized models to vLLM unchanged, and lets compressed-tensors' own decompressor check us (tests).
 
