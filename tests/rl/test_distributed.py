@@ -3,9 +3,10 @@
 The test launches this file as a script under `python -m torch.distributed.run --standalone --nproc_per_node 2`
 (once, for every case, to pay the process start-up once) and compares what the ranks saved with the same work
 done by one process here:
-  * policy_update on a fixed global batch (GRPO with a KL term, DAPO's token normalisation; LoRA and full): the same
+  * policy_update (qerl.rl.step) on a fixed global batch (GRPO with a KL term, DAPO's token normalisation; LoRA and full): the same
     global losses and the same weights after two optimizer steps;
-  * the GPU benchmark (qerl.profiling.ddp) runs on the two ranks (a 1-layer 0.5B shape) and writes its CSV;
+  * the GPU benchmark (qerl.profiling.ddp: the trainer's rl_step on random weights) runs on the two ranks (a
+    1-layer 0.5B shape, the tiny config's settings) and writes its CSV;
   * train() end to end (qerl = NVFP4 + AQN, GRPO with KL, two off-policy updates per step) with a rollout that is a
     function of the prompt alone (per-prompt seeded sampling) and rewards hashed from the text, so one and two
     processes see the same global batch: the same metrics and adapter, metrics.jsonl written once, and a killed
@@ -30,14 +31,17 @@ from qerl.config import validate_config
 from qerl.data.tiny import write_splits
 from qerl.models.tiny import build_model, build_tokenizer
 from qerl.profiling import ddp
+from qerl.rl import step as S
 from qerl.rl import trainer as T
 from qerl.rl.distributed import DistContext, claim_gpus, init_distributed, shard_range, shutdown
-from qerl.rl.rollout import _concat, sample
+from qerl.rl.rollout import _concat, sample, sequence_logprobs
+from qerl.rl.settings import build_run_policy, resolve_settings
 
 WORLD = 2
 B, G, PROMPT, COMPLETION = 4, 4, 6, 8  # the synthetic global batch of the policy_update cases
 UPDATE_CASES = [("lora", "grpo"), ("lora", "dapo"), ("full", "dapo")]
 TIMING = {"time_rollout", "time_logprobs", "time_update", "peak_memory_bytes", "rollout_tokens_per_s"}
+REPO = Path(__file__).resolve().parents[2]
 CONFIG = {
     "prompt": {"instruction": "none"},
     "train": {"steps": 2, "prompts_per_step": 3, "checkpoint_every": 1, "lr": 1e-3, "lr_by_method": {},
@@ -64,26 +68,24 @@ def _global_batch(model, seed: int = 0) -> dict:
     mask = (pos[PROMPT:] < comp_len[:, None]).float()  # [N, L]
     adv = torch.randn(n, generator=gen)  # [N]
     with torch.no_grad():
-        logp, _ = T.sequence_logprobs(model, ids, attn, PROMPT)  # [N, L]
+        logp, _ = sequence_logprobs(model, ids, attn, PROMPT)  # [N, L]
     old = logp + 0.1 * torch.randn(logp.shape, generator=gen)
     ref = logp + 0.1 * torch.randn(logp.shape, generator=gen)
     return {"ids": ids, "attn": attn, "mask": mask, "adv": adv, "old": old, "ref": ref}
 
 
 def _update_case(cfg: dict, root: Path, method: str, task: str, ctx: DistContext) -> dict:
-    s = T.resolve_settings(cfg, task, method, "default", seed=0)
+    s = resolve_settings(cfg, task, method, "default", seed=0)
     torch.manual_seed(s.seed)
-    model, _ = T.build_policy(cfg, s, root / "base")
-    trainable = [p for p in model.parameters() if p.requires_grad]
-    opt = T._optimizer(trainable, s)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, T._lr_lambda(s))
+    learner = S.make_learner(build_run_policy(s, root / "base", dtype=cfg["model"]["dtype"]), s)
+    model = learner.model
     g = _global_batch(model)
     lo, hi = shard_range(B, ctx.rank, ctx.world_size) if ctx.distributed else (0, B)
     rows = slice(lo * G, hi * G)
-    batch = T.UpdateBatch(g["ids"][rows], g["attn"][rows], PROMPT, g["mask"][rows], g["adv"][rows], g["old"][rows],
+    batch = S.UpdateBatch(g["ids"][rows], g["attn"][rows], PROMPT, g["mask"][rows], g["adv"][rows], g["old"][rows],
                           g["ref"][rows] if s.kl_coef > 0 else None, row_offset=lo * G, global_rows=B * G)
     before = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
-    out = T.policy_update(model, opt, sched, trainable, s, batch, step=0, ctx=ctx)
+    out = S.policy_update(learner, s, batch, step=0, ctx=ctx)
     after = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
     return {"losses": out["losses"], "grad_norms": out["grad_norms"], "before": before, "after": after,
             "clip": [d["clip_fraction"] for d in out["diags"]], "kl": [d.get("kl") for d in out["diags"]]}
@@ -105,7 +107,7 @@ def _hashed_rewards(texts, golds, format_weight=0.0):
 
 
 def _train(cfg: dict, root: Path, out: str, **kw) -> dict:
-    s = T.resolve_settings(cfg, "grpo", "qerl", "default", seed=0)
+    s = resolve_settings(cfg, "grpo", "qerl", "default", seed=0)
     return T.train(cfg, s, root / "base", root / out, data_dir=root / "data", progress=False, **kw)
 
 
@@ -121,7 +123,7 @@ def _worker(root: Path) -> None:
     cfg = json.loads((root / "cfg.json").read_text())
     for method, task in UPDATE_CASES:
         torch.save(_update_case(cfg, root, method, task, ctx), root / f"update_{method}_{task}_rank{ctx.rank}.pt")
-    T.sample, T.compute_rewards = _per_prompt_sample, _hashed_rewards
+    S.sample, S.compute_rewards = _per_prompt_sample, _hashed_rewards
     full = _train(cfg, root, "two")
     _train(cfg, root, "killed", stop_after=1)
     resumed = _train(cfg, root, "killed")
@@ -136,7 +138,8 @@ def _ddp_args(out: Path):
     ddp.add_arguments(parser)
     return parser.parse_args(["--arch", "0.5B", "--layers", "1", "--method", "qerl", "--rank", "4",
                               "--prompts-per-rank", "2", "--group-size", "2", "--prompt", "8", "--completion", "4",
-                              "--steps", "2", "--dtype", "float32", "--out", str(out)])
+                              "--steps", "2", "--dtype", "float32", "--config", str(REPO / "config" / "config.yaml"),
+                              "--out", str(out)])
 
 
 # ---- the test --------------------------------------------------------------------------------------------------------
@@ -184,8 +187,8 @@ def test_update_equals_one_process(ran, method, task):
 def test_train_equals_one_process_and_resumes(ran, tmp_path, monkeypatch):
     cfg, root = ran
     torch.set_num_threads(1)
-    monkeypatch.setattr(T, "sample", _per_prompt_sample)
-    monkeypatch.setattr(T, "compute_rewards", _hashed_rewards)
+    monkeypatch.setattr(S, "sample", _per_prompt_sample)
+    monkeypatch.setattr(S, "compute_rewards", _hashed_rewards)
     (tmp_path / "data").symlink_to(root / "data")
     (tmp_path / "base").symlink_to(root / "base")
     one = _train(cfg, tmp_path, "one")

@@ -27,10 +27,11 @@ from qerl.config import load_config
 from qerl.data.benchmarks import load_jsonl_problems
 from qerl.data.prompts import build_prompt
 from qerl.data.tiny import write_splits
-from qerl.policy import build_policy
 from qerl.rl.rewards import compute_rewards
 from qerl.rl.rollout import sample
-from qerl.rl.trainer import resolve_settings, train
+from qerl.policy import build_policy
+from qerl.rl.settings import resolve_settings
+from qerl.rl.trainer import train
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURE = REPO / "tests" / "fixtures" / "tiny_base"
@@ -62,8 +63,8 @@ def run(tmp_path_factory):
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        policy = build_policy("bf16", FIXTURE)
-        base, tokenizer = policy.model, policy.tokenizer
+        base = build_policy("bf16", FIXTURE)
+        base, tokenizer = base.model, base.tokenizer
         before = _accuracy(base, tokenizer, problems, s.instruction)
         out = train(cfg, s, FIXTURE, root / "run", data_dir=root / "data", progress=False, device="cpu")
         after = _accuracy(out["model"], tokenizer, problems, s.instruction)

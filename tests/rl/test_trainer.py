@@ -1,4 +1,5 @@
-"""The RL trainer end to end on CPU at a toy size: every method trains, resume is exact, NaN losses abort."""
+"""The RL trainer end to end on CPU at a toy size: every method trains, resume is exact, NaN losses abort, and every
+metrics line is a qerl.contract.records.MetricsRow."""
 from __future__ import annotations
 
 import json
@@ -13,12 +14,16 @@ import torch
 import yaml
 
 from qerl.config import validate_config
+from qerl.contract.records import METRIC_FIELDS, WALL_CLOCK_FIELDS, read_metrics_rows
+from qerl.contract.variants import canonical_variant, parse_variant
 from qerl.data.tiny import write_splits
 from qerl.models.pretrain import encode_examples, pretrain
 from qerl.models.tiny import build_model, build_tokenizer
+from qerl.rl import step as S
 from qerl.rl import trainer as T
+from qerl.rl.settings import resolve_settings
 
-TIMING = {"time_rollout", "time_logprobs", "time_update", "peak_memory_bytes", "rollout_tokens_per_s"}
+TIMING = set(WALL_CLOCK_FIELDS)
 
 
 @pytest.fixture(scope="module")
@@ -47,8 +52,9 @@ def setup(tmp_path_factory):
 
 def _run(setup, tmp_path, method, task="t", variant="default", **kw):
     cfg, root = setup
-    s = T.resolve_settings(cfg, task, method, variant, seed=0)
-    return T.train(cfg, s, root / "base", tmp_path / "run", data_dir=root / "data", progress=False, **kw), tmp_path / "run"
+    s = resolve_settings(cfg, task, method, variant, seed=0)
+    out = tmp_path / "run"
+    return T.train(cfg, s, root / "base", out, data_dir=root / "data", progress=False, **kw), out
 
 
 def _metrics(run_dir):
@@ -65,7 +71,8 @@ def test_every_method_trains(setup, tmp_path, method):
     result, run_dir = _run(setup, tmp_path, method)
     rows = _metrics(run_dir)
     assert [r["step"] for r in rows] == [0, 1, 2, 3]
-    assert set(T.METRIC_KEYS) <= set(rows[0])
+    assert [list(r) for r in rows] == [list(METRIC_FIELDS)] * 4  # the contract's fields, in its order
+    assert [r.step for r in read_metrics_rows(run_dir / "metrics.jsonl")] == [0, 1, 2, 3]
     assert all(torch.isfinite(torch.tensor(r["grad_norm"])) for r in rows)
     weights = run_dir / ("model" if method == "full" else "adapter")
     assert weights.is_dir() and any(weights.iterdir())
@@ -138,7 +145,7 @@ def test_cli_killed_in_a_step_then_metrics_deleted_resumes_with_full_history(set
             str(root / "base"), "--data", str(root / "data"), "--out", str(out), "--no-progress", "--device", "cpu"]
     killer = Path(__file__).resolve().parents[1] / "kill_in.py"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(killer.parents[1]), os.environ.get("PYTHONPATH", "")])}
-    killed = subprocess.run([sys.executable, str(killer), "qerl.rl.trainer:compute_rewards", "3", "-", *args],
+    killed = subprocess.run([sys.executable, str(killer), "qerl.rl.step:compute_rewards", "3", "-", *args],
                             capture_output=True, text=True, env=env)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     before = (out / "metrics.jsonl").read_text().splitlines()
@@ -181,13 +188,13 @@ def test_checkpoint_of_other_settings_is_not_resumed(setup, tmp_path, capsys):
 
 
 def test_nan_losses_abort(setup, tmp_path, monkeypatch):
-    real = T.grpo_loss
+    real = S.grpo_loss
 
     def nan_loss(*a, **k):
         loss, diag = real(*a, **k)
         return loss * float("nan"), diag
 
-    monkeypatch.setattr(T, "grpo_loss", nan_loss)
+    monkeypatch.setattr(S, "grpo_loss", nan_loss)
     with pytest.raises(RuntimeError, match="consecutive steps had a NaN/Inf loss"):
         _run(setup, tmp_path, "lora")
 
@@ -198,7 +205,7 @@ def test_nan_losses_abort(setup, tmp_path, monkeypatch):
                                                ("tis2", {"tis_cap": 2.0}), ("tis1.5", {"tis_cap": 1.5}),
                                                ("norms", {"train_norms": True})])
 def test_variants(variant, expected):
-    assert T.parse_variant(variant) == expected
+    assert parse_variant(variant) == expected
 
 
 def test_aqn_on_bf16_lora_perturbs_rollouts_and_the_mismatch_shows_it(setup, tmp_path):
@@ -217,7 +224,7 @@ def test_tis_and_norms_variants_train(setup, tmp_path):
     cfg, root = setup
     _, run_dir = _run(setup, tmp_path / "tis", "qerl", variant="tis2")
     assert len(_metrics(run_dir)) == 4
-    s = T.resolve_settings(cfg, "t", "lora", "norms", 0)
+    s = resolve_settings(cfg, "t", "lora", "norms", 0)
     assert s.train_norms
     result = T.train(cfg, s, root / "base", tmp_path / "norms", data_dir=root / "data", progress=False)
     trained = [n for n, p in result["model"].named_parameters() if p.requires_grad and "norm" in n]
@@ -225,12 +232,10 @@ def test_tis_and_norms_variants_train(setup, tmp_path):
     saved = (tmp_path / "norms" / "adapter" / "adapter_config.json").read_text()
     assert "input_layernorm" in saved and "post_attention_layernorm" in saved
     with pytest.raises(ValueError, match="already trains every weight"):
-        T.resolve_settings(cfg, "t", "full", "norms", 0)
+        resolve_settings(cfg, "t", "full", "norms", 0)
 
 
 def test_canonical_variants():
-    from qerl.rl.variants import canonical_variant
-
     cfg = {"train": {"aqn": {"schedule": "exponential"}, "lora": {"rank": 16}, "lr": 1e-3, "lr_by_method": {}}}
     assert canonical_variant(cfg, "qerl", "aqn-exponential") == "default"
     assert canonical_variant(cfg, "lora", "aqn-exponential") == "aqn-exponential"
@@ -242,14 +247,14 @@ def test_canonical_variants():
 def test_bad_variant_and_task(setup):
     cfg, _ = setup
     with pytest.raises(ValueError, match="unknown variant"):
-        T.parse_variant("rnak8")
+        parse_variant("rnak8")
     with pytest.raises(ValueError, match="unknown task 'nope'"):
-        T.resolve_settings(cfg, "nope", "qerl", "default", 0)
+        resolve_settings(cfg, "nope", "qerl", "default", 0)
     with pytest.raises(ValueError, match="nothing to train"):
-        T.resolve_settings(cfg, "t", "nvfp4", "default", 0)
+        resolve_settings(cfg, "t", "nvfp4", "default", 0)
 
 
 def test_rank_variant_keeps_lora_scale(setup):
     cfg, _ = setup
-    s = T.resolve_settings(cfg, "t", "qerl", "rank8", 0)
+    s = resolve_settings(cfg, "t", "qerl", "rank8", 0)
     assert s.lora_rank == 8 and s.lora_alpha / s.lora_rank == 2.0

@@ -1,0 +1,362 @@
+"""One GRPO / DAPO step -- rollout, rewards, advantages, log-probs, update -- as the trainer runs it, and as
+`qerl profile` (Tables 3, 5-8) and the data-parallel benchmark (qerl/profiling/ddp.py) time it.
+
+Why one public step: the efficiency tables must time the step training runs, not a re-assembled copy with its own
+optimizer and LoRA scale. `rl_step(learner, batch, settings)` is that step; `make_learner(policy, settings)` gives
+it the run's optimizer and schedule (qerl/rl/settings.py), so the three callers differ only in where the prompts
+and rewards come from.
+
+A step (settings s, this rank's prompts):
+  1. sample s.group_size completions per prompt from the policy, under the step's AQN noise (Policy.rollout_noise:
+     RMSNorm weights perturbed during the rollout only, restored bit-exactly before any log-prob);
+  2. grade them (qerl.rl.rewards, or the caller's reward function) and normalise rewards within each group; DAPO may
+     drop groups whose rewards are all equal (dynamic sampling) and mask truncated completions (overlong filter);
+  3. with several updates per rollout, compute the clean pre-update policy's log-probs ("old"); with a KL term the
+     reference's (the same model with its adapters disabled, or a frozen copy for full fine-tuning);
+  4. `policy_update`: `updates_per_rollout` optimizer steps over disjoint minibatches of the GLOBAL batch, the loss
+     normalised over the global minibatch, gradients summed over ranks;
+  5. return the step's `MetricsRow` (qerl.contract.records), reduced over ranks; on CUDA the phase times are taken
+     between device synchronisations.
+Deviations from the paper (which trains with verl + vLLM): rollouts use our sampler on the training model; the
+minibatch split of an off-policy step is over rows in a seeded order; GRPO clips the ratio with clip_eps_low on both
+sides, DAPO with clip_eps_low / clip_eps_high.
+
+Run the tests: `pytest tests/rl/test_trainer.py tests/rl/test_distributed.py tests/profiling -q`.
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import math
+import resource
+import time
+from dataclasses import dataclass
+
+import torch
+
+from qerl.contract.records import MetricsRow
+from qerl.policy import Policy
+from qerl.rl.distributed import (DistContext, all_gather_cat, all_reduce_grads, broadcast_params, reduce_max,
+                                 reduce_sum)
+from qerl.rl.losses import dapo_loss, dynamic_sampling_mask, grpo_loss, group_advantages, overlong_filter
+from qerl.rl.mismatch import MISMATCH_KEYS, importance_ratios, tis_weights
+from qerl.rl.rewards import compute_rewards
+from qerl.rl.rollout import sample, sequence_logprobs
+from qerl.rl.settings import RunSettings, lr_schedule, make_optimizer
+
+__all__ = ["Learner", "make_learner", "StepBatch", "UpdateBatch", "policy_update", "rollout_seed", "rl_step"]
+
+
+@dataclass
+class Learner:
+    """A policy with what updates it: the run's optimizer and LR schedule over its trainable parameters, and the
+    frozen KL reference where adapters cannot stand in for it (full fine-tuning with kl_coef > 0)."""
+
+    policy: Policy
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LambdaLR
+    trainable: list
+    ref_model: torch.nn.Module | None = None
+
+    @property
+    def model(self) -> torch.nn.Module:
+        return self.policy.model
+
+    @property
+    def tokenizer(self):
+        return self.policy.tokenizer
+
+
+def make_learner(policy: Policy, s: RunSettings, ctx: DistContext = DistContext()) -> Learner:
+    """The run's optimizer (make_optimizer) and schedule (lr_schedule) over the policy's trainable parameters, which
+    every rank first takes from rank 0.
+
+    Raises:
+        RuntimeError: adamw8bit without bitsandbytes.
+    """
+    trainable = policy.trainable_parameters()
+    broadcast_params(ctx, trainable)  # every rank starts from rank 0's weights
+    opt = make_optimizer(trainable, s)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_schedule(s))
+    ref_model = None
+    if s.kl_coef > 0 and policy.method.trainable == "all":
+        ref_model = copy.deepcopy(policy.model).eval().requires_grad_(False)  # full fine-tuning: no adapter to disable
+    return Learner(policy, opt, sched, trainable, ref_model)
+
+
+@dataclass
+class StepBatch:
+    """This rank's prompts of one step.
+
+    Attributes:
+        step: the 0-based training step (seeds the sampling, the AQN noise and the minibatch order).
+        prompts: the chat-formatted prompts of this rank (whole groups: each is sampled group_size times).
+        golds: their reference answers, one per prompt.
+        row_offset: global index of this rank's first row (rows = prompts x group_size, ranks contiguous).
+        global_rows: rows of the whole step over all ranks (None: this rank's alone).
+    """
+
+    step: int
+    prompts: list[str]
+    golds: list[str]
+    row_offset: int = 0
+    global_rows: int | None = None
+
+
+@dataclass
+class UpdateBatch:
+    """This rank's rows of one rollout batch, and where they sit in the step's global batch.
+
+    Attributes:
+        input_ids: [n, P + L] prompts and completions of this rank's rows.
+        attention_mask: [n, P + L].
+        prompt_len: P.
+        mask: [n, L] float, 1 on the completion tokens that count (after dynamic sampling / overlong filtering).
+        advantages: [n].
+        old_logp: [n, L] rollout-policy log-probs (off-policy steps), or None (on-policy: the detached policy's).
+        ref_logp: [n, L] KL-reference log-probs, or None.
+        row_offset: global index of this rank's first row (rows of a rank are contiguous: whole groups).
+        global_rows: N, the number of rows of the global batch.
+        sample_logp: [n, L] the sampler's log-probs of the tokens (RolloutBatch.sample_logp), or None: with it the
+            update measures the rollout-train mismatch (qerl.rl.mismatch) and, when s.tis_cap > 0, weights each
+            token's loss by min(pi_old / pi_sampler, tis_cap).
+        valid: [n, L] 1 on every sampled completion token (the mismatch is measured on all of them, also those the
+            loss mask drops); defaults to `mask`.
+    """
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    prompt_len: int
+    mask: torch.Tensor
+    advantages: torch.Tensor
+    old_logp: torch.Tensor | None
+    ref_logp: torch.Tensor | None
+    row_offset: int = 0
+    global_rows: int | None = None
+    sample_logp: torch.Tensor | None = None
+    valid: torch.Tensor | None = None
+
+
+def policy_update(learner: Learner, s: RunSettings, b: UpdateBatch, step: int,
+                  ctx: DistContext = DistContext()) -> dict:
+    """`updates_per_rollout` optimizer steps over disjoint minibatches of the step's global batch.
+
+    The minibatches are chunks of a permutation of the GLOBAL rows seeded by (seed, step); each rank runs the rows
+    of a minibatch it holds. The loss is normalised over the global minibatch (DAPO: its valid tokens; GRPO: its
+    completions with a valid token), so summing the ranks' gradients gives exactly the gradient one process computes
+    on the whole batch (up to the order of float additions). A minibatch with no valid token anywhere is skipped on
+    every rank; a non-finite global loss skips its update on every rank.
+
+    Args:
+        learner: the policy, its optimizer, LR scheduler and trainable parameters (clipped and all-reduced).
+        s: the run's settings.
+        b: this rank's rows (UpdateBatch).
+        step: the training step (seeds the minibatch order).
+        ctx: the distributed context (default: one process).
+
+    Returns:
+        {"diags": per-update loss diagnostics (global), "grad_norms": [...], "losses": global loss values,
+         "skipped": number of updates skipped for a non-finite loss, "ratios": this rank's per-token
+         pi_old / pi_sampler over its valid tokens (empty without sample_logp)}.
+    """
+    model, opt, sched, trainable = learner.model, learner.optimizer, learner.scheduler, learner.trainable
+    loss_fn = grpo_loss if s.algorithm == "grpo" else dapo_loss
+    n_global = b.global_rows if b.global_rows is not None else b.input_ids.shape[0]
+    lo, hi = b.row_offset, b.row_offset + b.input_ids.shape[0]
+    ids, attn, P, mask, adv = b.input_ids, b.attention_mask, b.prompt_len, b.mask, b.advantages
+    order = torch.randperm(n_global, generator=torch.Generator().manual_seed(s.seed * 7919 + step))
+    diags, grad_norms, losses, skipped, ratios = [], [], [], 0, []
+    valid_all = b.valid if b.valid is not None else mask
+    model.train()
+    for mb in order.chunk(s.updates_per_rollout):
+        if ctx.distributed:
+            mb = mb[(mb >= lo) & (mb < hi)] - lo  # this rank's rows of the minibatch, in the global order
+            local_tokens = float(mask[mb].sum())
+            local_seqs = float((mask[mb].sum(1) > 0).sum())
+            global_tokens, global_seqs = reduce_sum(ctx, [local_tokens, local_seqs])
+            if global_tokens == 0:
+                continue
+            run_local = local_tokens > 0
+        else:
+            if mask[mb].sum() == 0:
+                continue
+            run_local = True
+        loss, diag = None, {}
+        if run_local:
+            logp, _ = sequence_logprobs(model, ids[mb], attn[mb], P)
+            old = b.old_logp[mb] if b.old_logp is not None else logp.detach()  # the policy before this update
+            ref = None if b.ref_logp is None else b.ref_logp[mb]
+            weights = None
+            if b.sample_logp is not None:
+                valid = valid_all[mb]
+                ratios.append(importance_ratios(old, b.sample_logp[mb], valid)[valid.bool()].cpu())
+                if s.tis_cap > 0:
+                    weights = tis_weights(old, b.sample_logp[mb], valid, s.tis_cap)  # [m, L]
+            if s.algorithm == "grpo":
+                loss, diag = loss_fn(logp, old, adv[mb], mask[mb], ref, beta=s.kl_coef, eps=s.clip_eps_low,
+                                     token_weights=weights)
+            else:
+                loss, diag = loss_fn(logp, old, adv[mb], mask[mb], eps_low=s.clip_eps_low, eps_high=s.clip_eps_high,
+                                     ref_logp=ref, token_weights=weights)
+        if ctx.distributed:  # the local share of the global loss, and the global diagnostics (token-weighted)
+            if loss is not None:
+                loss = loss * (local_tokens / global_tokens if s.algorithm == "dapo" else local_seqs / global_seqs)
+            keys = ["clip_fraction"] + (["kl"] if b.ref_logp is not None else [])
+            sums = reduce_sum(ctx, [float(loss.detach()) if loss is not None else 0.0]
+                              + [diag[k] * local_tokens if run_local else 0.0 for k in keys])
+            total, diag = sums[0], {k: v / global_tokens for k, v in zip(keys, sums[1:])}
+        else:
+            total = float(loss.detach())
+        if not math.isfinite(total):
+            skipped += 1
+            opt.zero_grad(set_to_none=True)
+            continue
+        if loss is not None:
+            loss.backward()
+        all_reduce_grads(ctx, trainable)
+        grad_norms.append(float(torch.nn.utils.clip_grad_norm_(trainable, s.grad_clip)))
+        opt.step()
+        sched.step()
+        opt.zero_grad(set_to_none=True)
+        diags.append(diag)
+        losses.append(total)
+    return {"diags": diags, "grad_norms": grad_norms, "losses": losses, "skipped": skipped,
+            "ratios": torch.cat(ratios) if ratios else torch.zeros(0)}
+
+
+def rollout_seed(seed: int, step: int, rank: int) -> int:
+    """Seed of a rank's sampling generator at a step; rank 0 draws what a single process draws."""
+    return seed * 1_000_003 + step + rank * 1_000_000_007
+
+
+def _now(device: torch.device) -> float:
+    """perf_counter after the device's queued work (CUDA kernels run asynchronously) is done."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
+
+
+@contextlib.contextmanager
+def _reference(learner: Learner):
+    """The model whose log-probs are the KL reference: the frozen copy, or the policy with its adapters disabled."""
+    if learner.ref_model is not None:
+        yield learner.ref_model
+    else:
+        with learner.model.disable_adapter():
+            yield learner.model
+
+
+def rl_step(learner: Learner, batch: StepBatch, s: RunSettings, ctx: DistContext = DistContext(), *,
+            reward_fn=None) -> MetricsRow:
+    """Run one training step on this rank's prompts (module docstring) and return its metrics.
+
+    Args:
+        learner: the policy and its optimizer (make_learner).
+        batch: this rank's prompts and answers, and where its rows sit in the step's global batch.
+        s: the run's settings.
+        ctx: the distributed context (default: one process).
+        reward_fn: (texts, golds, format_weight=...) -> objects with .reward and .correct (default:
+            qerl.rl.rewards.compute_rewards); the profilers pass seeded random rewards.
+
+    Returns:
+        The step's MetricsRow (over every rank's rows when distributed); skipped_updates counts the updates a
+        non-finite loss skipped (the caller decides when to give up).
+    """
+    model, tokenizer, G = learner.model, learner.tokenizer, s.group_size
+    device = next(model.parameters()).device
+    golds = [g for g in batch.golds for _ in range(G)]
+    gen = torch.Generator(device=device).manual_seed(rollout_seed(s.seed, batch.step, ctx.rank))
+    t0 = _now(device)
+    with learner.policy.rollout_noise(batch.step, device) as sigma:
+        rb = sample(model, tokenizer, batch.prompts, group_size=G, max_new_tokens=s.max_new_tokens,
+                    temperature=s.temperature, top_p=s.top_p, generator=gen, max_rows=s.rollout_max_rows)
+    t_rollout = _now(device) - t0
+    results = (reward_fn or compute_rewards)(rb.texts, golds, format_weight=s.format_weight)
+    rewards = torch.tensor([r.reward for r in results], dtype=torch.float32)  # [n]
+    correct = torch.tensor([float(r.correct) for r in results])  # [n]
+    adv = group_advantages(rewards, G).to(device)  # [n] groups are whole on each rank
+    mixed = float((rewards.view(-1, G).amax(1) != rewards.view(-1, G).amin(1)).float().mean())  # groups with signal
+    ids, attn, P = rb.input_ids, rb.attention_mask, rb.prompt_len
+    mask = rb.completion_mask[:, P:].float()  # [n, L]
+    if s.dynamic_sampling:
+        mask = mask * dynamic_sampling_mask(rewards, G).to(device).float().unsqueeze(1)
+    if s.overlong_filter:
+        mask = overlong_filter(mask, rb.truncated.to(device))
+    t0 = _now(device)
+    with torch.no_grad():
+        old_logp = sequence_logprobs(model, ids, attn, P)[0] if s.updates_per_rollout > 1 else None
+        ref_logp = None
+        if s.kl_coef > 0:
+            with _reference(learner) as ref:
+                ref_logp = sequence_logprobs(ref, ids, attn, P)[0]
+    t_logprobs = _now(device) - t0
+    t0 = _now(device)
+    rows = batch.global_rows if batch.global_rows is not None else len(batch.prompts) * G
+    upd = policy_update(learner, s, UpdateBatch(ids, attn, P, mask, adv, old_logp, ref_logp, batch.row_offset, rows,
+                                                rb.sample_logp.to(device), rb.completion_mask[:, P:].to(device)),
+                        batch.step, ctx)
+    t_update = _now(device) - t0
+    diags, grad_norms = upd["diags"], upd["grad_norms"]
+    comp = rb.completion_mask[:, P:].cpu()
+    row = {
+        "step": batch.step, "reward": float(rewards.mean()), "accuracy": float(correct.mean()),
+        "entropy": _masked_mean(rb.entropy, comp), "sigma": float(sigma),
+        "response_length": float(rb.lengths.float().mean()),
+        "loss": _mean(upd["losses"]), "clip_fraction": _mean([d["clip_fraction"] for d in diags]),
+        "kl": _mean([d.get("kl", 0.0) for d in diags]),
+        "grad_norm": _mean(grad_norms), "grad_clipped": _mean([float(g > s.grad_clip) for g in grad_norms]),
+        "mixed_groups": mixed, "adv_abs": float(adv.abs().mean()), "time_rollout": t_rollout,
+        "time_logprobs": t_logprobs, "time_update": t_update, "peak_memory_bytes": _peak_memory(),
+        "lr": learner.scheduler.get_last_lr()[0], "skipped_updates": upd["skipped"],
+        "kept_fraction": float((mask.sum(1) > 0).float().mean()),
+        "truncated_fraction": float(rb.truncated.float().mean()),
+        "rollout_tokens": int(rb.lengths.sum()), "rollout_tokens_per_s": float(rb.lengths.sum()) / t_rollout,
+        **_mismatch(upd["ratios"], ctx),
+    }
+    if ctx.distributed:
+        row.update(_global_metrics(ctx, rewards, correct, rb.entropy, comp, rb.lengths, mask, rb.truncated,
+                                   t_rollout, t_logprobs, t_update, adv, G))
+    return MetricsRow(**row)
+
+
+def _peak_memory() -> int:
+    if torch.cuda.is_available():
+        return int(torch.cuda.max_memory_allocated())
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
+def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> float:
+    m = mask.to(x.dtype)
+    return float((x * m).sum() / m.sum().clamp(min=1))
+
+
+def _mean(xs: list[float]) -> float:
+    xs = [x for x in xs if x is not None and not math.isnan(x)]
+    return sum(xs) / len(xs) if xs else 0.0
+
+
+def _global_metrics(ctx: DistContext, rewards, correct, entropy, comp, lengths, mask, truncated, t_rollout,
+                    t_logprobs, t_update, adv, group_size) -> dict:
+    """The step's metrics over the global batch: means over every rank's rows, the slowest rank's times, the
+    largest peak memory, and the global rollout throughput (all tokens / the slowest rollout)."""
+    comp = comp.to(entropy.dtype)
+    grouped = rewards.view(-1, group_size)  # [groups, G]
+    (r_sum, c_sum, n, e_sum, e_cnt, len_sum, kept, trunc, mixed, a_sum) = reduce_sum(ctx, [
+        float(rewards.sum()), float(correct.sum()), float(rewards.numel()), float((entropy * comp).sum()),
+        float(comp.sum()), float(lengths.sum()), float((mask.sum(1) > 0).sum()), float(truncated.sum()),
+        float((grouped.amax(1) != grouped.amin(1)).sum()), float(adv.abs().sum())])
+    t_roll, t_lp, t_up, peak = reduce_max(ctx, [t_rollout, t_logprobs, t_update, float(_peak_memory())])
+    return {"reward": r_sum / n, "accuracy": c_sum / n, "entropy": e_sum / max(e_cnt, 1.0),
+            "response_length": len_sum / n, "time_rollout": t_roll, "time_logprobs": t_lp, "time_update": t_up,
+            "peak_memory_bytes": int(peak), "kept_fraction": kept / n, "truncated_fraction": trunc / n,
+            "rollout_tokens": int(len_sum), "rollout_tokens_per_s": len_sum / t_roll,
+            "mixed_groups": mixed * group_size / n, "adv_abs": a_sum / n}
+
+
+def _mismatch(ratios: torch.Tensor, ctx: DistContext) -> dict[str, float]:
+    """The step's rollout-train mismatch (qerl/rl/mismatch.py) over every rank's valid tokens."""
+    r = all_gather_cat(ctx, ratios).double()  # [T] pi_old / pi_sampler per token
+    if r.numel() == 0:
+        return {k: float("nan") for k in MISMATCH_KEYS}
+    return {"mismatch_kl": float((r - 1.0 - torch.log(r)).mean()), "is_ratio_mean": float(r.mean()),
+            "is_ratio_max": float(r.max()), "is_ratio_p99": float(torch.quantile(r, 0.99))}
