@@ -118,6 +118,8 @@ def test_profile_rule_passes_the_config(repo_root, tmp_path):
     proc = _snakemake(repo_root, target, "-n", "-p", "--configfile", str(path))
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = proc.stdout + proc.stderr
-    assert "qerl profile --archs 7B 32B --methods lora qlora qerl --ranks 32" in out
+    # the GRPO step it times is the trainer's, with this config's training settings
+    assert (f"qerl profile --config {tmp_path}/results/{cfg['scale']}/config.yaml --archs 7B 32B --methods lora qlora "
+            "qerl --ranks 32") in out
     folder = f"{tmp_path}/results/{cfg['scale']}/measured/h100"
     assert "--completion 512" in out and f"--out {folder}/partial --publish {folder}" in out

@@ -4,49 +4,31 @@ Why layer by layer: a 72B model does not fit an H200 in BF16 (145 GB), and a 32B
 before quantization. The skeleton is made on the meta device; each decoder layer is then created on the target
 device with random weights (normal, std 0.02, like the published init), its q/k/v/o/gate/up/down converted to the
 method's format at once (NVFP4/MXFP4: qerl.layers.QuantLinear, round-to-nearest; NF4: bitsandbytes Linear4bit),
-and put in place; peak memory is the quantized model plus one BF16 layer. Speed and memory do not depend on the
-weights' values (nothing is downloaded), which is what makes this a faithful profile of the real shapes.
+and put in place (qerl.policy.convert_linear: the policy core's format dispatch); peak memory is the quantized model
+plus one BF16 layer. Speed and memory do not depend on the weights' values (nothing is downloaded), which is what
+makes this a faithful profile of the real shapes.
 
     model = build_random_model("7B", "qerl", rank=32, device="cuda")          # peft model, NVFP4 base
     model = build_random_model("0.5B", "lora", rank=8, layers=1, device="cpu", dtype=torch.float32)   # tests
 
-Methods: any of qerl/methods.py; `full` returns the plain model with every weight trainable, untrained formats
-(bf16/nf4/nvfp4/mxfp4) the plain quantized model, LoRA methods a peft model (rank r, alpha 2r, all seven linears).
+Methods: any of qerl/contract/methods.py; `build_random_model` hands the random base to the policy core
+(qerl.policy.build_policy): `full` gives the model with every weight trainable, the untrained formats
+(bf16/nf4/nvfp4/mxfp4) the plain quantized model, LoRA methods a peft model (rank r, alpha 2r, all seven linears,
+adapters in the dtype peft gives them, as in training). The profilers build theirs from a run's settings instead
+(qerl/profiling/e2e.py).
 """
 from __future__ import annotations
 
 import torch
 from torch import nn
 
-from qerl.methods import get_method
+from qerl.contract.methods import get_method
+from qerl.policy.formats import convert_linear
 from qerl.profiling.archs import qwen25_config
 
 __all__ = ["build_random_model", "random_base"]
 
 _TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-
-
-def _convert(linear: nn.Linear, weights: str, dtype: torch.dtype, device) -> nn.Module:
-    if weights in ("nvfp4", "mxfp4"):
-        from qerl.layers import QuantLinear
-
-        layer = QuantLinear.from_linear(linear, weights)
-        return layer.to(dtype)
-    if weights == "nf4":
-        import bitsandbytes as bnb
-
-        out = bnb.nn.Linear4bit(linear.in_features, linear.out_features, bias=linear.bias is not None,
-                                compute_dtype=dtype, compress_statistics=True, quant_type="nf4", device="meta")
-        w = linear.weight.detach()
-        if torch.device(device).type == "cpu":
-            w = w.clone()
-        out.weight = bnb.nn.Params4bit(w, requires_grad=False, quant_type="nf4", blocksize=64,
-                                       compress_statistics=True)
-        if linear.bias is not None:
-            out.bias = nn.Parameter(linear.bias.detach().to(dtype).clone(), requires_grad=False)
-        out.support_avx512bf16_for_cpu = False  # keep the trainable layout on CPU (baselines/nf4.py)
-        return out.to(device)
-    raise ValueError(f"unknown weight format {weights!r}")
 
 
 def _init_(module: nn.Module, gen: torch.Generator) -> None:
@@ -96,7 +78,7 @@ def random_base(arch: str, weights: str = "bf16", *, layers: int | None = None, 
             for parent in (layer.self_attn, layer.mlp):
                 for name in _TARGETS:
                     if hasattr(parent, name):
-                        setattr(parent, name, _convert(getattr(parent, name), weights, dtype, device))
+                        setattr(parent, name, convert_linear(getattr(parent, name), weights, dtype))
         inner.layers[i] = layer
     if cfg.tie_word_embeddings:
         model.lm_head.weight = inner.embed_tokens.weight
@@ -114,27 +96,14 @@ def random_base(arch: str, weights: str = "bf16", *, layers: int | None = None, 
 
 def build_random_model(arch: str, method: str, *, rank: int = 32, layers: int | None = None, device="cuda",
                        dtype: torch.dtype = torch.bfloat16, seed: int = 0):
-    """A random-weight Qwen2.5-`arch` set up as `method` trains it (see the module docstring).
+    """A random-weight Qwen2.5-`arch` set up as `method` trains it (see the module docstring), by the policy core.
 
     Raises:
         ValueError: unknown method or architecture.
     """
+    from qerl.policy import LoraSpec, build_policy
+
     meth = get_method(method)
-    model = random_base(arch, meth.weights, layers=layers, device=device, dtype=dtype, seed=seed)
-    if meth.trainable == "all":
-        for p in model.parameters():
-            p.requires_grad_(True)
-        return model
-    if meth.trainable == "none":
-        return model
-    import peft
-
-    from qerl.layers.lora import register_quant_linear
-
-    cfg = register_quant_linear(peft.LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=0.0,
-                                                target_modules=list(_TARGETS), bias="none", task_type="CAUSAL_LM"))
-    model = peft.get_peft_model(model, cfg)
-    for n, p in model.named_parameters():  # adapters in the compute dtype, like the trainer's
-        if p.requires_grad:
-            p.data = p.data.to(dtype)
-    return model
+    base = random_base(arch, meth.weights, layers=layers, device=device, dtype=dtype, seed=seed)
+    lora = LoraSpec(rank=rank, alpha=2 * rank) if meth.trainable == "lora" else None
+    return build_policy(method, base, lora=lora, dtype=dtype).model

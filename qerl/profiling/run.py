@@ -1,6 +1,7 @@
 """`qerl profile`: rollout throughput, GRPO step time and memory of lora / qlora / qerl at the paper's shapes.
 
-What is measured (one process, one GPU, random weights of the real architectures, qerl.profiling.build):
+What is measured (one process, one GPU, random weights of the real architectures, qerl.profiling.build; every
+model is built by the policy core from the run's settings, qerl/profiling/e2e.py):
   * model size: bytes of the base weights (4-bit codes, scales, and what stays BF16: embeddings, LM head, norms,
     biases; NF4's absmax constants included; LoRA excluded), as in the paper's "model size" column.
   * rollout tokens/s (rollout.csv): prompt 256 tokens, completion forced to 2048 tokens (no EOS), as the paper's
@@ -10,12 +11,14 @@ What is measured (one process, one GPU, random weights of the real architectures
       - `buckets`: each bucket's graph replayed `reps` times; the generation time is prefill + the sum over buckets
         of (steps that fall in the bucket x the bucket's step time). A generation replays exactly those graphs, so
         this is the same work at a fraction of the device time; `full` rows of the same config validate it.
-  * GRPO step (e2e.csv): rollout (the bucket timing at that batch) + old-policy log-probs (no grad) + forward and
-    backward of the GRPO loss over [batch, 2304] tokens + AdamW step over the LoRA weights, with and without
-    gradient checkpointing; phases are timed separately in the same run and summed (step_s), and each is in the
-    file. Out-of-memory is recorded as OOM (the run goes on).
-  * peak GPU memory per (model, method) (memory.csv): the largest of rollout and training peaks at batch 2 with
-    gradient checkpointing (the paper's 32B setting), and every config's peak in e2e.csv.
+  * GRPO step (e2e.csv): the trainer's own step, `qerl.rl.step.rl_step` (qerl/profiling/e2e.py): rollout of one
+    random-token prompt x batch samples through the trainer's sampler (up to --completion tokens), old-policy and
+    reference log-probs as the task asks, and the task's updates with the run's optimizer, schedule, LoRA alpha
+    and AQN, from --config / --task (default: config/paper.yaml, its first GRPO task); timed without and with
+    gradient checkpointing after one warm-up step; rollout_s, logprob_s and update_s are the step's phases
+    (between device synchronisations) and step_s their sum. Out-of-memory is recorded as OOM (the run goes on).
+  * peak GPU memory per (model, method) (memory.csv): the peak of the GRPO step at batch 2 with gradient
+    checkpointing (the paper's 32B setting), and every step's peak in e2e.csv.
 Also, for reference, transformers' own `generate` (dynamic cache) at batch 1 and 8 for a short completion
 (rollout_hf.csv).
 
@@ -44,7 +47,7 @@ import torch
 
 from qerl.cli import add_list, parse_args
 
-__all__ = ["main", "add_arguments", "run"]
+__all__ = ["main", "add_arguments", "run", "model_size_bytes", "rollout_timing", "hf_generate_timing", "publish"]
 
 ROLLOUT_COLS = ("model", "method", "rank", "batch", "tokens_per_s", "timing", "prompt_tokens", "completion_tokens",
                 "prefill_s", "decode_s", "graphs", "capture_s")
@@ -52,6 +55,7 @@ E2E_COLS = ("model", "method", "rank", "batch", "gradient_checkpointing", "step_
             "update_s", "peak_gb")
 MEMORY_COLS = ("model", "method", "model_size_gb", "peak_gb", "batch", "gradient_checkpointing")
 HF_COLS = ("model", "method", "rank", "batch", "tokens_per_s", "completion_tokens")
+_REPO = Path(__file__).resolve().parents[2]
 
 
 def _now() -> float:
@@ -101,28 +105,13 @@ def _oom(where: str, exc: BaseException) -> None:
 
 def model_size_bytes(model) -> int:
     """Base weights only (no LoRA), counting NF4 absmax constants."""
-    from baselines.nf4 import nf4_nbytes
+    from qerl.policy import weight_nbytes
 
-    total = nf4_nbytes(model)
+    total = weight_nbytes(model)
     for n, p in model.named_parameters():
         if "lora_" in n:
             total -= p.numel() * p.element_size()
     return total
-
-
-def _add_lora(base, rank: int):
-    import peft
-
-    from qerl.layers.lora import register_quant_linear
-
-    cfg = register_quant_linear(peft.LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=0.0, bias="none",
-                                                target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
-                                                                "up_proj", "down_proj"], task_type="CAUSAL_LM"))
-    model = peft.get_peft_model(base, cfg)
-    for p in model.parameters():
-        if p.requires_grad:
-            p.data = p.data.to(torch.bfloat16)
-    return model
 
 
 def _prompts(batch: int, plen: int, vocab: int, seed: int = 0):
@@ -162,7 +151,7 @@ def rollout_timing(model, batch: int, plen: int, completion: int, *, full: bool,
     _free()
     return dict(peak=peak, tokens_per_s=batch * completion / total, timing="full" if full else "buckets",
                 prompt_tokens=plen, completion_tokens=completion, prefill_s=prefill_s, decode_s=decode_s,
-                graphs=n_graphs, capture_s=capture_s, rollout_s=total)
+                graphs=n_graphs, capture_s=capture_s)
 
 
 def hf_generate_timing(model, batch: int, plen: int, completion: int) -> float:
@@ -177,59 +166,23 @@ def hf_generate_timing(model, batch: int, plen: int, completion: int) -> float:
     return batch * (out.shape[1] - plen) / dt
 
 
-def train_phase_timing(model, batch: int, seq: int, plen: int, gc_on: bool) -> dict:
-    """Old-policy log-probs (no grad) + GRPO forward/backward + AdamW step over [batch, seq] tokens."""
-    from qerl.rl.losses import grpo_loss
-    from qerl.rl.rollout import sequence_logprobs
-
-    if gc_on:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        model.enable_input_require_grads()
-    else:
-        model.gradient_checkpointing_disable()
-    model.train()
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=1e-6)
-    ids, attn = _prompts(batch, seq, model.config.vocab_size, seed=1)
-    mask = torch.zeros_like(ids, dtype=torch.float32)[:, plen:]
-    mask[:] = 1.0
-    adv = torch.randn(batch, device="cuda")
-    times = []
-    try:
-        for _ in range(2):  # warm-up (kernel autotuning), then the timed step
-            t0 = _now()
-            with torch.no_grad():
-                old, _ = sequence_logprobs(model, ids, attn, plen)
-            t1 = _now()
-            logp, _ = sequence_logprobs(model, ids, attn, plen)
-            loss, _ = grpo_loss(logp, old.detach(), adv, mask)
-            loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            t2 = _now()
-            times.append((t1 - t0, t2 - t1))
-            del logp, loss, old
-    finally:
-        del opt
-        for p in params:
-            p.grad = None
-        model.gradient_checkpointing_disable()
-        model.eval()
-    return dict(logprob_s=times[-1][0], update_s=times[-1][1])
-
-
 def _gb(x: int) -> float:
     return x / 1e9
 
 
 def run(args) -> int:
-    from qerl.methods import get_method
+    from qerl.config import load_config
+    from qerl.contract.methods import get_method
     from qerl.profiling.archs import ARCHS
     from qerl.profiling.build import random_base
+    from qerl.profiling.e2e import RandomPromptTokenizer, default_task, e2e_timing, profile_settings
+    from qerl.rl.settings import build_run_policy
 
     os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
     if not torch.cuda.is_available():
         raise ValueError("qerl profile measures GPU throughput and memory, and no CUDA device is visible")
+    cfg = load_config(args.config, check_data=False)
+    task = args.task or default_task(cfg)
     out = Path(args.out)
     rollout = _Csv(out / "rollout.csv", ROLLOUT_COLS, ("model", "method", "rank", "batch", "timing"))
     e2e = _Csv(out / "e2e.csv", E2E_COLS, ("model", "method", "batch", "gradient_checkpointing"))
@@ -237,7 +190,6 @@ def run(args) -> int:
     hf = _Csv(out / "rollout_hf.csv", HF_COLS, ("model", "method", "batch"))
     start = time.perf_counter()
     plen, comp = args.prompt, args.completion
-    seq = plen + comp
 
     def over() -> bool:
         return args.budget_s and time.perf_counter() - start > args.budget_s
@@ -245,6 +197,7 @@ def run(args) -> int:
     for arch in args.archs:
         a = ARCHS[arch]
         name = a.model_name
+        tokenizer = RandomPromptTokenizer(a.vocab, plen, pad_token_id=151643)
         for method in args.methods:
             if over():
                 print(f"budget of {args.budget_s} s reached; stopping (rerun to resume)", flush=True)
@@ -266,11 +219,12 @@ def run(args) -> int:
                   f"{time.perf_counter() - t0:.0f} s", flush=True)
             ranks = args.ranks
             main_rank = 32 if 32 in ranks else ranks[0]
-            rollout_s, roll_peak = {}, {}
-            model = None
+            policy = None
             order = [r for r in ranks if r != main_rank] + [main_rank]  # the GRPO step uses the main rank
             for rank in order:
-                model = _add_lora(base, rank)
+                s = profile_settings(cfg, task, method, rank=rank, batch=1, completion=comp)
+                policy = build_run_policy(s, base, tokenizer=tokenizer)
+                model = policy.model
                 batches = args.batches if rank == main_rank else [1]
                 for batch in batches:
                     for full in ([False, True] if (rank == main_rank and batch in args.full_batches) else [False]):
@@ -285,9 +239,7 @@ def run(args) -> int:
                             _free()
                             rollout.add(**key, tokens_per_s="OOM")
                             continue
-                        if rank == main_rank and not full:
-                            rollout_s[batch], roll_peak[batch] = r["rollout_s"], r["peak"]
-                        rollout.add(**key, **{k: v for k, v in r.items() if k not in ("rollout_s", "timing", "peak")})
+                        rollout.add(**key, **{k: v for k, v in r.items() if k not in ("timing", "peak")})
                 if rank == main_rank and args.hf_batches:
                     for batch in args.hf_batches:
                         if not hf.has(model=name, method=method, batch=batch) and not over():
@@ -295,46 +247,37 @@ def run(args) -> int:
                             hf.add(model=name, method=method, rank=rank, batch=batch, tokens_per_s=tps,
                                    completion_tokens=args.hf_completion)
                 if rank != order[-1]:
-                    base = model.unload()
-                    model = None
+                    base = model.unload() if get_method(method).trainable == "lora" else model
+                    policy = model = None
                     _free()
-            if model is None:
-                model = _add_lora(base, main_rank)
             mem_peak = None
             for batch in args.e2e_batches:
-                for gc_on in (False, True):
+                todo = [g for g in (False, True)
+                        if not e2e.has(model=name, method=method, batch=batch, gradient_checkpointing=g)]
+                if not todo or over():
+                    continue
+                s = profile_settings(cfg, task, method, rank=main_rank, batch=batch, completion=comp)
+                try:
+                    timings = e2e_timing(policy, s, gcs=tuple(todo))
+                except torch.cuda.OutOfMemoryError as exc:
+                    _oom(f"GRPO step warm-up {name} {method} batch {batch}", exc)
+                    timings = {g: "OOM" for g in todo}
+                _free()
+                for gc_on, t in timings.items():
                     key = dict(model=name, method=method, batch=batch, gradient_checkpointing=gc_on)
-                    if e2e.has(**key) or over():
-                        continue
-                    if batch not in rollout_s:
-                        try:
-                            r = rollout_timing(model, batch, plen, comp, full=False)
-                            rollout_s[batch], roll_peak[batch] = r["rollout_s"], r["peak"]
-                        except torch.cuda.OutOfMemoryError:
-                            _free()
-                            rollout_s[batch], roll_peak[batch] = None, 0
-                    torch.cuda.reset_peak_memory_stats()
-                    try:
-                        t = train_phase_timing(model, batch, seq, plen, gc_on)
-                        peak = max(torch.cuda.max_memory_allocated(), roll_peak[batch])
-                        step = None if rollout_s[batch] is None else rollout_s[batch] + t["logprob_s"] + t["update_s"]
-                        e2e.add(**key, rank=main_rank, step_s=step if step is not None else "OOM",
-                                rollout_s=rollout_s[batch] if rollout_s[batch] is not None else "OOM", **t,
-                                peak_gb=_gb(peak))
-                    except torch.cuda.OutOfMemoryError as exc:
-                        _oom(f"GRPO step {key}", exc)
-                        _free()
-                        e2e.add(**key, rank=main_rank, step_s="OOM", rollout_s=rollout_s[batch] or "OOM",
-                                logprob_s="", update_s="", peak_gb="OOM")
-                        peak = "OOM"
+                    if t == "OOM":
+                        e2e.add(**key, rank=main_rank, step_s="OOM", rollout_s="OOM", logprob_s="", update_s="",
+                                peak_gb="OOM")
+                    else:
+                        e2e.add(**key, rank=main_rank, step_s=t["step_s"], rollout_s=t["rollout_s"],
+                                logprob_s=t["logprob_s"], update_s=t["update_s"], peak_gb=_gb(t["peak_bytes"]))
                     if batch == 2 and gc_on:
-                        mem_peak = peak
-                    torch.cuda.reset_peak_memory_stats()
+                        mem_peak = t if t == "OOM" else t["peak_bytes"]
             if not memory.has(model=name, method=method) and mem_peak is not None:
                 memory.add(model=name, method=method, model_size_gb=_gb(size),
-                           peak_gb=_gb(mem_peak) if isinstance(mem_peak, int) else (mem_peak or ""),
+                           peak_gb=_gb(mem_peak) if isinstance(mem_peak, int) else mem_peak,
                            batch=2, gradient_checkpointing=True)
-            del model, base
+            del policy, base
             _free()
     if over():
         print(f"budget of {args.budget_s} s reached; stopping (rerun to resume)", flush=True)
@@ -360,7 +303,8 @@ def publish(work: Path, dest: Path) -> None:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_list(p, "--archs", default=["7B", "3B", "14B", "32B"], metavar="ARCH",
              help="names of qerl.profiling.archs.ARCHS")
-    add_list(p, "--methods", default=["lora", "qlora", "qerl"], metavar="METHOD", help="methods (qerl/methods.py)")
+    add_list(p, "--methods", default=["lora", "qlora", "qerl"], metavar="METHOD",
+             help="methods (qerl/contract/methods.py)")
     add_list(p, "--ranks", item_type=int, default=[16, 32, 64], metavar="R",
              help="LoRA ranks for the batch-1 rollout (Table 9)")
     add_list(p, "--batches", item_type=int, default=[1, 2, 4, 8, 16, 32, 64, 128, 256], metavar="B",
@@ -375,6 +319,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
              help="also time transformers' generate at these batches")
     p.add_argument("--hf-completion", type=int, default=128)
     p.add_argument("--layers", type=int, default=None, help="build only this many layers (smoke tests)")
+    p.add_argument("--config", default=str(_REPO / "config" / "paper.yaml"),
+                   help="training config whose settings the GRPO step uses: optimizer, schedule, LoRA alpha / rank, "
+                        "clip, KL, updates per rollout, AQN (default: config/paper.yaml)")
+    p.add_argument("--task", default=None, help="the train.tasks entry of --config (default: its first GRPO task)")
     p.add_argument("--budget-s", type=float, default=0, help="start no new config after this many seconds")
     p.add_argument("--out", required=True, help="folder of rollout.csv, e2e.csv, memory.csv, rollout_hf.csv "
                    "(appended row by row; rows already there are not measured again, so a cut run resumes)")

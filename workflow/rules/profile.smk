@@ -1,7 +1,8 @@
 # Profiling at real sizes (needs a CUDA GPU; not among the default targets, whose tables read the committed
 # results/measured/<gpu>/*.csv). One job measures every architecture and method of config `profile`:
 #   snakemake --cores all --configfile config/paper.yaml results/paper/measured/h200/rollout.csv
-# Outputs: R/measured/<gpu>/{rollout,e2e,memory}.csv (Snakemake's own: a rerun replaces them). The job appends
+# Outputs: R/measured/<gpu>/{rollout,e2e,memory}.csv (Snakemake's own: a rerun replaces them). The GRPO step it times
+# is the trainer's own (qerl.rl.step.rl_step) with this config's training settings (its first GRPO task). The job appends
 # rows to R/measured/<gpu>/partial/ first and copies the CSVs to its outputs only when every configuration is
 # measured, so a cut job resumes where it stopped when the target is asked for again (the partial folder is not
 # an output; delete it to measure from scratch). Committing a run to results/measured/<gpu>/, where the tables read
@@ -13,13 +14,13 @@ rule profile:
     input:
         config=ancient(CONFIGFILE),
     output:
-        rollout=f"{R}/measured/{{gpu}}/rollout.csv",
-        e2e=f"{R}/measured/{{gpu}}/e2e.csv",
-        memory=f"{R}/measured/{{gpu}}/memory.csv",
+        rollout=f"{paths.measured_dir(R, '{gpu}')}/rollout.csv",
+        e2e=f"{paths.measured_dir(R, '{gpu}')}/e2e.csv",
+        memory=f"{paths.measured_dir(R, '{gpu}')}/memory.csv",
     wildcard_constraints:
         gpu=r"[A-Za-z0-9_\-]+",
     params:
-        cfg=section("profile"),
+        cfg=section("profile", "train"),
         args=lambda wildcards: " ".join(
             f"--{flag} {' '.join(str(v) for v in config['profile'][key])}"
             for flag, key in (("archs", "archs"), ("methods", "methods"), ("ranks", "ranks"),
@@ -38,4 +39,4 @@ rule profile:
     benchmark:
         f"{R}/benchmarks/profile/{{gpu}}.tsv"
     shell:
-        "qerl profile {params.args} --out {params.work} --publish {params.out} 2> {log}"
+        "qerl profile --config {input.config} {params.args} --out {params.work} --publish {params.out} 2> {log}"

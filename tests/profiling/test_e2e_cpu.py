@@ -1,0 +1,61 @@
+"""The GRPO step `qerl profile` and the DDP benchmark time is the trainer's own (qerl.rl.step.rl_step), with the
+run's settings: checked on the CPU at a 1-layer 0.5B shape (the GPU numbers come from the same function)."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from qerl.config import load_config
+from qerl.profiling.build import random_base
+from qerl.profiling.e2e import RandomPromptTokenizer, RandomRewards, default_task, e2e_timing, profile_settings
+from qerl.rl.settings import build_run_policy, lora_spec, make_optimizer
+
+CONFIG = Path(__file__).resolve().parents[2] / "config" / "config.yaml"
+
+
+@pytest.fixture(scope="module")
+def cfg():
+    return load_config(CONFIG, check_data=False)
+
+
+def test_settings_are_the_runs_at_the_profile_shape(cfg):
+    task = default_task(cfg)
+    s = profile_settings(cfg, task, "qerl", rank=32, batch=8, completion=2048)
+    assert task == "tiny_grpo" and (s.group_size, s.prompts_per_step, s.max_new_tokens) == (8, 1, 2048)
+    run_alpha_per_rank = cfg["train"]["lora"]["alpha"] / cfg["train"]["lora"]["rank"]
+    assert s.lora_rank == 32 and s.lora_alpha / s.lora_rank == run_alpha_per_rank  # as the rank<r> variant
+    assert (s.updates_per_rollout, s.lr, s.optimizer, s.aqn) == (4, cfg["train"]["lr"], "adamw", True)
+    assert lora_spec(s).alpha == 32 * run_alpha_per_rank
+    assert isinstance(make_optimizer([torch.nn.Parameter(torch.zeros(1))], s), torch.optim.AdamW)
+    with pytest.raises(ValueError, match="no task with algorithm grpo"):
+        default_task({"train": {"tasks": {"d": {"algorithm": "dapo"}}}})
+
+
+def test_random_rewards_are_seeded_draws():
+    a, b = RandomRewards(1), RandomRewards(1)
+    first = [r.reward for r in a(["", ""] * 8, ["0"] * 16)]
+    assert first == [r.reward for r in b(["", ""] * 8, ["0"] * 16)] and set(first) == {0.0, 1.0}
+    assert [r.reward for r in a([""] * 16, ["0"] * 16)] != first  # a new draw per call
+
+
+@pytest.mark.parametrize("method", ["qerl", "lora"])
+def test_e2e_step_times_every_phase_on_cpu(cfg, method):
+    torch.set_num_threads(1)
+    s = profile_settings(cfg, "tiny_grpo", method, rank=4, batch=2, completion=3)
+    weights = "nvfp4" if method == "qerl" else "bf16"
+    base = random_base("0.5B", weights, layers=1, device="cpu", dtype=torch.float32)
+    policy = build_run_policy(s, base, tokenizer=RandomPromptTokenizer(base.config.vocab_size, 8, 151643))
+    assert (policy.aqn is not None) == (method == "qerl")
+    before = {n: p.detach().clone() for n, p in policy.model.named_parameters() if p.requires_grad}
+    out = e2e_timing(policy, s, gcs=(False, True))
+    assert set(out) == {False, True}
+    for t in out.values():
+        assert t["rollout_tokens"] == 2 * 3 and t["peak_bytes"] > 0
+        assert all(t[k] > 0 and math.isfinite(t[k]) for k in ("rollout_s", "logprob_s", "update_s"))
+        assert t["step_s"] == pytest.approx(t["rollout_s"] + t["logprob_s"] + t["update_s"])
+    after = dict(policy.model.named_parameters())
+    assert any(not torch.equal(after[n], v) for n, v in before.items())  # the run's optimizer updated the adapter
+    assert not policy.model.get_base_model().model.gradient_checkpointing  # switched off again after the timing
