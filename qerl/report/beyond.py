@@ -15,6 +15,7 @@ Run: `qerl render --config results/tiny/config.yaml --artifact tableaqn` (the DA
 """
 from __future__ import annotations
 
+from qerl.contract.variants import tis_variant
 from qerl.report.context import Context, Needs, RunSpec, ablation, task_name, trained_methods
 from qerl.report.inputs import Stat, summarize
 from qerl.report.tables import Column, Table, over_seeds
@@ -25,8 +26,6 @@ __all__ = ["aqn_variants", "tableaqn_needs", "figmismatch_needs", "render_tablea
 def aqn_variants(cfg: dict) -> list[tuple[str, str, str, tuple[int, ...] | None]]:
     """(method, variant, row label, seeds or None = the main seeds) of the AQN table, in row order; rows whose method
     the GRPO task does not train, or whose variant the config does not run, are left out."""
-    from qerl.rl.variants import tis_variant
-
     if task_name(cfg, "grpo") is None:
         return []
     schedule = cfg["train"]["aqn"]["schedule"]
@@ -79,11 +78,11 @@ def row_stats(ctx: Context, spec: RunSpec, benchmark: str) -> dict[str, Stat]:
         "entropy0": summarize([m["entropy"][0] for m in per_seed]),
         "entropy": summarize([_mean(m["entropy"]) for m in per_seed]),
         "growth": summarize([growth(m["reward"]) for m in per_seed]),
-        "pass1": summarize([e[benchmark].pass1 for e in evals]),
-        "strict": summarize([e[benchmark].strict for e in evals]),
-        "mismatch_kl": summarize([_mean(m.get("mismatch_kl", [float("nan")])) for m in per_seed]),
-        "is_p99": summarize([_mean(m.get("is_ratio_p99", [float("nan")])) for m in per_seed]),
-        "is_max": summarize([max(m.get("is_ratio_max", [float("nan")])) for m in per_seed]),
+        "pass1": summarize([e[benchmark].pass_at_1 for e in evals]),
+        "strict": summarize([e[benchmark].pass_at_1_strict for e in evals]),
+        "mismatch_kl": summarize([_mean(m["mismatch_kl"]) for m in per_seed]),
+        "is_p99": summarize([_mean(m["is_ratio_p99"]) for m in per_seed]),
+        "is_max": summarize([max(m["is_ratio_max"]) for m in per_seed]),
     }
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import datetime
 import math
 
+from qerl.contract.methods import METHODS, get_method
 from qerl.io import write_text
 from qerl.report import batch_sweep, paper, tables
 from qerl.report.context import (Context, Needs, RunSpec, ablation, role_benchmarks, run_path, task_name,
@@ -32,13 +33,14 @@ __all__ = ["ARTIFACTS_READ", "claims_inputs", "compare", "render_claims", "markd
 ARTIFACTS_READ = ("table1", "table2", "table3", "table5", "table6", "table7", "table8", "tableaqn", "fig3", "fig4",
                   "fig8", "fig9", "fig14")
 _FOUR_BIT = ("nvfp4_lora", "mxfp4_lora", "qlora", "qerl")
-_LABEL = {"full": "BF16 full", "lora": "BF16 LoRA", "qlora": "NF4 LoRA (QLoRA)", "mxfp4_lora": "MXFP4 LoRA",
-          "nvfp4_lora": "NVFP4 LoRA (QeRL w/o AQN)", "qerl": "NVFP4 LoRA + AQN (QeRL)"}
-_UNTRAINED_OF = {"full": "bf16", "lora": "bf16", "qlora": "nf4", "mxfp4_lora": "mxfp4", "nvfp4_lora": "nvfp4",
-                 "qerl": "nvfp4"}
 
 
 _TIMED = ("lora", "qlora", "nvfp4_lora", "qerl")  # the GRPO runs whose step phases the claims print (_cpu_timing)
+
+
+def _short(method: str) -> str:
+    """A method's short label (efficiency tables), or the name as measured when the registry does not know it."""
+    return METHODS[method].short if method in METHODS else method
 
 
 def claims_inputs(cfg: dict) -> list[str]:
@@ -152,9 +154,9 @@ def _memory_32b(cfg: dict, seen: list[Context]) -> tuple[list[str], str] | None:
     e2e = [r for r in ctx.measured("e2e.csv") or [] if paper_model_label(r["model"]) == "32B"]
     if not memory and not e2e:
         return None
-    lines = [f"- {tables._METHOD_LABEL.get(r['method'], r['method'])}: weights {r['model_size_gb']:.1f} GB, peak "
+    lines = [f"- {_short(r['method'])}: weights {r['model_size_gb']:.1f} GB, peak "
              f"{_cell(r['peak_gb'])} GB (memory.csv)" for r in memory]
-    lines += [f"- {tables._METHOD_LABEL.get(r['method'], r['method'])} GRPO step, batch {r['batch']}"
+    lines += [f"- {_short(r['method'])} GRPO step, batch {r['batch']}"
               f"{' with GC' if r['gc'] else ''}: {_cell(r['step_s'])}{'' if r['step_s'] == 'OOM' else ' s'}"
               for r in e2e]
     qerl_peak = [_num(r["peak_gb"]) for r in memory if r["method"] in tables.method_aliases("qerl")]
@@ -182,7 +184,7 @@ def _cpu_timing(cfg: dict, seen: list[Context]) -> list[str]:
         per_seed = ctx.metrics(RunSpec("grpo", method))
         roll = summarize([sum(m["time_rollout"]) / len(m["time_rollout"]) for m in per_seed])
         upd = summarize([sum(m["time_update"]) / len(m["time_update"]) for m in per_seed])
-        lines.append(f"| {_LABEL[method]} | {_fmt(roll)} | {_fmt(upd)} |")
+        lines.append(f"| {get_method(method).prose} | {_fmt(roll)} | {_fmt(upd)} |")
     if not lines:
         return []
     return ["| method | rollout s/step | update s/step |", "|---|---|---|", *lines]
@@ -219,13 +221,13 @@ def _claim3(cfg: dict, seen: list[Context]) -> tuple[list[str], str]:
                 "mean reward of the last quarter of the steps minus that of the first quarter.", "",
                 "| method | entropy, step 0 | entropy, mean over steps | reward, first quarter | reward, last quarter "
                 "| reward growth |", "|---|---|---|---|---|---|"]
-        out += [f"| {_LABEL[m]} | {_fmt(s['entropy0'])} | {_fmt(s['entropy'])} | {_fmt(s['reward_first'])} | "
+        out += [f"| {get_method(m).prose} | {_fmt(s['entropy0'])} | {_fmt(s['entropy'])} | {_fmt(s['reward_first'])} | "
                 f"{_fmt(s['reward_last'])} | {_fmt(s['growth'])} |" for m, s in stats.items()]
         out.append("")
         entropy0, entropy, growth = [], [], []
         for m in methods[1:]:
             a, b = stats[m], stats["lora"]
-            out.append(f"- {_LABEL[m]} - BF16 LoRA: entropy at step 0 "
+            out.append(f"- {get_method(m).prose} - BF16 LoRA: entropy at step 0 "
                        f"{_diff_text(a['entropy0'], b['entropy0'], 3, entropy0)}; "
                        f"mean entropy {_diff_text(a['entropy'], b['entropy'], 3, entropy)}; "
                        f"reward growth {_diff_text(a['growth'], b['growth'], 3, growth)}.")
@@ -269,9 +271,9 @@ def _claim4(cfg: dict, seen: list[Context]) -> tuple[list[str], str]:
                 "|---|---|---|---|"]
         for m in ("full", "lora", "qlora", "mxfp4_lora", "nvfp4_lora", "qerl"):
             if m in acc:
-                base = acc.get(_UNTRAINED_OF[m])
+                base = acc.get(get_method(m).weights)
                 gain = _diff_text(acc[m], base, 1) if base is not None else "n/a"
-                out.append(f"| {_LABEL[m]} | {_fmt(acc[m], 1)} | {_fmt(base, 1)} | {gain} |")
+                out.append(f"| {get_method(m).prose} | {_fmt(acc[m], 1)} | {_fmt(base, 1)} | {gain} |")
         out.append("")
         vs_lora = _diff_text(acc["qerl"], acc["lora"], 1)
         out.append(f"- QeRL - BF16 LoRA: {vs_lora} (claim: QeRL >= LoRA).")
@@ -320,13 +322,13 @@ def _learning(cfg: dict, seen: list[Context]) -> tuple[list[str], str]:
             c = _curve_stats(ctx.metrics(RunSpec(role, m)))
             g = c["growth"]
             g_se = g.std / math.sqrt(g.n) if g.std is not None and g.n > 1 else None
-            base = acc.get(_UNTRAINED_OF[m])
+            base = acc.get(get_method(m).weights)
             diff, se, _ = compare(acc[m], base) if base is not None else (float("nan"), None, "")
             v_growth, v_gain = _above(g.mean, g_se, k), _above(diff, se, k)
             grew += v_growth.startswith("**yes")
             gained += v_gain.startswith("**yes")
             gain = f"{diff:+.1f}" + (f" ± {se:.1f} SE" if se is not None else "") if base is not None else "n/a"
-            out.append(f"| {_LABEL[m]} | {_fmt(c['reward_first'])} | {_fmt(c['reward_last'])} | {g.mean:+.3f}"
+            out.append(f"| {get_method(m).prose} | {_fmt(c['reward_first'])} | {_fmt(c['reward_last'])} | {g.mean:+.3f}"
                        f"{f' ± {g_se:.3f} SE' if g_se is not None else ''} | {v_growth} | {_fmt(acc[m], 1)} | "
                        f"{_fmt(base, 1)} | {gain} | {v_gain} |")
         out.append("")

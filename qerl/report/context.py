@@ -1,29 +1,24 @@
-"""How the report stage names the files it reads, from the config, and the `Context` a renderer reads them through.
+"""How the report stage names the files it reads, from a validated config, and the `Context` a renderer reads them
+through.
 
 Why: the registry (which runs an artifact needs), the Snakemake rules (its inputs) and the renderers (what they
-load) must agree on every path. They all go through the functions here, which read only the config.
+load) must agree on every path, and with the stages that write them. Paths come from the path grammar of
+qerl/contract/paths.py (the one the train and evaluate rules and the trainer use), method names and labels from
+qerl/contract/methods.py, variant names from qerl/contract/variants.py, file contents from qerl/contract/records.py.
+The config is the validated one (qerl.config.load_config: every key present, defaults filled in), so it is read
+directly; a config that was not validated is a caller's bug and fails with a KeyError.
 
-The config keys read here belong to other stages (train, evaluate, profile); they are read defensively, with the
-defaults below, so a key that is absent or renamed degrades to a default rather than a crash:
-
-- task of a role (grpo / dapo): the first entry of train.tasks ({NAME: {algorithm: grpo, ...}}) with that
-  algorithm; without train.tasks: tiny_grpo / tiny_dapo at the tiny scale, gsm8k / bigmath otherwise.
-- benchmarks of a role: train.tasks.NAME.eval_benchmarks, else the task's held-out split (source tiny -> [tiny],
-  gsm8k -> [gsm8k], math_train -> [math500, aime24, aime25, amc23]).
-- untrained formats and their benchmarks: evaluate.methods (bf16, nf4, mxfp4, nvfp4) x the role's benchmarks that
-  evaluate.benchmarks lists.
-- trained methods: train.methods (default: every trained method of qerl/methods.py); a task's own
-  train.tasks.NAME.methods, when it lists any, narrows them for that task's role.
-- ablations: train.ablations.method (qerl) and .seeds (default: the config's seeds); the task role is
-  train.ablations.task when present (default grpo: the paper's 3B/7B ablations are GSM8K); Fig. 8 needs .noaqn
-  (true); Fig. 9/15 .aqn_schedules (linear, exponential, cosine, logarithmic); Fig. 10 and Table 9 .ranks
-  (16, 32, 64, 128); Fig. 16/17 .lrs (5e-6, 3e-5) for the methods in .lr_methods (qerl, lora).
+- task of a role (grpo / dapo): the first entry of train.tasks with that algorithm (None: the role is not run, and
+  its artifacts say "not run" instead of naming files).
+- benchmarks of a role: what its task is evaluated on (qerl.contract.paths.task_benchmarks: the task's
+  eval_benchmarks, else its source's held-out split); a role without a task shows the benchmarks of its paper table
+  (the tiny scale's generated one at the tiny scale) so the untrained rows still have columns.
+- untrained formats and their benchmarks: evaluate.methods x the role's benchmarks that evaluate.benchmarks lists.
+- trained methods: train.methods; a task's own train.tasks.NAME.methods, when it lists any, narrows them for that
+  task's role.
+- ablations: train.ablations.*; the task role is the algorithm of train.ablations.task (or of the first task).
 - measured GPU folder: profile.measured_gpu, else among the folders of <results_dir>/measured holding a profiling
   CSV (rollout/e2e/memory.csv): one whose name contains h100, else the first in name order.
-
-A role without a task (e.g. no DAPO task configured) makes its artifacts say "not run" instead of naming files.
-Variant names: "default"; "noaqn"; "aqn-<schedule>"; "rank<r>"; "lr<value>" with value formatted by `lr_variant`
-("%g": 5e-06 -> "lr5e-06", 3e-05 -> "lr3e-05"), which parses back with float() as the trainer does.
 """
 from __future__ import annotations
 
@@ -31,12 +26,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from qerl.data.benchmarks import HELD_OUT
-from qerl.methods import TRAINED_METHODS, UNTRAINED_METHODS
+from qerl.contract import paths
+from qerl.contract.records import BenchmarkRecord
+from qerl.contract.variants import canonical_variant, lr_variant
 from qerl.report import inputs
-from qerl.report.paper import ABLATION_RANKS, ABLATION_SCHEDULES, FIG16_LRS
+from qerl.report.paper import TABLE2_BENCHMARKS
 from qerl.report.provenance import Provenance
-from qerl.rl.variants import canonical_variant, lr_variant
 
 __all__ = [
     "RunSpec",
@@ -59,9 +54,8 @@ __all__ = [
 ]
 
 MEASURED_FILES = ("rollout.csv", "e2e.csv", "memory.csv")
-_DEFAULT_TASKS = {"tiny": {"grpo": "tiny_grpo", "dapo": "tiny_dapo"}}
-_PAPER_TASKS = {"grpo": "gsm8k", "dapo": "bigmath"}
-_PAPER_BENCHMARKS = {"grpo": ["gsm8k"], "dapo": ["math500", "aime24", "aime25", "amc23"]}
+# the benchmarks of a role's paper table, shown when the config runs no task of that role (tiny: the generated one)
+_NO_TASK_BENCHMARKS = {"grpo": ["gsm8k"], "dapo": list(TABLE2_BENCHMARKS)}
 
 
 @dataclass(frozen=True)
@@ -70,7 +64,7 @@ class RunSpec:
 
     Attributes:
         role: "grpo" (Table 1's task) or "dapo" (Table 2's).
-        method: a trained method of qerl/methods.py.
+        method: a trained method of qerl/contract/methods.py.
         variant: "default" or an ablation variant.
         file: "metrics.jsonl" (curves) or "eval.json" (accuracy).
         label: legend or row label.
@@ -80,7 +74,7 @@ class RunSpec:
     role: str
     method: str
     variant: str = "default"
-    file: str = "metrics.jsonl"
+    file: str = paths.METRICS_FILE
     label: str = ""
     seeds: tuple[int, ...] | None = None
 
@@ -104,19 +98,9 @@ class Needs:
     skipped: tuple[str, ...] = ()
 
 
-def _section(cfg: dict, name: str) -> dict:
-    value = cfg.get(name) or {}
-    return value if isinstance(value, dict) else {}
-
-
 def results_root(cfg: dict) -> Path:
     """R = <results_dir>/<scale>."""
-    return Path(cfg["results_dir"]) / cfg["scale"]
-
-
-def _tasks(cfg: dict) -> dict | None:
-    tasks = _section(cfg, "train").get("tasks")
-    return tasks if isinstance(tasks, dict) else None
+    return Path(paths.root_of(cfg))
 
 
 def task_name(cfg: dict, role: str) -> str | None:
@@ -130,73 +114,49 @@ def task_name(cfg: dict, role: str) -> str | None:
     """
     if role not in ("grpo", "dapo"):
         raise ValueError(f"unknown task role {role!r}; expected 'grpo' or 'dapo'")
-    tasks = _tasks(cfg)
-    if tasks is None:
-        return _DEFAULT_TASKS.get(cfg["scale"], _PAPER_TASKS)[role]
-    for name, task in tasks.items():
-        if isinstance(task, dict) and task.get("algorithm") == role:
-            return str(name)
-    return None
+    return next((name for name, task in cfg["train"]["tasks"].items() if task["algorithm"] == role), None)
 
 
 def role_benchmarks(cfg: dict, role: str) -> list[str]:
     """Benchmarks whose pass@1 fills our columns of Table 1 (role grpo) or Table 2 (role dapo)."""
-    tasks, name = _tasks(cfg), task_name(cfg, role)
-    task = tasks.get(name) if tasks is not None and name is not None else None
-    if isinstance(task, dict):
-        if task.get("eval_benchmarks"):
-            return [str(b) for b in task["eval_benchmarks"]]
-        if task.get("source") in HELD_OUT:
-            return list(HELD_OUT[task["source"]])
-    if cfg["scale"] == "tiny":
-        return ["tiny"]
-    return list(_PAPER_BENCHMARKS[role])
+    name = task_name(cfg, role)
+    if name is not None:
+        return paths.task_benchmarks(cfg["train"]["tasks"][name])
+    return ["tiny"] if cfg["scale"] == "tiny" else list(_NO_TASK_BENCHMARKS[role])
 
 
 def untrained_benchmarks(cfg: dict, role: str) -> list[str]:
-    """The role's benchmarks that the `evaluate` rule evaluates untrained (evaluate.benchmarks, when listed)."""
-    listed = _section(cfg, "evaluate").get("benchmarks")
-    benches = role_benchmarks(cfg, role)
-    return [b for b in benches if b in listed] if isinstance(listed, list) else benches
+    """The role's benchmarks that the `evaluate` rule evaluates untrained (those evaluate.benchmarks lists)."""
+    return [b for b in role_benchmarks(cfg, role) if b in cfg["evaluate"]["benchmarks"]]
 
 
 def trained_methods(cfg: dict, role: str | None = None) -> list[str]:
-    """train.methods, or every trained method; with a role, the methods its task trains (train.tasks.NAME.methods
-    when that lists any)."""
-    listed = _section(cfg, "train").get("methods")
-    methods = [str(m) for m in listed] if isinstance(listed, list) else list(TRAINED_METHODS)
-    task = (_tasks(cfg) or {}).get(task_name(cfg, role)) if role is not None else None
-    own = task.get("methods") if isinstance(task, dict) else None
-    return [m for m in methods if m in own] if isinstance(own, list) and own else methods
+    """train.methods; with a role, the methods its task trains (train.tasks.NAME.methods when that lists any)."""
+    methods = list(cfg["train"]["methods"])
+    name = task_name(cfg, role) if role is not None else None
+    own = cfg["train"]["tasks"][name].get("methods") if name is not None else None
+    return [m for m in methods if m in own] if own else methods
 
 
 def untrained_methods(cfg: dict) -> list[str]:
-    """evaluate.methods (untrained formats), or bf16, nf4, mxfp4, nvfp4."""
-    listed = _section(cfg, "evaluate").get("methods")
-    if isinstance(listed, list):
-        return [str(m) for m in listed if m in UNTRAINED_METHODS]
-    return list(UNTRAINED_METHODS)
+    """evaluate.methods: the untrained formats evaluated."""
+    return list(cfg["evaluate"]["methods"])
 
 
 def ablation(cfg: dict, key: str) -> Any:
-    """train.ablations.<key>, with defaults: task "grpo", method "qerl", seeds = the config's seeds, noaqn True,
-    aqn_schedules / ranks / lrs the paper's, lr_methods [qerl, lora].
+    """train.ablations.<key>; for "task", the role (algorithm) of the ablation task (train.ablations.task, or the
+    first of train.tasks), since figures address tasks by role.
 
     Raises:
         ValueError: for an unknown key.
     """
-    defaults = {"task": "grpo", "method": "qerl", "seeds": list(cfg["seeds"]), "noaqn": True,
-                "aqn_schedules": list(ABLATION_SCHEDULES), "ranks": list(ABLATION_RANKS), "lrs": list(FIG16_LRS),
-                "lr_methods": ["qerl", "lora"], "aqn_methods": ["lora"], "tis_caps": [2.0], "norms": True}
-    if key not in defaults:
-        raise ValueError(f"unknown ablation key {key!r}; known: {sorted(defaults)}")
-    section = _section(cfg, "train").get("ablations")
-    value = section.get(key) if isinstance(section, dict) else None
-    if key == "task":  # train.ablations.task names a task (null = the first); figures address tasks by role
-        tasks = _tasks(cfg) or {}
-        name = value if value is not None else next(iter(tasks), None)
-        return tasks[name].get("algorithm", "grpo") if name in tasks else defaults["task"]
-    return defaults[key] if value is None else value
+    section = cfg["train"]["ablations"]
+    if key not in section:
+        raise ValueError(f"unknown ablation key {key!r}; known: {sorted(section)}")
+    if key == "task":
+        tasks = cfg["train"]["tasks"]
+        return tasks[section["task"] or next(iter(tasks))]["algorithm"]
+    return section[key]
 
 
 def run_seeds(cfg: dict, spec: RunSpec) -> list[int]:
@@ -205,7 +165,7 @@ def run_seeds(cfg: dict, spec: RunSpec) -> list[int]:
 
 
 def run_path(cfg: dict, spec: RunSpec, seed: int) -> Path:
-    """R/runs/<task>/<model>/<method>/<variant>/seed<k>/<file>.
+    """R/runs/<task>/<model>/<method>/<variant>/seed<k>/<file> (the variant in its canonical name).
 
     Raises:
         ValueError: when the spec's role has no task in this config.
@@ -213,26 +173,25 @@ def run_path(cfg: dict, spec: RunSpec, seed: int) -> Path:
     task = task_name(cfg, spec.role)
     if task is None:
         raise ValueError(f"config key 'train.tasks' defines no task with algorithm {spec.role!r}")
-    variant = canonical_variant(cfg, spec.method, spec.variant) if "train" in cfg else spec.variant
-    return (results_root(cfg) / "runs" / task / cfg["model"]["name"] / spec.method / variant
-            / f"seed{seed}" / spec.file)
+    variant = canonical_variant(cfg, spec.method, spec.variant)
+    run = paths.run_dir(paths.root_of(cfg), task, cfg["model"]["name"], spec.method, variant, seed)
+    return Path(run) / spec.file
 
 
 def eval_path(cfg: dict, method: str, benchmark: str, seed: int) -> Path:
     """R/evals/<model>/<method>/<benchmark>/seed<k>.json."""
-    return results_root(cfg) / "evals" / cfg["model"]["name"] / method / benchmark / f"seed{seed}.json"
+    return Path(paths.eval_file(paths.root_of(cfg), cfg["model"]["name"], method, benchmark, seed))
 
 
 def measured_dir(cfg: dict) -> Path | None:
     """<results_dir>/measured/<gpu>, chosen as the module docstring says; None when there is none."""
-    root = Path(cfg["results_dir"]) / "measured"
-    chosen = _section(cfg, "profile").get("measured_gpu")
+    chosen = cfg["profile"]["measured_gpu"]
     if chosen:
-        return root / str(chosen)
+        return Path(paths.measured_dir(cfg["results_dir"], chosen))
+    root = Path(cfg["results_dir"]) / "measured"
     if not root.is_dir():
         return None
-    profiled = ("rollout.csv", "e2e.csv", "memory.csv")
-    folders = sorted(p for p in root.iterdir() if p.is_dir() and any((p / n).exists() for n in profiled))
+    folders = sorted(p for p in root.iterdir() if p.is_dir() and any((p / n).exists() for n in MEASURED_FILES))
     if not folders:
         return None
     preferred = [p for p in folders if "h100" in p.name.lower()]
@@ -297,7 +256,7 @@ class Context:
 
     def _run_provenance(self, run_dir: Path) -> None:
         """The trainer's run.json beside a run's files carries its provenance (commit, hardware); optional."""
-        path = run_dir / "run.json"
+        path = run_dir / paths.RUN_INFO_FILE
         if path.exists():
             self.prov.add(inputs.read_run_provenance(path))
 
@@ -305,22 +264,22 @@ class Context:
         """Per-seed metric columns of `spec` (seeds whose file is missing are skipped when allowed)."""
         out = []
         for seed in run_seeds(self.cfg, spec):
-            path = run_path(self.cfg, RunSpec(spec.role, spec.method, spec.variant, "metrics.jsonl"), seed)
+            path = run_path(self.cfg, RunSpec(spec.role, spec.method, spec.variant, paths.METRICS_FILE), seed)
             if self._exists(path):
                 out.append(inputs.read_metrics(path))
                 self._run_provenance(path.parent)
                 self._read_seed(seed)
         return out
 
-    def run_evals(self, spec: RunSpec, benchmarks: list[str]) -> list[dict[str, inputs.BenchResult]]:
-        """Per-seed {benchmark: BenchResult} of a trained run's eval.json.
+    def run_evals(self, spec: RunSpec, benchmarks: list[str]) -> list[dict[str, BenchmarkRecord]]:
+        """Per-seed {benchmark: BenchmarkRecord} of a trained run's eval.json.
 
         Raises:
             ValueError: naming the file when one of `benchmarks` is not in it.
         """
         out = []
         for seed in run_seeds(self.cfg, spec):
-            path = run_path(self.cfg, RunSpec(spec.role, spec.method, spec.variant, "eval.json"), seed)
+            path = run_path(self.cfg, RunSpec(spec.role, spec.method, spec.variant, paths.EVAL_FILE), seed)
             if self._exists(path):
                 results, prov = inputs.read_eval(path)
                 absent = [b for b in benchmarks if b not in results]
@@ -333,8 +292,8 @@ class Context:
                 out.append(results)
         return out
 
-    def untrained_evals(self, method: str, benchmarks: list[str]) -> list[dict[str, inputs.BenchResult]]:
-        """Per-seed {benchmark: BenchResult} of the untrained model in format `method`."""
+    def untrained_evals(self, method: str, benchmarks: list[str]) -> list[dict[str, BenchmarkRecord]]:
+        """Per-seed {benchmark: BenchmarkRecord} of the untrained model in format `method`."""
         out = []
         for seed in self.seeds:
             per_seed = {}

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from qerl.io import write_bytes
-from qerl.methods import METHODS
+from qerl.contract.methods import METHODS
 from qerl.report import paper
 from qerl.report.context import Context, RunSpec, ablation, measured_dir, role_benchmarks
 from qerl.report.tables import NOT_MEASURED, e2e_speedup, method_aliases
@@ -173,10 +173,6 @@ def render_curves(ctx: Context, artifact, panels: list[Panel], layout: str = "co
             per_seed = cache[spec]
             if not per_seed:
                 continue
-            if panel.metric not in per_seed[0]:  # a run written before the trainer logged this metric
-                ctx.notes.append(f"{_label(spec)}: no {panel.metric!r} in its metrics.jsonl (written before the "
-                                 "trainer logged it); rerun it to draw it.")
-                continue
             counts.add(len(per_seed))
             steps, mean, low, high, raw = seed_band(per_seed, panel.metric, panel.smooth)
             color = colors[(spec.method, spec.variant)]
@@ -264,7 +260,7 @@ def _bars(ax, groups: list[str], series: list[tuple[str, dict[str, Any], dict]],
 
 _PAPER_STYLE = {"color": "0.55"}
 _OURS_STYLE = {"color": "tab:blue", "hatch": "//", "edgecolor": "white"}
-_NAMES = {"lora": "LoRA", "qlora": "QLoRA", "qerl": "QeRL", "full": "Full"}
+_NAMES = {m: METHODS[m].short for m in ("lora", "qlora", "qerl", "full")}  # the efficiency tables' labels
 
 
 def _pick_model_batch(rows: list[dict], model: str, batch: int) -> tuple[str, int] | None:
@@ -335,7 +331,7 @@ def render_fig1(ctx: Context, artifact):
         if spec in ctx.needs.runs:
             per_seed = ctx.run_evals(spec, [bench])
             if per_seed:
-                pts = [s[bench].pass1 for s in per_seed]
+                pts = [s[bench].pass_at_1 for s in per_seed]
                 ours_acc[_NAMES[method]] = (sum(pts) / len(pts), min(pts), max(pts), pts)
     paper_acc = {_NAMES[k]: v for k, v in paper.FIG1["gsm8k"].items()}
     _bars(axes[2], groups, [("paper: GSM8K (7B)", paper_acc, _PAPER_STYLE),

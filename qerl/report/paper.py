@@ -5,10 +5,11 @@ Why: the paper's values must sit in their own column of every table and figure, 
 never typed into a renderer. Pass@1 values are percentages (T = 0.6, top-p 0.95, 4096-token completions, averaged
 over repeats). "3B" etc. mean Qwen2.5-3B-Instruct etc.
 
-How: tables are lists of flat dicts (one per paper row). Rows of Tables 1 and 2 carry our method name (qerl/methods.py)
-so a row of ours and a row of the paper's can be matched by (model, method); the W# / training labels are the paper's.
-A value the paper leaves blank ("-") is None; a value that is not a number ("OOM", "10.6 s/step") is kept as text.
-Figures whose numbers the paper does not print are described in FIGURES.
+How: tables are lists of flat dicts (one per paper row). Rows of Tables 1 and 2 carry our method name
+(qerl/contract/methods.py) so a row of ours and a row of the paper's can be matched by (model, method); the W# /
+training labels are the paper's (our rows take theirs from the method registry). A value the paper leaves blank
+("-") is None; a value that is not a number ("OOM", "10.6 s/step") is kept as text. Figures whose numbers the paper
+does not print are described in FIGURES.
 
 Notes copied from the paper, not fixed here: Table 9 at 32B gives NVFP4 r16 = 58.0 tokens/s while Table 8 gives 60.0
 for the same setting; Table 9 is "batch 1" yet repeats Tables 5-8's batch-2 BF16 numbers. The 7B NVFP4 LoRA row of
@@ -34,25 +35,14 @@ __all__ = [
     "TABLE9_RANKS",
     "FIG11_NOTE",
     "FIG1",
-    "FIG16_LRS",
     "PAPER_LR",
     "AQN_STAGES",
     "SIGMA_RANGE",
-    "ABLATION_SCHEDULES",
-    "ABLATION_RANKS",
     "FIGURES",
     "CLAIMS",
-    "WBITS_LABEL",
 ]
 
 PAPER_ID = "arXiv 2510.11696v1"
-
-# W# label of each method (the weight format the paper's tables print).
-WBITS_LABEL = {
-    "bf16": "BF16", "nf4": "NF4", "mxfp4": "MXFP4", "nvfp4": "NVFP4",
-    "full": "BF16", "lora": "BF16", "qlora": "NF4", "mxfp4_lora": "MXFP4", "nvfp4_lora": "NVFP4", "qerl": "NVFP4",
-}
-
 
 def _t1(model: str, values: list[float]) -> list[dict]:
     rows = [
@@ -183,10 +173,7 @@ FIG1 = {
     "gsm8k": {"lora": 88.1, "qlora": 85.0, "qerl": 90.8, "full": 91.2},  # Table 1, 7B
 }
 
-# Ablation settings of the paper (used when the config names none).
-FIG16_LRS = (5e-6, 3e-5)
-ABLATION_SCHEDULES = ("linear", "exponential", "cosine", "logarithmic")
-ABLATION_RANKS = (16, 32, 64, 128)
+# The paper's ablation settings (Figs. 9, 10, 16, 17) are the schema's defaults of train.ablations.
 
 # Figures the paper only draws: what they show, in words (REPORTED.md, "Figures").
 FIGURES: dict[str, str] = {

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from qerl.contract import paths
 from qerl.io import write_text
 from qerl.report import batch_sweep, beyond, figures, tables
 from qerl.report.context import (
@@ -333,9 +334,9 @@ def input_files(artifact: Artifact, cfg: dict) -> list[str]:
 def output_files(artifact: Artifact, cfg: dict, out_dir: str | Path | None = None) -> list[str]:
     """results/<scale>/tables/<id>.{md,tex,csv,html} or results/<scale>/figures/<id>.{png,pdf} (or under
     `out_dir`); the HTML page is the table as the Snakemake report shows it."""
-    if out_dir is None:
-        out_dir = results_root(cfg) / ("tables" if artifact.kind == "table" else "figures")
     exts = TABLE_FORMATS if artifact.kind == "table" else ("png", "pdf")
+    if out_dir is None:
+        return [str(Path(paths.artifact_file(paths.root_of(cfg), artifact.kind, artifact.id, ext))) for ext in exts]
     return [str(Path(out_dir) / f"{artifact.id}.{ext}") for ext in exts]
 
 

@@ -16,7 +16,7 @@ How ours map onto the paper's rows (rows are keyed by model and method):
   Speedups are BF16 LoRA's step time (or rollout tokens/s) over the method's, same model and batch, as in the paper;
   QeRL rows read the method "qerl" (or "nvfp4_lora"). Table 9 adds rows for our QeRL rank-ablation runs when their
   metrics carry rollout_tokens (tokens/s = rollout_tokens / time_rollout, mean over steps, then over seeds).
-- Table 4: the config actually used (train section; keys read defensively, "n/a (not configured)" when absent).
+- Table 4: the config actually used (the validated train section).
 
 Number formats: paper values as printed (one decimal); ours mean +/- sample std (ddof 1) over seeds, one decimal for
 percentages, two for speedups. CSV keeps numbers machine-readable: each of our columns has "<col> std" and "<col> n"
@@ -37,7 +37,9 @@ from typing import Any
 from qerl.io import write_text
 from qerl.report import paper
 from qerl.report.context import Context, EvalSpec, RunSpec, role_benchmarks, untrained_benchmarks
-from qerl.report.inputs import BenchResult, Stat, paper_model_label, summarize
+from qerl.contract.methods import get_method
+from qerl.contract.records import BenchmarkRecord
+from qerl.report.inputs import Stat, paper_model_label, summarize
 
 __all__ = [
     "Column",
@@ -244,7 +246,7 @@ def _merge(rows: list[dict], ours: list[dict], keys: tuple[str, ...]) -> list[di
     return rows
 
 
-def _load_eval(ctx: Context, role: str, method: str, benches: list[str]) -> list[dict[str, BenchResult]] | None:
+def _load_eval(ctx: Context, role: str, method: str, benches: list[str]) -> list[dict[str, BenchmarkRecord]] | None:
     """Per-seed results of `method` on the role's benchmarks; None when the config does not run it."""
     if EvalSpec(role, method) in ctx.needs.evals:
         return ctx.untrained_evals(method, untrained_benchmarks(ctx.cfg, role))
@@ -254,9 +256,9 @@ def _load_eval(ctx: Context, role: str, method: str, benches: list[str]) -> list
     return None
 
 
-def _pass1(per_seed: dict[str, BenchResult], bench: str) -> float:
+def _pass1(per_seed: dict[str, BenchmarkRecord], bench: str) -> float:
     result = per_seed.get(bench)
-    return result.pass1 if result is not None else float("nan")
+    return result.pass_at_1 if result is not None else float("nan")
 
 
 def _eval_cells(ctx: Context, role: str, methods: list[str]) -> tuple[list[Column], dict[str, dict | str]]:
@@ -276,7 +278,8 @@ def _eval_cells(ctx: Context, role: str, methods: list[str]) -> tuple[list[Colum
     if len(benches) > 1:
         getters.append((f"{prefix}: avg", lambda s: sum(_pass1(s, b) for b in benches) / len(benches)))
     # strict: the exact <think>/<answer> shape with a correct answer inside (the columns above grade flexibly)
-    getters += [(f"{prefix}: {b} strict", lambda s, b=b: s[b].strict if b in s else float("nan")) for b in benches]
+    getters += [(f"{prefix}: {b} strict", lambda s, b=b: s[b].pass_at_1_strict if b in s else float("nan"))
+                for b in benches]
     getters += [(f"{prefix}: {benches[0]} L{lv}",
                  lambda s, lv=lv: s[benches[0]].per_level.get(lv, float("nan")) if benches[0] in s else float("nan"))
                 for lv in levels]
@@ -327,7 +330,6 @@ def render_table2(ctx: Context, artifact) -> Table:
 
 # --------------------------------------------------------------------------------------------------- measured
 _QERL = ("qerl", "nvfp4_lora")
-_METHOD_LABEL = {"lora": "LoRA", "qlora": "QLoRA", "qerl": "QeRL", "full": "Full"}
 
 
 def method_aliases(method: str) -> tuple[str, ...]:
@@ -413,7 +415,7 @@ def render_table3(ctx: Context, artifact) -> Table:
                Column(f"{o}: model size (GB)", "ours", 2),
                *[Column(f"{o}: step s bs{b}", "ours", 1) for b in (2, 4, 8)],
                *[Column(f"{o}: x bs{b}", "ours", 2) for b in (2, 4, 8)], Column(peak, "ours", 2)]
-    rows = [{"model": r["model"], "method": _METHOD_LABEL[r["method"]], "W#": r["wbits"],
+    rows = [{"model": r["model"], "method": get_method(r["method"]).short, "W#": r["wbits"],
              "paper: model size (GB)": r["size_gb"],
              **{f"paper: x bs{b}": ("-" if r[f"x_bs{b}"] is None else r[f"x_bs{b}"]) for b in (2, 4, 8)}}
             for r in paper.TABLE3]
@@ -422,7 +424,7 @@ def render_table3(ctx: Context, artifact) -> Table:
     for model in models:
         for method in ("lora", "qlora", "qerl"):
             mem = find_row(data["memory.csv"], method, model=model)
-            row = {"model": model, "method": _METHOD_LABEL[method], "W#": paper.WBITS_LABEL[method],
+            row = {"model": model, "method": get_method(method).short, "W#": get_method(method).wbits,
                    f"{o}: model size (GB)": mem["model_size_gb"] if mem else NOT_MEASURED,
                    peak: mem["peak_gb"] if mem else NOT_MEASURED}
             row.update({f"{o}: step s bs{b}": _step_cell(data["e2e.csv"], model, method, b, False) for b in (2, 4, 8)})
@@ -452,7 +454,7 @@ def render_table5_8(ctx: Context, artifact) -> Table:
     rows = []
     for r in paper_rows:
         vals = [r["size_gb"], r["rollout_tps"], r["rollout_x"], r["e2e_x"], r["e2e_x_gc"]]
-        rows.append({"model": model, "method": _METHOD_LABEL[r["method"]], "W#": r["wbits"], "BS": r["batch"],
+        rows.append({"model": model, "method": get_method(r["method"]).short, "W#": r["wbits"], "BS": r["batch"],
                      **{f"paper: {n}": ("-" if v is None else v) for n, v in zip(names, vals)}})
     rollout = [r for r in data["rollout.csv"] or [] if r["model"] == model]
     batches = sorted({r["batch"] for r in rollout} | {r["batch"] for r in data["e2e.csv"] or [] if r["model"] == model})
@@ -473,8 +475,8 @@ def render_table5_8(ctx: Context, artifact) -> Table:
                     rollout_x if tps else NOT_MEASURED,
                     speedup_cell(data["e2e.csv"], model, method, batch, False),
                     speedup_cell(data["e2e.csv"], model, method, batch, True)]
-            ours.append({"model": model, "method": _METHOD_LABEL[method], "BS": batch,
-                         "W#": paper.WBITS_LABEL[method], **{f"{o}: {n}": v for n, v in zip(names, vals)}})
+            ours.append({"model": model, "method": get_method(method).short, "BS": batch,
+                         "W#": get_method(method).wbits, **{f"{o}: {n}": v for n, v in zip(names, vals)}})
     rows = _merge(rows, ours, ("model", "method", "BS"))
     _fill_not_measured(rows, columns)
     if data["rollout.csv"] is not None and not rollout:
@@ -533,14 +535,11 @@ def render_table9(ctx: Context, artifact) -> Table:
         row = {"model": ctx.model, "method": "qerl-runs", "W#": f"NVFP4, QeRL training rollouts ({ctx.scale})"}
         for spec in rank_specs:
             per_seed = ctx.metrics(spec)
-            if per_seed and all("rollout_tokens" in m for m in per_seed):
-                tps = []
-                for m in per_seed:
-                    vals = [t / s for t, s in zip(m["rollout_tokens"], m["time_rollout"]) if s > 0 and t == t]
-                    tps.append(sum(vals) / len(vals) if vals else float("nan"))
-                row[f"ours: r{spec.variant[4:]}"] = summarize(tps)
-            else:
-                row[f"ours: r{spec.variant[4:]}"] = "n/a (metrics lack rollout_tokens)"
+            tps = []
+            for m in per_seed:
+                vals = [t / s for t, s in zip(m["rollout_tokens"], m["time_rollout"]) if s > 0 and t == t]
+                tps.append(sum(vals) / len(vals) if vals else float("nan"))
+            row[f"ours: r{spec.variant[4:]}"] = summarize(tps)
         rows.append(row)
     where = f"batch {', '.join(map(str, sorted(batch_note)))}" if batch_note else "batch 1"
     runs_row = (f"the last row is our QeRL rank-ablation training runs on this scale's hardware, per-step "
@@ -552,15 +551,8 @@ def render_table9(ctx: Context, artifact) -> Table:
 
 
 # --------------------------------------------------------------------------------------------------- Table 4
-# Table 4 row key -> how our value is read from the train section (qerl's schema; workflow/schemas/config.schema.yaml).
-def _get(node: Any, dotted: str) -> Any:
-    for part in dotted.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return None
-        node = node[part]
-    return node
-
-
+# Table 4 row key -> our value, from the validated train section (workflow/schemas/config.schema.yaml fills every
+# default; task entries hold the keys their config lists).
 def _fmt(value: Any) -> str:
     if isinstance(value, bool):
         return str(value).lower()
@@ -571,55 +563,34 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
-def _per_task(train: dict, key: str) -> str | None:
-    tasks = train.get("tasks")
-    if not isinstance(tasks, dict):
-        return None
-    found = [f"{_fmt(t[key])} ({name})" for name, t in tasks.items() if isinstance(t, dict) and key in t]
-    return " / ".join(found) or None
+def _per_task(train: dict, key: str) -> str:
+    """The key's value in every task that sets it, qualified by the task name ("8 (tiny_grpo) / 16 (tiny_dapo)");
+    NOT_CONFIGURED when no task sets it (the schema does not fill the defaults of a task's keys)."""
+    found = [f"{_fmt(t[key])} ({name})" for name, t in train["tasks"].items() if key in t]
+    return " / ".join(found) or NOT_CONFIGURED
 
 
-def _lr(train: dict) -> str | None:
-    parts = []
-    if train.get("lr") is not None:
-        parts.append(f"{_fmt(train['lr'])} (default)")
-    by_method = train.get("lr_by_method")
-    if isinstance(by_method, dict):
-        parts += [f"{_fmt(v)} ({k})" for k, v in by_method.items()]
-    return " / ".join(parts) or None
+def _lr(train: dict) -> str:
+    by_method = [f"{_fmt(v)} ({k})" for k, v in train["lr_by_method"].items()]
+    return " / ".join([f"{_fmt(train['lr'])} (default)"] + by_method)
 
 
-def _pair(train: dict, a: str, b: str) -> str | None:
-    va, vb = _get(train, a), _get(train, b)
-    if va is None and vb is None:
-        return None
-    return f"{_fmt(va) if va is not None else 'n/a'}, {_fmt(vb) if vb is not None else 'n/a'}"
-
-
-def _rank(train: dict) -> str | None:
-    main, ranks = _get(train, "lora.rank"), _get(train, "ablations.ranks")
-    if main is None:
-        return None
-    return f"{_fmt(main)} (main)" + (f", {_fmt(ranks)} in the ablation" if ranks else "")
-
-
-def _sigma(train: dict) -> str | None:
-    pair = _pair(train, "aqn.sigma_start", "aqn.sigma_end")
-    schedule = _get(train, "aqn.schedule")
-    return None if pair is None else pair + (f" ({schedule})" if schedule else "")
+def _rank(train: dict) -> str:
+    ranks = train["ablations"]["ranks"]
+    return f"{_fmt(train['lora']['rank'])} (main)" + (f", {_fmt(ranks)} in the ablation" if ranks else "")
 
 
 TABLE4_VALUES: dict[str, Any] = {
-    "optimizer": lambda t: _fmt(t["optimizer"]) if t.get("optimizer") is not None else None,
+    "optimizer": lambda t: _fmt(t["optimizer"]),
     "lr": _lr,
-    "batch_size": lambda t: f"{t['prompts_per_step']} prompts" if t.get("prompts_per_step") is not None else None,
+    "batch_size": lambda t: f"{t['prompts_per_step']} prompts",
     "group_size": lambda t: _per_task(t, "group_size"),
     "updates_per_rollout": lambda t: _per_task(t, "updates_per_rollout"),
     "max_response_length": lambda t: _per_task(t, "max_new_tokens"),
-    "temperature": lambda t: _fmt(t["temperature"]) if t.get("temperature") is not None else None,
-    "clip_eps": lambda t: _pair(t, "clip_eps_low", "clip_eps_high"),
-    "sigma": _sigma,
-    "aqn_stages": lambda t: _fmt(_get(t, "aqn.stages")) if _get(t, "aqn.stages") is not None else None,
+    "temperature": lambda t: _fmt(t["temperature"]),
+    "clip_eps": lambda t: f"{_fmt(t['clip_eps_low'])}, {_fmt(t['clip_eps_high'])}",
+    "sigma": lambda t: f"{_fmt(t['aqn']['sigma_start'])}, {_fmt(t['aqn']['sigma_end'])} ({t['aqn']['schedule']})",
+    "aqn_stages": lambda t: _fmt(t["aqn"]["stages"]),
     "lora_rank": _rank,
 }
 
@@ -628,19 +599,18 @@ def config_value(train: dict, key: str) -> str:
     """Our value of the Table 4 row `key` from the config's train section.
 
     Args:
-        train: the train section (keys read defensively; qerl's schema names them).
+        train: the validated config's train section.
         key: a Table 4 row key (paper.TABLE4[i]["key"]).
 
     Returns:
-        The value as text (per-task values qualified by the task name), or "n/a (not configured)".
+        The value as text (per-task values qualified by the task name; NOT_CONFIGURED when no task sets it).
     """
-    value = TABLE4_VALUES[key](train if isinstance(train, dict) else {})
-    return NOT_CONFIGURED if value is None else value
+    return TABLE4_VALUES[key](train)
 
 
 def render_table4(ctx: Context, artifact) -> Table:
     """Table 4: the paper's hyperparameters beside the config actually used (its train section)."""
-    train = ctx.cfg.get("train") or {}
+    train = ctx.cfg["train"]
     ours = f"{ctx.ours()}: config"
     columns = [Column("hyperparameter", "key"), Column("paper", "paper"), Column(ours, "ours")]
     rows = [{"hyperparameter": r["label"], "paper": r["paper"], ours: config_value(train, r["key"])}
@@ -648,7 +618,6 @@ def render_table4(ctx: Context, artifact) -> Table:
     missing = [r["hyperparameter"] for r in rows if r[ours] == NOT_CONFIGURED]
     if missing:
         ctx.notes.append(f"Not in this config's train section: {', '.join(missing)}.")
-    steps = train.get("steps") if isinstance(train, dict) else None
     caption = (f"{artifact.caption} Ours: read from the config this render was given (train section); per-task "
-               f"values are qualified by the task name. Training steps per run: {steps if steps else 'n/a'}.")
+               f"values are qualified by the task name. Training steps per run: {train['steps']}.")
     return Table(artifact.id, artifact.title, caption, ctx.prov.fields(), columns, rows, list(ctx.notes))

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from qerl.config import validate_config
+from qerl.contract.records import METRIC_FIELDS
 from qerl.report.registry import ARTIFACTS, input_files
 
 N_STEPS = 40
@@ -48,13 +49,21 @@ def _metrics_lines(method: str, variant: str, seed: int) -> str:
                "time_rollout": 2.0, "time_logprobs": 0.5, "time_update": 1.0, "peak_memory_bytes": 10 ** 8,
                "rollout_tokens": 1000 + 100 * seed, "mismatch_kl": (1e-5 if "aqn" in variant or method == "qerl"
                                                                     else 1e-13) * (1 + step),
-               "is_ratio_mean": 1.0, "is_ratio_max": 1.1, "is_ratio_p99": 1.05}
-        lines.append(json.dumps(row))
+               "is_ratio_mean": 1.0, "is_ratio_max": 1.1, "is_ratio_p99": 1.05, "loss": 0.01, "grad_clipped": 0.0,
+               "mixed_groups": 0.5, "adv_abs": 0.8, "lr": 1e-3, "skipped_updates": 0, "kept_fraction": 1.0,
+               "truncated_fraction": 0.0, "rollout_tokens_per_s": 500.0 + 50 * seed}
+        lines.append(json.dumps({k: row[k] for k in METRIC_FIELDS}))  # every field of the contract, in its order
     return "\n".join(lines) + "\n"
 
 
 def _levels(value: float) -> dict:
-    return {str(lv): value + 10 - 5 * lv for lv in range(1, 6)}
+    return {str(lv): {"pass_at_1": value + 10 - 5 * lv, "stderr": 1.0} for lv in range(1, 6)}
+
+
+def _record(value: float, stderr: float | None) -> dict:
+    """A benchmark record in the evaluator's spelling (qerl.contract.records.BenchmarkRecord's fields)."""
+    return {"pass_at_1": value, "stderr": stderr, "pass_at_1_strict": value - 2.0, "stderr_strict": stderr,
+            "n_problems": 500, "n_repeats": 4, "per_level": _levels(value)}
 
 
 def write_inputs(cfg: dict) -> None:
@@ -75,15 +84,12 @@ def write_inputs(cfg: dict) -> None:
         elif path.name == "eval.json":
             method, task = path.parts[-4], path.parts[-6]
             value = ACC[method] + SEED_OFFSET[seed] + (0.0 if task == "tiny_grpo" else -10.0)
-            rec = {"pass@1": value, "stderr": 1.0, "n": 500, "per_level": _levels(value)}
-            path.write_text(json.dumps({"benchmarks": {"tiny": rec}, "config": {},
+            path.write_text(json.dumps({"benchmarks": {"tiny": _record(value, 1.0)}, "config": {},
                                         "provenance": {"commit": "abc1234", "hardware": "CPU test"}}))
-        else:  # untrained evaluation, in the evaluation stage's own layout
+        else:  # untrained evaluation
             method = path.parts[-3]
             value = ACC[method] + SEED_OFFSET[seed]
-            rec = {"pass_at_1": value, "stderr": None, "n_problems": 500, "n_repeats": 4,
-                   "per_level": {k: {"pass_at_1": v, "stderr": 1.0} for k, v in _levels(value).items()}}
-            path.write_text(json.dumps({"benchmarks": {"tiny": rec}, "environment": {}}))
+            path.write_text(json.dumps({"benchmarks": {"tiny": _record(value, None)}, "environment": {}}))
 
 
 def write_measured(results: Path, gpu: str = "h100") -> Path:

@@ -6,6 +6,7 @@ import math
 
 import pytest
 
+from qerl.contract.records import METRIC_FIELDS
 from qerl.report.inputs import (
     paper_model_label,
     read_e2e_csv,
@@ -16,9 +17,8 @@ from qerl.report.inputs import (
     summarize,
 )
 
-GOOD = {"step": 0, "reward": 0.5, "accuracy": 0.4, "entropy": 0.2, "sigma": 0.0, "response_length": 30,
-        "clip_fraction": 0.1, "kl": None, "grad_norm": 1.0, "time_rollout": 1.0, "time_logprobs": 0.2,
-        "time_update": 0.3, "peak_memory_bytes": 1000}
+GOOD = {name: 0.5 for name in METRIC_FIELDS} | {"step": 0, "kl": None, "peak_memory_bytes": 1000,
+                                                "skipped_updates": 0, "rollout_tokens": 30}
 
 
 def _write(path, rows):
@@ -38,7 +38,7 @@ def test_summarize_mean_and_sample_std():
 def test_read_metrics_columns_and_null(tmp_path):
     cols = read_metrics(_write(tmp_path / "m.jsonl", [GOOD, {**GOOD, "step": 1, "reward": 0.7}]))
     assert cols["step"] == [0.0, 1.0] and cols["reward"] == [0.5, 0.7] and math.isnan(cols["kl"][0])
-    assert "rollout_tokens" not in cols
+    assert list(cols) == list(METRIC_FIELDS) and cols["rollout_tokens"] == [30.0, 30.0]
 
 
 @pytest.mark.parametrize("bad,message", [
@@ -46,9 +46,10 @@ def test_read_metrics_columns_and_null(tmp_path):
     ([1, 2], "m.jsonl:2: expected a JSON object"),
     ({k: v for k, v in GOOD.items() if k != "entropy"} | {"step": 1}, "m.jsonl:2: missing key(s) ['entropy']"),
     ({**GOOD, "step": 1, "reward": "high"}, "m.jsonl:2: key 'reward' must be a number"),
+    ({**GOOD, "step": 1, "pass@1": 3.0}, "m.jsonl:2: unknown key(s) ['pass@1']"),
     ({**GOOD, "step": 0}, "m.jsonl:2: key 'step' = 0 does not increase"),
     ({**GOOD, "step": 1.5}, "m.jsonl:2: key 'step' must be an integer"),
-], ids=["json", "not-object", "missing-key", "non-number", "step-order", "float-step"])
+], ids=["json", "not-object", "missing-key", "non-number", "unknown-key", "step-order", "float-step"])
 def test_read_metrics_errors_name_file_and_line(tmp_path, bad, message):
     path = _write(tmp_path / "m.jsonl", [GOOD, json.dumps(bad) if not isinstance(bad, str) else bad])
     with pytest.raises(ValueError) as err:
@@ -61,24 +62,29 @@ def test_read_metrics_empty(tmp_path):
         read_metrics(_write(tmp_path / "m.jsonl", []))
 
 
-def test_read_eval_both_spellings(tmp_path):
+def _rec(**kw) -> dict:
+    rec = {"pass_at_1": 40.0, "stderr": 1.0, "pass_at_1_strict": 30.0, "stderr_strict": None, "n_problems": 10,
+           "n_repeats": 2, "per_level": {"1": {"pass_at_1": 50.0, "stderr": 2.0}}}
+    return {**rec, **kw}
+
+
+def test_read_eval_reads_the_contract(tmp_path):
     path = tmp_path / "eval.json"
-    path.write_text(json.dumps({"benchmarks": {
-        "a": {"pass@1": 40.0, "stderr": 1.0, "n": 10, "per_level": {"1": 50.0}},
-        "b": {"pass_at_1": 20.0, "stderr": None, "n_problems": 5, "per_level": {"2": {"pass_at_1": 10.0}}}},
-        "provenance": {"commit": "abc", "hardware": {"cpu": "X"}}}))
+    path.write_text(json.dumps({"benchmarks": {"a": _rec(), "b": _rec(pass_at_1=20.0, stderr=None, n_problems=5)},
+                                "provenance": {"commit": "abc", "hardware": {"cpu": "X"}}}))
     results, prov = read_eval(path)
-    assert results["a"].pass1 == 40.0 and results["a"].per_level == {"1": 50.0}
-    assert results["b"].pass1 == 20.0 and results["b"].n == 5 and results["b"].per_level == {"2": 10.0}
+    assert results["a"].pass_at_1 == 40.0 and results["a"].per_level == {"1": 50.0}
+    assert results["a"].pass_at_1_strict == 30.0 and math.isnan(results["a"].stderr_strict)
+    assert results["b"].pass_at_1 == 20.0 and results["b"].n_problems == 5 and math.isnan(results["b"].stderr)
     assert prov["commit"] == "abc"
 
 
 @pytest.mark.parametrize("record,message", [
-    ({"stderr": 1.0, "n": 3}, "benchmarks.a: missing key 'pass@1'"),
-    ({"pass@1": 140.0, "n": 3}, "is not a percentage"),
-    ({"pass@1": 40.0, "n": -1}, "key 'n' must be a non-negative integer"),
-    ({"pass@1": 40.0, "n": 3, "per_level": [1]}, "key 'per_level' must be a mapping"),
-], ids=["no-pass", "range", "n", "levels"])
+    ({"pass@1": 40.0, "n": 3}, "benchmarks.a: missing key(s) ['pass_at_1', 'stderr'"),
+    (_rec(pass_at_1=140.0), "is not a percentage"),
+    (_rec(n_problems=-1), "key 'n_problems' must be a non-negative integer"),
+    (_rec(per_level=[1]), "key 'per_level' must be a mapping"),
+], ids=["old-spelling", "range", "n", "levels"])
 def test_read_eval_errors_name_file_and_key(tmp_path, record, message):
     path = tmp_path / "eval.json"
     path.write_text(json.dumps({"benchmarks": {"a": record}}))
@@ -87,15 +93,16 @@ def test_read_eval_errors_name_file_and_key(tmp_path, record, message):
     assert str(path) in str(err.value) and message in str(err.value)
 
 
-def test_read_untrained_eval_layouts(tmp_path):
-    flat = tmp_path / "flat.json"
-    flat.write_text(json.dumps({"pass@1": 33.0, "stderr": 2.0, "n": 7}))
-    assert read_untrained_eval(flat, "tiny")[0].pass1 == 33.0
+def test_read_untrained_eval(tmp_path):
     nested = tmp_path / "nested.json"
-    nested.write_text(json.dumps({"benchmarks": {"tiny": {"pass_at_1": 31.0, "n_problems": 7}}}))
-    assert read_untrained_eval(nested, "tiny")[0].pass1 == 31.0
+    nested.write_text(json.dumps({"benchmarks": {"tiny": _rec(pass_at_1=31.0, n_problems=7)}}))
+    assert read_untrained_eval(nested, "tiny")[0].pass_at_1 == 31.0
     with pytest.raises(ValueError, match="benchmarks.gsm8k' is missing"):
         read_untrained_eval(nested, "gsm8k")
+    flat = tmp_path / "flat.json"  # a bare record is not an eval file
+    flat.write_text(json.dumps(_rec()))
+    with pytest.raises(ValueError, match="'benchmarks' mapping"):
+        read_untrained_eval(flat, "tiny")
     bad = tmp_path / "bad.json"
     bad.write_text("{\n  oops")
     with pytest.raises(ValueError, match=r"bad.json:2: not valid JSON"):

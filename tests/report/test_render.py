@@ -154,10 +154,13 @@ def test_table4_from_config(rendered):
     ours = "ours (tiny): config"
     assert rows["samples per prompt"][ours] == "8 (tiny_grpo) / 16 (tiny_dapo)"
     assert rows["samples per prompt"]["paper"] == "8 (GSM8K) / 16 (BigMath)"
-    assert config_value({}, "lr") == "n/a (not configured)"
-    assert config_value({"lr": 1e-5, "lr_by_method": {"lora": 5e-6}}, "lr") == "1e-05 (default) / 5e-06 (lora)"
-    assert config_value({"clip_eps_low": 0.2, "clip_eps_high": 0.28}, "clip_eps") == "0.2, 0.28"
-    assert config_value({"aqn": {"sigma_start": 0.01, "sigma_end": 5e-4}}, "sigma") == "0.01, 0.0005"
+    train = cfg["train"]
+    assert config_value({**train, "lr": 1e-5, "lr_by_method": {"lora": 5e-6}}, "lr") == "1e-05 (default) / 5e-06 (lora)"
+    assert config_value({**train, "clip_eps_low": 0.2, "clip_eps_high": 0.28}, "clip_eps") == "0.2, 0.28"
+    assert config_value({**train, "aqn": {**train["aqn"], "sigma_start": 0.01, "sigma_end": 5e-4}},
+                        "sigma") == "0.01, 0.0005 (exponential)"
+    assert config_value({**train, "tasks": {"t": {"source": "tiny", "algorithm": "grpo"}}},
+                        "group_size") == "n/a (not configured)"  # no task sets it
 
 
 def test_measured_files_fill_our_columns(synthetic, helpers, tmp_path):
