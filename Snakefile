@@ -4,7 +4,8 @@
 #   snakemake --cores all --configfile config/small.yaml
 #   snakemake --cores all results/tiny/models/tiny/base   # any single output, by its path
 #
-# Path grammar (R = <results_dir>/<scale>):
+# Path grammar (R = <results_dir>/<scale>; the code is qerl/contract/paths.py, which the trainer, the evaluator and
+# the report use too):
 #   R/data/tiny/{pretrain,rl,test}.jsonl             generated arithmetic problems (tiny scale)
 #   R/data/manifest.json                             real benchmark files checked/downloaded (rule data)
 #   R/models/<model>/base/                           the base checkpoint (pretrain_tiny or prepare_model)

@@ -11,8 +11,8 @@ rule claims:
         config=ancient(CONFIGFILE),
         data=claims_inputs(config),
     output:
-        md=report(f"{R}/claims.md", caption="../report/claims.rst", category="Claims"),
-        html=report(f"{R}/claims.html", caption="../report/claims.rst", category="Claims"),
+        md=report(paths.claims_file(R, "md"), caption="../report/claims.rst", category="Claims"),
+        html=report(paths.claims_file(R, "html"), caption="../report/claims.rst", category="Claims"),
     params:
         cfg=section("scale", "model", "seeds", "train", "evaluate", "profile"),
     conda:

@@ -1,26 +1,29 @@
 # Shared definitions: the validated config, the results prefix, the config file handed to every CLI call, and the
-# input functions that list each stage's targets.
+# input functions that list each stage's targets. Every path comes from the path grammar of qerl/contract/paths.py,
+# the one the trainer, the evaluator and the report use; a pattern with wildcards is the same function called with
+# "{wildcard}" arguments.
 import json
 import os
 
 import yaml
 
 from qerl.config import task_methods
+from qerl.contract import paths
+from qerl.contract.methods import get_method
+from qerl.contract.variants import canonical_variant, lr_variant, tis_variant
 from qerl.io import write_text
-from qerl.methods import get_method
-from qerl.rl.variants import canonical_variant, lr_variant, tis_variant
 
 # `config` was validated, and its defaults filled in, by the Snakefile (qerl.config.validate_config, the check the
 # CLI runs, then snakemake's validate against the same schema).
 
 SCALE = config["scale"]
-R = f"{config['results_dir']}/{SCALE}"
+R = paths.root_of(config)
 # The effective config (config file + any `--config key=value`, defaults filled in) is R/config.yaml; every rule
 # hands that file to its `qerl` subcommand, which validates it again. It is written when jobs run, never while the
 # workflow is parsed (workflow/rules/config.smk). Jobs read it as ancient(CONFIGFILE), so rewriting it reruns
 # nothing by itself; they depend on the config sections they read through `params: section(...)`, so editing one
 # section reruns only those jobs.
-CONFIGFILE = f"{R}/config.yaml"
+CONFIGFILE = paths.config_file(R)
 class _PlainDumper(yaml.SafeDumper):
     """No &id001 anchors in the effective config when two sections share one list object."""
 
@@ -48,12 +51,16 @@ def section(*keys):
 
 
 def base_model_dir():
-    return f"{R}/models/{MODEL}/base"
+    return paths.base_model_dir(R, MODEL)
 
 
 # ---- training runs (workflow/rules/train.smk) -------------------------------------------------------------------
 def run_dir(task, method, variant, seed):
-    return f"{R}/runs/{task}/{MODEL}/{method}/{variant}/seed{seed}"
+    return paths.run_dir(R, task, MODEL, method, variant, seed)
+
+
+# one training run's folder, as the train rule's output pattern
+RUN_PATTERN = paths.run_dir(R, "{task}", "{model}", "{method}", "{variant}", "{seed}")
 
 
 def train_runs():
@@ -88,7 +95,7 @@ def train_launcher(gpus):
 
 
 def train_targets():
-    return [f"{run_dir(*run)}/eval.json" for run in train_runs()]
+    return [f"{run_dir(*run)}/{paths.EVAL_FILE}" for run in train_runs()]
 
 
 def train_inputs(wildcards):
@@ -97,12 +104,12 @@ def train_inputs(wildcards):
     inputs = {"data": rules.gen_tiny.output.rl if src == "tiny" else rules.data.output[0]}
     fmt = get_method(wildcards.method).weights
     if fmt != "bf16":
-        inputs["quantized"] = f"{R}/quantized/{wildcards.model}/{fmt}"
+        inputs["quantized"] = paths.quantized_dir(R, wildcards.model, fmt)
     return inputs
 
 
 def final_targets():
     targets = [base_model_dir()]
     if config["data"]["benchmarks"]:
-        targets.append(f"{R}/data/manifest.json")
+        targets.append(paths.data_manifest(R))
     return targets + quantized_dirs(config, R, MODEL) + EVALUATE_TARGETS + train_targets() + render_targets()

@@ -5,9 +5,9 @@ rule gen_tiny:
     input:
         config=ancient(CONFIGFILE),
     output:
-        pretrain=f"{R}/data/tiny/pretrain.jsonl",
-        rl=f"{R}/data/tiny/rl.jsonl",
-        test=f"{R}/data/tiny/test.jsonl",
+        pretrain=paths.tiny_split(R, "pretrain"),
+        rl=paths.tiny_split(R, "rl"),
+        test=paths.tiny_split(R, "test"),
     params:
         cfg=section("data"),
         out=lambda wildcards, output: os.path.dirname(output.pretrain),
@@ -25,7 +25,7 @@ rule data:
     input:
         config=ancient(CONFIGFILE),
     output:
-        f"{R}/data/manifest.json",
+        paths.data_manifest(R),
     params:
         cfg=section("data"),
     conda:

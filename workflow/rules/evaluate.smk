@@ -9,7 +9,7 @@
 
 # qerl.config checks that data.benchmarks provides every real benchmark of evaluate.benchmarks.
 EVALUATE_TARGETS = expand(
-    f"{R}/evals/{MODEL}/{{method}}/{{benchmark}}/seed{{seed}}.json",
+    paths.eval_file(R, MODEL, "{method}", "{benchmark}", "{seed}"),
     method=config["evaluate"]["methods"],
     benchmark=config["evaluate"]["benchmarks"],
     seed=config["seeds"],
@@ -19,7 +19,7 @@ EVALUATE_TARGETS = expand(
 rule evaluate:
     input:
         config=ancient(CONFIGFILE),
-        base=f"{R}/models/{{model}}/base",
+        base=paths.base_model_dir(R, "{model}"),
         # the generated held-out split for `tiny`; the checked benchmark files (the data manifest) otherwise
         data=lambda wildcards: (
             rules.gen_tiny.output.test
@@ -27,12 +27,12 @@ rule evaluate:
             else rules.data.output[0]
         ),
         quantized=lambda wildcards: (
-            f"{R}/quantized/{wildcards.model}/{wildcards.method}"
+            paths.quantized_dir(R, wildcards.model, wildcards.method)
             if wildcards.method in config["quantize"]["formats"]
             else []
         ),
     output:
-        f"{R}/evals/{{model}}/{{method}}/{{benchmark}}/seed{{seed}}.json",
+        paths.eval_file(R, "{model}", "{method}", "{benchmark}", "{seed}"),
     wildcard_constraints:
         method="bf16|nf4|mxfp4|nvfp4",
         benchmark="gsm8k|math500|aime24|aime25|amc23|tiny",

@@ -7,7 +7,7 @@ rule pretrain_tiny:
         pretrain=rules.gen_tiny.output.pretrain,
         test=rules.gen_tiny.output.test,
     output:
-        directory(f"{R}/models/tiny/base"),
+        directory(paths.base_model_dir(R, "tiny")),
     params:
         cfg=section("data", "tiny_model", "prompt"),
         data=lambda wildcards, input: os.path.dirname(input.pretrain),

@@ -9,7 +9,7 @@ if config["model"]["source"] in ("gguf", "hub", "local"):
         input:
             config=ancient(CONFIGFILE),
         output:
-            directory(f"{R}/models/{MODEL}/base"),
+            directory(paths.base_model_dir(R, MODEL)),
         params:
             cfg=section("model"),
         conda:

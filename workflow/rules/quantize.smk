@@ -12,7 +12,7 @@ rule calibrate:
     input:
         unpack(lambda wildcards: calibration_inputs(config, R)),
         config=ancient(CONFIGFILE),
-        base=f"{R}/models/{{model}}/base",
+        base=paths.base_model_dir(R, "{model}"),
     output:
         scales_path(R, "{model}", "{fmt}"),
     wildcard_constraints:
@@ -36,7 +36,7 @@ rule quantize:
     input:
         unpack(lambda wildcards: quantize_inputs(config, R, ancient(CONFIGFILE), wildcards.model, wildcards.fmt)),
     output:
-        directory(f"{R}/quantized/{{model}}/{{fmt}}"),
+        directory(paths.quantized_dir(R, "{model}", "{fmt}")),
     wildcard_constraints:
         fmt="nvfp4|mxfp4|nf4",
     params:

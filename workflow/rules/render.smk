@@ -60,7 +60,7 @@ for _artifact in ARTIFACTS.values():
 def render_targets():
     """Every table and figure file of the registry, and the claims, for `rule all`."""
     return [path for artifact in ARTIFACTS.values() for path in output_files(artifact, config)] + [
-        f"{R}/claims.md",
-        f"{R}/claims.html",
+        paths.claims_file(R, "md"),
+        paths.claims_file(R, "html"),
     ]
 

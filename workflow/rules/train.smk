@@ -6,18 +6,18 @@
 # (metrics.jsonl included) before it reruns it (--rerun-incomplete, the profiles' retries); the checkpoint survives,
 # and it carries the metrics history, so the resumed job writes the same metrics.jsonl as an uninterrupted one. A
 # job rerun because its config section or an input changed finds a checkpoint written for other settings or input
-# files, which the trainer ignores: that run starts from step 0 (qerl/rl/trainer.py, "Resume").
-from qerl.methods import TRAINED_METHODS
+# files, which the trainer ignores: that run starts from step 0 (qerl/rl/resume.py).
+from qerl.contract.methods import TRAINED_METHODS
 
 
 rule train:
     input:
         unpack(train_inputs),
         config=ancient(CONFIGFILE),
-        base=f"{R}/models/{{model}}/base",
+        base=paths.base_model_dir(R, "{model}"),
     output:
-        metrics=f"{R}/runs/{{task}}/{{model}}/{{method}}/{{variant}}/seed{{seed}}/metrics.jsonl",
-        eval=f"{R}/runs/{{task}}/{{model}}/{{method}}/{{variant}}/seed{{seed}}/eval.json",
+        metrics=f"{RUN_PATTERN}/{paths.METRICS_FILE}",
+        eval=f"{RUN_PATTERN}/{paths.EVAL_FILE}",
     wildcard_constraints:
         method="|".join(TRAINED_METHODS),
         seed=r"\d+",
