@@ -1,5 +1,7 @@
 #!/bin/bash
-# One call on a GPU machine (the device tool): install carried wheels (.whl/: bitsandbytes), compile the kernels in
+# One call on a GPU machine (the device tool): install carried wheels (.whl/: bitsandbytes for QLoRA and the 8-bit
+# AdamW of the paper config; jsonschema, jsonschema-specifications, referencing and rpds-py, which `qerl profile` needs
+# to read the training settings of --config, default config/paper.yaml), compile the kernels in
 # parallel, optionally run the engine's GPU tests (TESTS=1) and the decode-step trace (TRACE=1: qerl.profiling.
 # step_trace, the current engine against .whl/engine_before.py when present), then `qerl profile` into $W/prof
 # (rollout.csv, e2e.csv, memory.csv, rollout_hf.csv; the machine's description in env.txt; the log in log.txt).
@@ -16,6 +18,10 @@ if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     && export PYTHONPATH=$PYTHONPATH:/tmp/site
 fi
+python3 -c "import jsonschema, yaml" 2>/dev/null || { echo "qerl profile reads the GRPO step's settings from a validated \
+config (--config) and needs jsonschema: carry its wheels in .whl/ (jsonschema, jsonschema-specifications, \
+referencing, rpds-py; python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+--platform manylinux_2_17_x86_64 -d .whl NAME)" >&2; exit 2; }
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
   python3 -c "import torch, transformers, peft, triton; print('torch', torch.__version__, 'cuda', torch.version.cuda,
   'transformers', transformers.__version__, 'peft', peft.__version__, 'triton', triton.__version__)"

@@ -27,9 +27,9 @@ from qerl.config import load_config
 from qerl.data.benchmarks import load_jsonl_problems
 from qerl.data.prompts import build_prompt
 from qerl.data.tiny import write_splits
+from qerl.policy import build_policy
 from qerl.rl.rewards import compute_rewards
 from qerl.rl.rollout import sample
-from qerl.policy import build_policy
 from qerl.rl.settings import resolve_settings
 from qerl.rl.trainer import train
 
