@@ -1,6 +1,6 @@
 #!/bin/bash
 # One call on a GPU machine (the device tool): install carried wheels (.whl/: bitsandbytes for QLoRA and the 8-bit
-# AdamW of the paper config; jsonschema, jsonschema-specifications, referencing and rpds-py, which `qerl profile` needs
+# AdamW of the paper config; jsonschema, jsonschema-specifications, referencing, rpds-py and attrs, which `qerl profile` needs
 # to read the training settings of --config, default config/paper.yaml), compile the kernels in
 # parallel, optionally run the engine's GPU tests (TESTS=1) and the decode-step trace (TRACE=1: qerl.profiling.
 # step_trace, the current engine against .whl/engine_before.py when present), then `qerl profile` into $W/prof
@@ -19,7 +19,7 @@ if ls .whl/*.whl >/dev/null 2>&1; then
     && export PYTHONPATH=$PYTHONPATH:/tmp/site
 fi
 python3 -c "import jsonschema, yaml" 2>/dev/null || { echo "qerl profile reads the GRPO step's settings from a validated \
-config (--config) and needs jsonschema: carry its wheels in .whl/ (jsonschema, jsonschema-specifications, \
+config (--config) and needs jsonschema: carry its wheels in .whl/ (jsonschema, jsonschema-specifications, attrs, \
 referencing, rpds-py; python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
 --platform manylinux_2_17_x86_64 -d .whl NAME)" >&2; exit 2; }
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
