@@ -109,7 +109,9 @@ def regime_verdicts(ratios: dict[int, float]) -> list[tuple[str, str, str, str]]
             verdict, short = f"not reproduced (faster than BF16 LoRA, below {PAPER_CLAIM:g}x)", "faster, below 1.5x"
         else:
             verdict, short = "not reproduced (faster at some batches, slower at others)", "mixed"
-        out.append((name, f"{min(xs):.2f}-{max(xs):.2f}x over {len(xs)} batch sizes", verdict, short))
+        span = (f"{xs[0]:.2f}x at 1 batch size" if len(xs) == 1
+                else f"{min(xs):.2f}-{max(xs):.2f}x over {len(xs)} batch sizes")
+        out.append((name, span, verdict, short))
     return out
 
 

@@ -35,4 +35,5 @@ def test_regime_verdicts():
          regime_verdicts({1: 1.6, 8: 1.55, 16: 1.2, 64: 0.9, 128: 0.8, 256: 0.7})}
     assert v["batch <= 8"] == ("1.55-1.60x over 2 batch sizes", "holds")
     assert v["batch 16-64"][1] == "mixed" and v["batch >= 128"][1] == "slower"
-    assert regime_verdicts({2: 1.3})[0][3] == "faster, below 1.5x" and regime_verdicts({}) == []
+    assert regime_verdicts({2: 1.3})[0][1:4:2] == ("1.30x at 1 batch size", "faster, below 1.5x")
+    assert regime_verdicts({}) == []
