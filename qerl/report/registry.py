@@ -31,7 +31,7 @@ from typing import Any, Callable
 
 from qerl.contract import paths
 from qerl.io import write_text
-from qerl.report import batch_sweep, beyond, figures, tables
+from qerl.report import accuracy_tables, batch_sweep, beyond, efficiency_tables, figures, tables
 from qerl.report.context import (
     Context,
     EvalSpec,
@@ -196,26 +196,26 @@ _ENTRIES = [
              "Paper: GSM8K pass@1 of Qwen2.5-3B/7B-Instruct after GRPO, per weight format and training method, and "
              "untrained in each format. Ours: the GRPO task's test benchmark(s), same methods.",
              "Accuracy", _accuracy("grpo", ["bf16", "nf4", "mxfp4", "nvfp4", "full", "lora", "qlora", "mxfp4_lora",
-                                             "nvfp4_lora", "qerl"]), tables.render_table1),
+                                             "nvfp4_lora", "qerl"]), accuracy_tables.render_table1),
     Artifact("table2", "table", "Table 2: BigMath, DAPO (MATH500 / AIME24 / AIME25 / AMC23 / average)",
              "Paper: pass@1 of 7B/14B/32B after DAPO on BigMath; every average is the mean of its four cells. Ours: "
              "the DAPO task's benchmark(s); at the tiny scale one generated test set, with per-level columns.",
              "Accuracy", _accuracy("dapo", ["bf16", "nvfp4", "full", "lora", "nvfp4_lora", "qerl"]),
-             tables.render_table2),
+             accuracy_tables.render_table2),
     Artifact("table3", "table", "Table 3: model size and E2E GRPO step speedup vs BF16 LoRA",
              "Paper: 1 x H100-80GB, prompt 256, completion <= 2048, average of the first 30 steps, batch 2/4/8.",
-             "Efficiency", _measured("e2e.csv", "memory.csv"), tables.render_table3),
+             "Efficiency", _measured("e2e.csv", "memory.csv"), efficiency_tables.render_table3),
     Artifact("table4", "table", "Table 4: RL hyperparameters",
              "Paper: GRPO (GSM8K) and DAPO (BigMath) settings; no entropy or KL loss.",
-             "Setup", lambda cfg: Needs(config=True), tables.render_table4),
+             "Setup", lambda cfg: Needs(config=True), accuracy_tables.render_table4),
     *[Artifact(f"table{n}", "table", f"Table {n}: rollout throughput and E2E speedup, {model}",
                f"Paper: {model}, vLLM rollout tokens/s and speedup over BF16 LoRA, E2E step speedup without / with "
                "gradient checkpointing (GC), batch 2 and 8.",
-               "Efficiency", _measured("rollout.csv", "e2e.csv", "memory.csv"), tables.render_table5_8)
+               "Efficiency", _measured("rollout.csv", "e2e.csv", "memory.csv"), efficiency_tables.render_table5_8)
       for n, model in ((5, "3B"), (6, "7B"), (7, "14B"), (8, "32B"))],
     Artifact("table9", "table", "Table 9: rollout tokens/s by LoRA rank (batch 1)",
              "Paper: vLLM rollout throughput of BF16 LoRA, NVFP4 (QeRL) and QLoRA at LoRA rank 16/32/64.",
-             "Efficiency", _table9_needs, tables.render_table9),
+             "Efficiency", _table9_needs, efficiency_tables.render_table9),
     Artifact("fig1", "figure", "Figure 1: speed and accuracy of LoRA, QLoRA, QeRL and full fine-tuning",
              "Paper: 7B rollout and E2E speed at batch 8 and GSM8K accuracy. Ours: measured speed (when committed) "
              "and the GRPO task's accuracy.", "Efficiency", _fig1_needs, figures.render_fig1),

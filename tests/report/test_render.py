@@ -7,9 +7,9 @@ import shutil
 
 import pytest
 
+from qerl.report.accuracy_tables import config_value
 from qerl.report.context import Context, Needs
 from qerl.report.registry import ARTIFACTS, get_artifact, input_files, output_files, render_artifact
-from qerl.report.tables import config_value
 
 EXPECTED = {f"table{n}" for n in range(1, 10)} | {f"fig{n}" for n in (1, 3, 4, 5, 7, 8, 9, 10, 11, 12, 13, 14, 15,
                                                                        16, 17)} | {"figbatch", "tableaqn", "figmismatch"}  # beyond the paper
