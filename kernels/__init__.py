@@ -3,7 +3,7 @@
 Public API (CUDA tensors run the Triton kernels, CPU tensors the torch reference):
     fp4_linear(x, codes, scales, global_scale, bias, fmt)      y = x @ W^T + bias, W in the storage layout
     fp4_linear_grad_input(grad_y, codes, scales, global_scale, fmt)   grad_y @ W (fused kernel at small M)
-    _common.fp4_gemm_tc(a, p, forward=...)                    tensor-core tiles for M >= 64 (opt-in, see _common)
+    fp4_launch.fp4_gemm_tc(a, p, forward=...)                 tensor-core tiles for M >= 64 (opt-in, see fp4_launch)
     fp4_dequantize_weight(codes, scales, global_scale, fmt, dtype)
     prepare(codes, scales, global_scale, fmt) -> PreparedFP4   the kernels' layout, once per weight
     concat_prepared([p_q, p_k, p_v]) -> group                  several weights of one K as one launch
@@ -13,14 +13,16 @@ Public API (CUDA tensors run the Triton kernels, CPU tensors the torch reference
     decode.*            the fused decode-step kernels (RMSNorm, RoPE + KV write, split-K attention, SiLU-mul)
     nvfp4.* / mxfp4.*   per-format ops (torch.ops.qerl_kernels.*), prepare() for the kernel layout
     reference.*         the plain-torch specification
-See kernels/_common.py for how the kernels work and kernels/bench.py for how they are measured.
+How the kernels work: kernels/layout.py (the load-time weight layout and its torch references), fp4_decoder.py (the
+E2M1 decoder), fp4_triton.py (the Triton kernels), fp4_tuning.py (their autotuning), fp4_launch.py (launchers and
+dispatch by M); kernels/bench.py for how they are measured.
 """
 from __future__ import annotations
 
 import torch
 
 from kernels import decode, mxfp4, nvfp4, reference
-from kernels._common import PreparedFP4, SegmentedFP4, concat_prepared, dequantize_prepared_reference, segment_prepared
+from kernels.layout import PreparedFP4, SegmentedFP4, concat_prepared, dequantize_prepared_reference, segment_prepared
 from kernels.prepared_ops import fp4_linear_fused, fp4_linear_grouped, fp4_prepared_linear, group_bias
 
 __all__ = ["fp4_linear", "fp4_linear_grad_input", "fp4_dequantize_weight", "prepare", "PreparedFP4",

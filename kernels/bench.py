@@ -12,7 +12,7 @@ copies that one pass over them exceeds the L2 cache, so every call streams its w
                       above 512, in between whichever was faster when first timed
     nvfp4_fused       forced swap-AB kernel (M >= 128)
     nvfp4_deq_cublas  forced dequantize + cuBLAS (M >= 128)
-    nvfp4_tc          forced tensor-core tiles, kernels._common.fp4_gemm_tc (M >= 64)
+    nvfp4_tc          forced tensor-core tiles, kernels.fp4_launch.fp4_gemm_tc (M >= 64)
     nf4               bitsandbytes matmul_4bit, QLoRA settings (blocksize 64, double quant, bf16 compute)
     bf16_bwd          grad_y @ W_bf16                           (the backward input gradient)
     nvfp4_bwd         kernels.fp4_gemm_t (grad_y @ W), default dispatch: fused transposed kernel for M <= 64,
@@ -22,28 +22,31 @@ copies that one pass over them exceeds the L2 cache, so every call streams its w
     nvfp4_dequantize  the standalone dequantize kernel alone (M column = 0)
 Groups (layers qkv_proj and gate_up_proj): q/k/v and gate/up as one weight each, NVFP4 members quantized one by one
 and joined by kernels.concat_prepared (one launch), bf16 as one concatenated matrix; summed with o_proj and down_proj
-into a 4-launch layer (GROUPED_LAYERS).
+into a 4-launch layer (bench_report.GROUPED_LAYERS).
 plus a device-to-device copy (HBM ceiling, bytes read + written) and an 8192^3 bf16 matmul.
 
 Run (GPU):  python -m kernels.bench --out results/measured/h200 --commit $(git rev-parse HEAD)
 Quick:      python -m kernels.bench --models 7B --m 1 16 2048 --out /tmp/b
-Output: kernels.csv (one row per model, layer, M, method), kernels.summary.md (layer sums), kernels.png,
-kernels.provenance.md (GPU, driver, torch, triton, bitsandbytes, commit, date, command).
+Output: kernels.csv (one row per model, layer, M, method) and, rendered from it by kernels/bench_report.py,
+kernels.summary.md (layer sums), kernels.png, kernels.provenance.md (GPU, driver, torch, triton, bitsandbytes,
+commit, date, command).
+--prewarm N first compiles every kernel variant in N processes (kernels/prewarm.py); --memory only reports the
+device memory of one decoder layer's QuantLinear layers.
 """
 from __future__ import annotations
 
 import argparse
 import csv
-import datetime
 import math
-import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+
+from kernels.bench_report import plot, provenance, summarize
+from kernels.prewarm import prewarm
 
 # (hidden, intermediate, heads, kv_heads, head_dim) of the Qwen2.5 instruct models (config.json on the hub)
 MODELS = {
@@ -53,7 +56,6 @@ MODELS = {
     "32B": (5120, 27648, 40, 8, 128),
 }
 M_VALUES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 2048, 8192)
-LAYERS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
 def layer_shapes(model: str) -> dict[str, tuple[int, int]]:
@@ -64,7 +66,6 @@ def layer_shapes(model: str) -> dict[str, tuple[int, int]]:
 
 
 GROUPS = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
-GROUPED_LAYERS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")  # one layer with q/k/v and gate/up fused
 
 
 def group_shapes(model: str) -> dict[str, tuple[tuple[int, int], ...]]:
@@ -148,7 +149,7 @@ class ShapeBench:
     are not measured for groups."""
 
     def __init__(self, n: int, k: int, l2: int, bnb, dtype=torch.bfloat16, members=None):
-        from kernels import _common, mxfp4, nvfp4
+        from kernels import layout, mxfp4, nvfp4
         from kernels.reference import mxfp4_quantize_reference, nvfp4_quantize_reference
 
         self.n, self.k, self.dtype = n, k, dtype
@@ -159,7 +160,7 @@ class ShapeBench:
             rows = [0]
             for mn, _ in members:
                 rows.append(rows[-1] + mn)
-            self.nv_prepared = _common.concat_prepared(
+            self.nv_prepared = layout.concat_prepared(
                 [nvfp4.prepare(*nvfp4_quantize_reference(w[a:b])) for a, b in zip(rows[:-1], rows[1:])])
             self.bytes = {"bf16": n * k * 2, "nvfp4": self.nv_prepared.nbytes}
             self.copies = {
@@ -191,7 +192,7 @@ class ShapeBench:
 
     def run(self, method: str, m: int):
         """(ms per call, timing mode, weight bytes per call) for `method` at M = m; None if not applicable."""
-        from kernels._common import fp4_dequantize, fp4_gemm, fp4_gemm_t
+        from kernels.fp4_launch import fp4_dequantize, fp4_gemm, fp4_gemm_t
 
         if method not in self.copies and method[:5] in ("mxfp4", "nf4"):
             return None
@@ -240,7 +241,7 @@ class ShapeBench:
 
 
 def _clone_prepared(p):
-    from kernels._common import PreparedFP4
+    from kernels.layout import PreparedFP4
     return PreparedFP4(p.words.clone(), p.scales.clone(), p.out_scales.clone(), p.n, p.k, p.scale_kind, p.parts)
 
 
@@ -256,106 +257,13 @@ def _state_bytes(state) -> int:
     return total
 
 
-# ---------------------------------------------------------------------------------------------------------------
-def _prewarm_job(job) -> str:
-    """Compile one kernel variant into Triton's on-disk cache (runs in a worker process)."""
-    import torch
-    from kernels import _common
-    kind, cfg, sk, bf16, bias = job
-    dt = torch.bfloat16 if bf16 else torch.float16
-    variant = dict(SEGMENTED=False, HAS_LORA=False, R=16, HAS_RES=False)
-    if kind in ("gemm_v", "tc_v"):  # the decode engine's variants: bias = (segmented, lora + residual)
-        seg, lora_res = bias
-        variant = dict(SEGMENTED=seg, HAS_LORA=lora_res, R=32, HAS_RES=lora_res)
-        kind, bias = kind[:-2], kind == "tc_v" or False
-    n, k, m = 512, 1024, 3
-    words = torch.zeros(n, k // 8, dtype=torch.int32, device="cuda")
-    scales = torch.zeros(n, k // 32, dtype=torch.int16 if sk == 0 else torch.uint8, device="cuda")
-    osc = torch.ones(2, n, dtype=torch.float32, device="cuda")
-    # optional operands as the real calls pass them (pointer dtypes are part of the compiled signature)
-    seg_t = torch.zeros(n // 128, 3, dtype=torch.int64, device="cuda") if variant["SEGMENTED"] else osc
-    t_t = torch.zeros(m, 96, dtype=dt, device="cuda") if variant["HAS_LORA"] else osc
-    lb_t = torch.zeros(n, 32, dtype=dt, device="cuda") if variant["HAS_LORA"] else osc
-    res_t = torch.zeros(m, n, dtype=dt, device="cuda") if variant["HAS_RES"] else osc
-    if kind == "dequant":
-        out = torch.empty(n, k, dtype=dt, device="cuda")
-        _common._fp4_dequant.warmup(words, scales, osc, out, n, k, words.stride(0), scales.stride(0), out.stride(0),
-                                    osc.stride(0), grid=(1,), SCALE_KIND=sk, BF16=bf16, USE_ASM=True, BN=64, BK=cfg,
-                                    num_warps=4, num_stages=1)
-        return f"dequant bk={cfg}"
-    if kind == "gemm_t":  # bias stands for ROW_SCALE here
-        g = torch.zeros(m, n, dtype=dt, device="cuda")
-        o = torch.empty(m, k, dtype=dt, device="cuda")
-        ws = torch.empty(1 << 16, dtype=torch.float32, device="cuda")
-        cnt = torch.zeros(1 << 10, dtype=torch.int32, device="cuda")
-        _common._fp4_gemm_t.warmup(g, words, scales, osc, o, ws, cnt, m, n, k, n, k, 16, g.stride(0),
-                                   words.stride(0), scales.stride(0), o.stride(0), osc.stride(0), grid=(1,),
-                                   SCALE_KIND=sk, BF16=bf16, USE_ASM=True, ROW_SCALE=bias, **cfg.kwargs,
-                                   num_warps=cfg.num_warps, num_stages=cfg.num_stages)
-        return f"gemm_t {cfg.kwargs}"
-    if kind == "tc":  # bias stands for FORWARD here
-        a = torch.zeros(m, k if bias else n, dtype=dt, device="cuda")
-        o = torch.empty(m, n if bias else k, dtype=dt, device="cuda")
-        _common._fp4_gemm_tc.warmup(a, words, scales, osc, osc, o, seg_t, t_t, lb_t, res_t, m, n if bias else k,
-                                    k if bias else n, k if bias else n, n if bias else k, 128, a.stride(0),
-                                    words.stride(0), scales.stride(0), o.stride(0), osc.stride(0), t_t.stride(0),
-                                    res_t.stride(0), grid=(1,), SCALE_KIND=sk, BF16=bf16, HAS_BIAS=False, USE_ASM=True,
-                                    FORWARD=bias, **variant, **cfg.kwargs,
-                                    num_warps=cfg.num_warps, num_stages=cfg.num_stages)
-        return f"tc {cfg.kwargs}"
-    x = torch.zeros(m, k, dtype=dt, device="cuda")
-    y = torch.empty(m, n, dtype=dt, device="cuda")
-    b = torch.zeros(n, dtype=dt, device="cuda") if bias else osc
-    ws = torch.empty(1 << 16, dtype=torch.float32, device="cuda")
-    cnt = torch.zeros(1 << 10, dtype=torch.int32, device="cuda")
-    kw = dict(cfg.kwargs)
-    extra = {"maxnreg": cfg.maxnreg} if getattr(cfg, "maxnreg", None) else {}
-    _common._fp4_gemm.warmup(x, words, scales, osc, b, y, ws, cnt, seg_t, t_t, lb_t, res_t, m, n, k, k, 16,
-                             x.stride(0), words.stride(0), scales.stride(0), y.stride(0),
-                             0 if variant["SEGMENTED"] else osc.stride(0), t_t.stride(0), res_t.stride(0), grid=(1,), SCALE_KIND=sk, BF16=bf16, HAS_BIAS=bias, USE_ASM=True,
-                             EVEN_K=True, **variant, **kw,
-                             num_warps=cfg.num_warps, num_stages=cfg.num_stages, **extra)
-    return f"gemm {kw}"
-
-
-def prewarm(processes: int, bias_variants=(False, True), dtypes=(True, False), configs=None, scale_kinds=(0, 1),
-            dequant=True) -> float:
-    """Compile every autotuning candidate (or `configs`) in parallel so later calls only load cached binaries."""
-    import concurrent.futures as cf
-    import multiprocessing as mp
-    from kernels import _common
-    t = time.time()
-    configs = _common._gemm_configs() if configs is None else configs
-    jobs = [("gemm", c, sk, bf, b) for c in configs for sk in scale_kinds for bf in dtypes for b in bias_variants]
-    if dequant:
-        jobs += [("dequant", bk, sk, bf, False) for bk in (128, 256) for sk in (0, 1) for bf in (True, False)]
-        # backward kernel: bf16 (the training dtype), NVFP4 single weights and groups, MXFP4 single weights
-        # tensor-core tiles: bf16, NVFP4 (the rollout and training dtype and format), both directions
-        jobs += [("tc", c, 0, True, fwd) for c in _common._tc_configs() for fwd in (True, False)
-                 if c.kwargs["TC_FWD" if fwd else "TC_BWD"]]
-        # the decode engine's GEMM variants (NVFP4, bf16): segmented q/k/v and gate/up groups, o/down with LoRA +
-        # residual in the epilogue
-        for v in ((True, False), (False, True)):
-            jobs += [("gemm_v", c, 0, True, v) for c in configs]
-            jobs += [("tc_v", c, 0, True, v) for c in _common._tc_configs()
-                     if c.kwargs["TC_FWD"] and (c.kwargs["BN"] <= 128 or not v[0])]
-        jobs += [("gemm_t", c, sk, True, rs) for c in _common._gemm_t_configs() for sk, rs in
-                 ((0, False), (0, True), (1, False))]
-    with cf.ProcessPoolExecutor(processes, mp_context=mp.get_context("spawn")) as ex:
-        for fut in cf.as_completed([ex.submit(_prewarm_job, j) for j in jobs]):
-            try:
-                fut.result()
-            except Exception as e:  # noqa: BLE001 - a config that cannot compile is skipped by the autotuner too
-                print(f"prewarm: {type(e).__name__}: {str(e)[:200]}", flush=True)
-    return time.time() - t
-
-
 def check_correctness(shapes, out_lines: list[str], groups=()) -> bool:
     """Every kernel against the float32 reference on every benchmark shape (fresh random weights and inputs).
 
     Forward (fused kernel), backward input gradient (fused transposed kernel), dequantize (bit-exact), both
     formats, fp16 and bf16; then the q/k/v and gate/up groups of the first model (forward and backward)."""
-    from kernels._common import concat_prepared, fp4_dequantize, fp4_gemm, fp4_gemm_t
+    from kernels.fp4_launch import fp4_dequantize, fp4_gemm, fp4_gemm_t
+    from kernels.layout import concat_prepared
     from kernels.reference import (mxfp4_dequantize_reference, mxfp4_quantize_reference, nvfp4_dequantize_reference,
                                    nvfp4_quantize_reference)
     from kernels.reference import rel_error as rel
@@ -441,8 +349,8 @@ def memory_report(models) -> int:
             w4a16_linear(xs[q.in_features], q.codes, q.scales, q.global_scale, fmt="nvfp4")
         torch.cuda.synchronize()
         both = torch.cuda.memory_allocated() - base - sum(x.numel() * 2 for x in xs.values())
-        from kernels import _common
-        ws = sum(t.numel() * t.element_size() for pair in _common._WORKSPACE.values() for t in pair)
+        from kernels import fp4_launch
+        ws = sum(t.numel() * t.element_size() for pair in fp4_launch._WORKSPACE.values() for t in pair)
         print(f"memory {model} layer ({n_w / 1e6:.1f}M weights): loaded {8 * loaded / n_w:.3f} bits/weight, "
               f"after the first CUDA forward {8 * prepared / n_w:.3f} (storage layout dropped in {dropped}/7 layers), "
               f"storage layout + cached prepared copy (iteration 1) {8 * both / n_w:.3f}; both figures include the "
@@ -460,30 +368,6 @@ def gpu_slug(name: str) -> str:
         if key in name:
             return key.lower()
     return name.replace("NVIDIA ", "").split()[0].lower()
-
-
-def provenance(args, extra: dict) -> str:
-    props = torch.cuda.get_device_properties(0)
-    try:
-        driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                                capture_output=True, text=True, timeout=20).stdout.strip()
-    except Exception:  # noqa: BLE001
-        driver = "unknown"
-    import triton
-    rows = {
-        "GPU": f"{props.name} ({props.multi_processor_count} SMs, L2 {props.L2_cache_size >> 20} MiB, "
-               f"{props.total_memory >> 30} GiB)",
-        "driver": driver,
-        "CUDA (torch)": torch.version.cuda,
-        "torch": torch.__version__,
-        "triton": triton.__version__,
-        "python": platform.python_version(),
-        "commit": args.commit or "unknown",
-        "date (UTC)": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M"),
-        "command": args.command or " ".join(sys.argv),
-    }
-    rows.update(extra)
-    return "\n".join(f"| {k} | {v} |" for k, v in rows.items())
 
 
 def main(argv=None) -> int:
@@ -519,7 +403,7 @@ def main(argv=None) -> int:
         bnb_version = bnb.__version__
     except Exception as e:  # noqa: BLE001
         bnb, bnb_version = None, f"not available ({type(e).__name__}: {e})"
-    from kernels import _common
+    from kernels import fp4_launch
     lines: list[str] = []
 
     copy_gbs = copy_bandwidth()
@@ -591,10 +475,10 @@ def main(argv=None) -> int:
         wr.writerows(rows)
 
     lines.append("default dispatch chosen (n, k, M bucket, dtype, format, segmented, device): " +
-                 "; ".join(f"{k}: {v}" for k, v in sorted(_common.dispatch_table().items(), key=str)))
+                 "; ".join(f"{k}: {v}" for k, v in sorted(fp4_launch.dispatch_table().items(), key=str)))
     summary = summarize(rows, copy_gbs, args.models, args.m, lines)
     (out / "kernels.summary.md").write_text(summary)
-    extra = {"bitsandbytes": bnb_version, "FUSED_MAX_M": str(_common.FUSED_MAX_M),
+    extra = {"bitsandbytes": bnb_version, "FUSED_MAX_M": str(fp4_launch.FUSED_MAX_M),
              "device-to-device copy": f"{copy_gbs:.0f} GB/s (read + write)",
              "bf16 8192^3 matmul": f"{mm_tflops:.0f} TFLOP/s", "correctness checks": "pass" if check_ok else "FAIL",
              "wall time": f"{time.time() - t0:.0f} s"}
@@ -608,147 +492,6 @@ def main(argv=None) -> int:
         print(f"plot failed: {e}", flush=True)
     print(summary, flush=True)
     return 0 if check_ok else 1
-
-
-def layer_sums(rows, model, method, layers=LAYERS):
-    """{M: summed ms over the launches `layers` of one decoder layer} (only where all were measured): the 7 GEMMs
-    by default, GROUPED_LAYERS for the 4 launches with q/k/v and gate/up fused."""
-    acc: dict[int, list[float]] = {}
-    for r in rows:
-        if r["model"] == model and r["method"] == method and r["layer"] in layers:
-            acc.setdefault(r["M"], []).append(float(r["median_ms"]))
-    return {m: sum(v) for m, v in acc.items() if len(v) == len(layers)}
-
-
-def grouped_table(rows, copy_gbs, model) -> list[str]:
-    """Layer sums with q/k/v and gate/up as one launch each, against bf16 unfused (the issue's definition) and
-    bf16 with the same fusion (what an inference engine would run)."""
-    bf7 = layer_sums(rows, model, "bf16")
-    bf4, nv4 = layer_sums(rows, model, "bf16", GROUPED_LAYERS), layer_sums(rows, model, "nvfp4", GROUPED_LAYERS)
-    nv7 = layer_sums(rows, model, "nvfp4")
-    bb7, nb4 = layer_sums(rows, model, "bf16_bwd"), layer_sums(rows, model, "nvfp4_bwd", GROUPED_LAYERS)
-    bb4, nb7 = layer_sums(rows, model, "bf16_bwd", GROUPED_LAYERS), layer_sums(rows, model, "nvfp4_bwd")
-    if not nv4:
-        return []
-    wbytes = sum(int(r["weight_bytes"]) for r in rows if r["model"] == model and r["method"] == "nvfp4"
-                 and r["layer"] in GROUPED_LAYERS and r["M"] == min(nv4))
-    nweights = sum(int(r["N"]) * int(r["K"]) for r in rows if r["model"] == model and r["method"] == "nvfp4"
-                   and r["layer"] in GROUPED_LAYERS and r["M"] == min(nv4))
-    out = [f"## Qwen2.5-{model}, q/k/v and gate/up fused: 4 launches per layer (nvfp4 weights: "
-           f"{8 * wbytes / nweights:.3f} bits per weight as held on the GPU)", "",
-           "| M | bf16 7 GEMMs us | bf16 fused 4 GEMMs us | nvfp4 4 launches us | x bf16 (7) | x bf16 (fused) | "
-           "nvfp4 weight GB/s | % copy BW | nvfp4 7 launches x bf16 | bwd nvfp4/bf16 (7) | bwd grouped nvfp4/bf16 fused |",
-           "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for m in sorted(nv4):
-        nv = nv4[m]
-        gbs = wbytes / nv / 1e6
-        cells = [str(m), f"{bf7[m] * 1e3:.1f}" if m in bf7 else "-", f"{bf4[m] * 1e3:.1f}" if m in bf4 else "-",
-                 f"{nv * 1e3:.1f}", f"{bf7[m] / nv:.2f}" if m in bf7 else "-", f"{bf4[m] / nv:.2f}" if m in bf4 else "-",
-                 f"{gbs:.0f}", f"{100 * gbs / copy_gbs:.0f}%",
-                 f"{bf7[m] / nv7[m]:.2f}" if m in bf7 and m in nv7 else "-",
-                 f"{nb7[m] / bb7[m]:.2f}" if m in nb7 and m in bb7 else "-",
-                 f"{nb4[m] / bb4[m]:.2f}" if m in nb4 and m in bb4 else "-"]
-        out.append("| " + " | ".join(cells) + " |")
-    return out + [""]
-
-
-TARGETS = ((1, 16, 3.0), (64, 64, 2.5), (128, 128, 1.4), (256, 1 << 30, 1.0))  # issue 15: (M from, to, x bf16)
-BWD_TARGET = 1.1  # backward: nvfp4 / bf16 time at most this, every M
-
-
-def targets_table(rows, model) -> list[str]:
-    """Issue 15's kernel targets per M: the 7-GEMM layer sum against bf16's 7 GEMMs, and q/k/v + gate/up grouped
-    (4 launches) against bf16 grouped the same way; the backward as nvfp4 / bf16 time (7 GEMMs)."""
-    bf7, nv7 = layer_sums(rows, model, "bf16"), layer_sums(rows, model, "nvfp4")
-    bf4, nv4 = layer_sums(rows, model, "bf16", GROUPED_LAYERS), layer_sums(rows, model, "nvfp4", GROUPED_LAYERS)
-    bb, nb = layer_sums(rows, model, "bf16_bwd"), layer_sums(rows, model, "nvfp4_bwd")
-    if not nv7:
-        return []
-    out = [f"## Issue 15 targets, Qwen2.5-{model} (forward: x bf16, higher is better; backward: nvfp4/bf16 time)", "",
-           "| M | target fwd | fwd 7 GEMMs | fwd grouped (4 vs 4) | met? | bwd nvfp4/bf16 | bwd met (<= 1.1)? |",
-           "|---|---|---|---|---|---|---|"]
-    for m in sorted(nv7):
-        tgt = next((t for lo, hi, t in TARGETS if lo <= m <= hi), None)
-        f7 = bf7[m] / nv7[m] if m in bf7 else None
-        f4 = bf4[m] / nv4[m] if m in bf4 and m in nv4 else None
-        best = max(v for v in (f7, f4) if v is not None) if (f7 or f4) else None
-        b = nb[m] / bb[m] if m in nb and m in bb else None
-        out.append(f"| {m} | {'>= %.1f' % tgt if tgt else '-'} | {f7:.2f} | {f'{f4:.2f}' if f4 else '-'} | "
-                   f"{'-' if tgt is None or best is None else ('yes' if best >= tgt else 'no')} | "
-                   f"{f'{b:.2f}' if b else '-'} | {'-' if b is None else ('yes' if b <= BWD_TARGET else 'no')} |")
-    return out + [""]
-
-
-def summarize(rows, copy_gbs, models, ms, lines) -> str:
-    out = ["# FP4 W4A16 kernels: layer sums", "", *[f"- {l}" for l in lines], ""]
-    for model in models:
-        out += targets_table(rows, model)
-    for model in models:
-        out += grouped_table(rows, copy_gbs, model)
-    for model in models:
-        bf = layer_sums(rows, model, "bf16")
-        if not bf:
-            continue
-        wbytes = {}
-        for meth in ("nvfp4", "mxfp4"):
-            wbytes[meth] = sum(int(r["weight_bytes"]) for r in rows if r["model"] == model and r["method"] == meth
-                               and r["M"] == min(bf) and r["layer"] in LAYERS)
-        out += [f"## Qwen2.5-{model} (7 GEMMs of one decoder layer, summed)", "",
-                "| M | bf16 us | nvfp4 us | x bf16 | nvfp4 weight GB/s | % copy BW | mxfp4 x bf16 | nf4 us | "
-                "nvfp4 x nf4 | bwd nvfp4/bf16 | fused x bf16 | deq+cuBLAS x bf16 | tc x bf16 | bwd tc/bf16 |",
-                "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-        sums = {meth: layer_sums(rows, model, meth) for meth in
-                ("nvfp4", "mxfp4", "nf4", "bf16_bwd", "nvfp4_bwd", "nvfp4_fused", "nvfp4_deq_cublas", "nvfp4_tc",
-                 "nvfp4_bwd_tc")}
-        for m in sorted(bf):
-            nv = sums["nvfp4"].get(m)
-            cells = [str(m), f"{bf[m] * 1e3:.1f}"]
-            cells.append(f"{nv * 1e3:.1f}" if nv else "-")
-            cells.append(f"{bf[m] / nv:.2f}" if nv else "-")
-            gbs = wbytes["nvfp4"] / nv / 1e6 if nv else None
-            cells.append(f"{gbs:.0f}" if gbs else "-")
-            cells.append(f"{100 * gbs / copy_gbs:.0f}%" if gbs else "-")
-            mx = sums["mxfp4"].get(m)
-            cells.append(f"{bf[m] / mx:.2f}" if mx else "-")
-            nf = sums["nf4"].get(m)
-            cells.append(f"{nf * 1e3:.1f}" if nf else "-")
-            cells.append(f"{nf / nv:.2f}" if nf and nv else "-")
-            bb, nb = sums["bf16_bwd"].get(m), sums["nvfp4_bwd"].get(m)
-            cells.append(f"{nb / bb:.2f}" if bb and nb else "-")
-            fu, dq = sums["nvfp4_fused"].get(m), sums["nvfp4_deq_cublas"].get(m)
-            cells.append(f"{bf[m] / fu:.2f}" if fu else "-")
-            cells.append(f"{bf[m] / dq:.2f}" if dq else "-")
-            tc, btc = sums["nvfp4_tc"].get(m), sums["nvfp4_bwd_tc"].get(m)
-            cells.append(f"{bf[m] / tc:.2f}" if tc else "-")
-            cells.append(f"{btc / bb:.2f}" if btc and bb else "-")
-            out.append("| " + " | ".join(cells) + " |")
-        out.append("")
-    return "\n".join(out) + "\n"
-
-
-def plot(rows, models, path):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, len(models), figsize=(4.2 * len(models), 3.6), squeeze=False)
-    for ax, model in zip(axes[0], models):
-        bf = layer_sums(rows, model, "bf16")
-        for meth, style in (("nvfp4", "o-"), ("mxfp4", "s--"), ("nf4", "^:"), ("nvfp4_bwd", "x-.")):
-            s = layer_sums(rows, model, meth)
-            base = layer_sums(rows, model, "bf16_bwd") if meth.endswith("_bwd") else bf
-            ms = sorted(m for m in s if m in base and m > 0)
-            if ms:
-                ax.plot(ms, [base[m] / s[m] for m in ms], style, label=meth)
-        ax.axhline(1.0, color="grey", lw=0.8)
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("M (tokens)")
-        ax.set_title(f"Qwen2.5-{model}: speedup over bf16")
-        ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel("x bf16 (layer sum)")
-    axes[0][0].legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120, metadata={"Software": None})  # no tool URL in the file
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import torch
 
-from kernels._common import HAVE_TRITON
+from kernels.fp4_decoder import HAVE_TRITON
 
 if HAVE_TRITON:
     import triton

@@ -1,8 +1,9 @@
 """MXFP4 W4A16 kernels: fused dequantize-GEMM y = x @ W^T and a standalone dequantize, for torch and Triton.
 
 Why: the paper's MXFP4 LoRA baseline (E2M1 codes, one E8M0 power-of-two scale per 32, no per-tensor scale). The
-kernels are the NVFP4 ones (kernels/_common.py) with a different scale decoder; this module holds the MXFP4
-load-time preparation, the torch.library ops and the torch reference they are tested against.
+kernels are the NVFP4 ones (kernels/fp4_launch.py) with a different scale decoder (kernels/fp4_decoder.py); this
+module holds the MXFP4 load-time preparation, the torch.library ops and the torch reference they are tested
+against.
 
 API:
     prepare(codes, scales) -> PreparedFP4              # once per weight (cached by `prepared`)
@@ -22,9 +23,8 @@ from __future__ import annotations
 
 import torch
 
-from kernels import _common
-from kernels._common import (PreparedFP4, fp4_dequantize, fp4_gemm, fp4_gemm_t, padded_shape, prepare_codes,
-                             unprepare_codes)
+from kernels.fp4_launch import fp4_dequantize, fp4_gemm, fp4_gemm_t
+from kernels.layout import PreparedCache, PreparedFP4, padded_shape, prepare_codes, unprepare_codes
 from kernels.reference import mxfp4_dequantize_reference, mxfp4_linear_reference, mxfp4_quantize_reference
 
 __all__ = ["prepare", "unprepare", "prepared", "mxfp4_linear", "mxfp4_linear_grad_input", "mxfp4_dequantize",
@@ -80,7 +80,7 @@ def unprepare(p: PreparedFP4):
     return codes, scales
 
 
-_CACHE = _common.PreparedCache(prepare)
+_CACHE = PreparedCache(prepare)
 
 
 def prepared(codes: torch.Tensor, scales: torch.Tensor) -> PreparedFP4:

@@ -2,8 +2,9 @@
 
 Why: QeRL's rollouts and training keep the frozen weights in NVFP4 (E2M1 codes, an E4M3 scale per 16, an fp32
 per-tensor scale). The released training path dequantizes to bf16 on every call; these kernels read the 4.5-bit
-weight directly. The kernels themselves live in kernels/_common.py (shared with MXFP4); this module holds the NVFP4
-load-time preparation, the torch.library ops and the torch reference they are tested against.
+weight directly. The kernels themselves live in kernels/fp4_launch.py and the modules it names (layout, decoder,
+Triton kernels, tuning), shared with MXFP4; this module holds the NVFP4 load-time preparation, the torch.library
+ops and the torch reference they are tested against.
 
 API:
     prepare(codes, scales, global_scale) -> PreparedFP4     # once per weight (cached by `prepared`)
@@ -21,9 +22,9 @@ from __future__ import annotations
 
 import torch
 
-from kernels import _common
-from kernels._common import (PreparedFP4, e4m3_to_e5m3, e5m3_to_float, fp4_dequantize, fp4_gemm, fp4_gemm_t,
-                             padded_shape, prepare_codes, row_out_scales, unprepare_codes)
+from kernels.fp4_launch import fp4_dequantize, fp4_gemm, fp4_gemm_t
+from kernels.layout import (PreparedCache, PreparedFP4, e4m3_to_e5m3, e5m3_to_float, padded_shape, prepare_codes,
+                            row_out_scales, unprepare_codes)
 from kernels.reference import nvfp4_dequantize_reference, nvfp4_linear_reference, nvfp4_quantize_reference
 
 __all__ = ["prepare", "unprepare", "prepared", "nvfp4_linear", "nvfp4_linear_grad_input", "nvfp4_dequantize",
@@ -43,7 +44,7 @@ def _check(codes: torch.Tensor, scales: torch.Tensor, global_scale: torch.Tensor
 
 
 def prepare(codes: torch.Tensor, scales: torch.Tensor, global_scale: torch.Tensor) -> PreparedFP4:
-    """Re-lay-out an NVFP4 weight for the kernels (see _common.prepare_codes), once, on its device.
+    """Re-lay-out an NVFP4 weight for the kernels (see layout.prepare_codes), once, on its device.
 
     Args:
         codes: uint8 [N, K // 2] (storage contract: element 2j in the low nibble).
@@ -63,7 +64,7 @@ def prepare(codes: torch.Tensor, scales: torch.Tensor, global_scale: torch.Tenso
     q = e4m3_to_e5m3(scales)
     q = torch.nn.functional.pad(q, (0, k_pad // 16 - k // 16, 0, n_pad - n)).contiguous()
     gs = global_scale.detach().float().reshape(1)
-    # fp16 MMA: weights decode as w * 2**-14; bf16 MMA: as w * 2**-62 (see _common._scale_pairs).
+    # fp16 MMA: weights decode as w * 2**-14; bf16 MMA: as w * 2**-62 (see fp4_decoder._scale_pairs).
     out_scales = row_out_scales(torch.cat((gs * 2.0 ** 14, gs * 2.0 ** 62)), n_pad)
     return PreparedFP4(prepare_codes(codes), q.view(torch.int16), out_scales, n, k, scale_kind=0)
 
@@ -85,7 +86,7 @@ def unprepare(p: PreparedFP4):
     return codes, scales, gs
 
 
-_CACHE = _common.PreparedCache(prepare)
+_CACHE = PreparedCache(prepare)
 
 
 def prepared(codes: torch.Tensor, scales: torch.Tensor, global_scale: torch.Tensor) -> PreparedFP4:
@@ -134,7 +135,7 @@ def _(codes, scales, global_scale, dtype):
 def nvfp4_linear_grad_input(grad_y: torch.Tensor, codes: torch.Tensor, scales: torch.Tensor,
                             global_scale: torch.Tensor) -> torch.Tensor:
     """grad_x = grad_y @ W [..., K] for grad_y [..., N]: fused transposed kernel on CUDA at small M
-    (`_common.fp4_gemm_t`), dequantize + matmul otherwise."""
+    (`fp4_launch.fp4_gemm_t`), dequantize + matmul otherwise."""
     n, k = _check(codes, scales, global_scale)
     if grad_y.is_cuda and grad_y.dtype in (torch.float16, torch.bfloat16):
         g = fp4_gemm_t(grad_y.reshape(-1, n), prepared(codes, scales, global_scale))

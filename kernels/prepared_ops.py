@@ -12,14 +12,14 @@ API:
                                                 + t B^T + h in one launch; w a PreparedFP4 or a SegmentedFP4
     group_bias(group, biases)                   the group's bias vector from the members' biases (or None)
 CUDA fp16/bf16 inputs run the Triton kernels; anything else runs the plain-torch reference
-(`_common.dequantize_prepared_reference`, float32 math, output in x's dtype).
+(`layout.dequantize_prepared_reference`, float32 math, output in x's dtype).
 """
 from __future__ import annotations
 
 import torch
 
-from kernels._common import (PreparedFP4, SegmentedFP4, dequantize_prepared_reference, fp4_gemm, fp4_gemm_t,
-                             interpret_mode)
+from kernels.fp4_launch import fp4_gemm, fp4_gemm_t
+from kernels.layout import PreparedFP4, SegmentedFP4, dequantize_prepared_reference, interpret_mode
 
 __all__ = ["fp4_prepared_linear", "fp4_linear_grouped", "group_bias", "fp4_linear_fused", "fp4_linear_fused_reference"]
 
@@ -164,7 +164,7 @@ def fp4_linear_fused(x: torch.Tensor, w, bias: torch.Tensor | None = None, *, lo
         [M, n] in x's dtype.
 
     Raises:
-        ValueError: mismatched shapes (see `_common.fp4_gemm`).
+        ValueError: mismatched shapes (see `fp4_launch.fp4_gemm`).
     """
     if x.shape[-1] != w.k:
         raise ValueError(f"fp4_linear_fused: x of shape {tuple(x.shape)} does not match a weight [{w.n}, {w.k}]")

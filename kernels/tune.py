@@ -1,6 +1,6 @@
 """Sweep fused-GEMM kernel configs on chosen weight shapes and M values; print a table (developer tool).
 
-Why: the autotuner only picks among `_common._gemm_configs()`. This script times any config list (stream-K
+Why: the autotuner only picks among `fp4_tuning._gemm_configs()`. This script times any config list (stream-K
 grid multipliers, tile shapes, pipeline depths, warps) on real shapes so that list can be chosen from
 measurements, and runs one config once for a profiler (`--one`, e.g. under `ncu`).
 
@@ -18,7 +18,7 @@ import sys
 
 import torch
 
-from kernels import _common, nvfp4
+from kernels import fp4_launch, nvfp4
 from kernels.bench import _clone_prepared, copies_for, time_calls
 from kernels.reference import nvfp4_quantize_reference
 
@@ -60,7 +60,7 @@ def main(argv=None) -> int:
     configs = [parse_cfg(c) for c in args.configs] if args.configs else DEFAULT_SWEEP
     if args.prewarm:
         import triton
-        from kernels.bench import prewarm
+        from kernels.prewarm import prewarm
         tc = []
         for c in configs:
             for bm in sorted({_bm(m) for m in args.m}):
@@ -78,7 +78,7 @@ def main(argv=None) -> int:
         for m in args.m:
             x = torch.randn(m, k, device="cuda", dtype=dtype)
             if args.one:
-                y = _common.fp4_gemm(x, p, config=to_config(parse_cfg(args.one), _bm(m)), fused=True)
+                y = fp4_launch.fp4_gemm(x, p, config=to_config(parse_cfg(args.one), _bm(m)), fused=True)
                 torch.cuda.synchronize()
                 print(f"ran {args.one} on {shape} M={m}: {tuple(y.shape)}")
                 continue
@@ -86,13 +86,13 @@ def main(argv=None) -> int:
             t_bf, _ = time_calls([lambda w=w: torch.nn.functional.linear(x, w) for w in bf_copies])
             del bf_copies
             copies = [_clone_prepared(p) for _ in range(copies_for(p.nbytes, l2))]
-            ref = x.float() @ _common.fp4_dequantize(p, dtype).float().t()
+            ref = x.float() @ fp4_launch.fp4_dequantize(p, dtype).float().t()
             for c in configs:
                 cfg = to_config(c, _bm(m))
                 try:
-                    y = _common.fp4_gemm(x, p, config=cfg, fused=True)
+                    y = fp4_launch.fp4_gemm(x, p, config=cfg, fused=True)
                     err = ((y.float() - ref).norm() / ref.norm()).item()
-                    t, _ = time_calls([lambda q=q: _common.fp4_gemm(x, q, config=cfg, fused=True) for q in copies])
+                    t, _ = time_calls([lambda q=q: fp4_launch.fp4_gemm(x, q, config=cfg, fused=True) for q in copies])
                 except Exception as e:  # noqa: BLE001 - out of resources etc.
                     print(f"{shape} M={m} {c}: {type(e).__name__} {str(e)[:120]}", flush=True)
                     continue
@@ -120,12 +120,12 @@ def profile(args) -> int:
             g = torch.randn(m, n, device="cuda", dtype=dtype)
             path = args.path if m > 64 else None
             for _ in range(3):  # autotune + warm up
-                _common.fp4_gemm(x, p, path=path)
-                _common.fp4_gemm_t(g, p, path=path)
+                fp4_launch.fp4_gemm(x, p, path=path)
+                fp4_launch.fp4_gemm_t(g, p, path=path)
             torch.cuda.synchronize()
             torch.cuda.cudart().cudaProfilerStart()
-            _common.fp4_gemm(x, p, path=path)
-            _common.fp4_gemm_t(g, p, path=path)
+            fp4_launch.fp4_gemm(x, p, path=path)
+            fp4_launch.fp4_gemm_t(g, p, path=path)
             torch.cuda.synchronize()
             torch.cuda.cudart().cudaProfilerStop()
             print(f"profiled {shape} M={m}", flush=True)

@@ -12,7 +12,7 @@ The `scales` and `global_scale` properties return the contract dtypes (float8_e4
 Scales and the global scale are stored as integer bits because nn.Module.to(dtype) / .half() cast every floating
 buffer: float8 scales and the float32 global scale would otherwise be silently rewritten by model.to(bfloat16).
 
-Prepared form (the CUDA kernels' layout, kernels/_common.py): the first CUDA forward with fp16/bf16 activations
+Prepared form (the CUDA kernels' layout, kernels/layout.py): the first CUDA forward with fp16/bf16 activations
 (or an explicit `prepare_kernels()`) converts the weight to the kernels' layout and, when `codes` / `scale_bits` can be
 re-derived from it bit for bit (always, for what the quantizers produce), drops them: the layer then holds 4.5 bits
 per weight (NVFP4; 4.25 MXFP4) plus 8 bytes per row, not the 9 of both copies. Non-persistent buffers:

@@ -12,11 +12,11 @@ import torch
 triton = pytest.importorskip("triton")
 
 import kernels  # noqa: E402
-from kernels import _common, mxfp4, nvfp4  # noqa: E402
+from kernels import fp4_launch, layout, mxfp4, nvfp4  # noqa: E402
 from kernels import reference as R  # noqa: E402
 
 CUDA = torch.cuda.is_available()
-INTERP = _common.interpret_mode()
+INTERP = layout.interpret_mode()
 DEV = "cuda" if CUDA else "cpu"
 
 
@@ -34,7 +34,7 @@ def _tol(dtype):
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
 def test_dequantize_kernel_exact(fmt, dtype):
     prepared, ref_w, _ = _weight(fmt, 80, 160, seed=1)  # rows and columns both padded
-    out = _common.fp4_dequantize(prepared, dtype)
+    out = fp4_launch.fp4_dequantize(prepared, dtype)
     if INTERP and dtype == torch.bfloat16:
         # the interpreter's own float32 -> bfloat16 cast rounds half-up; compare within one bf16 step
         assert torch.allclose(out.float(), ref_w, rtol=2 ** -7, atol=0)
@@ -60,7 +60,7 @@ def test_gemm_fixed_configs(cfg, fmt, dtype, m, bias):
     prepared, ref_w, _ = _weight(fmt, 96, 512, seed=m)      # 2 row tiles x 4 k-steps: partial tiles on 2+ CTAs
     x = torch.randn(m, 512, device=DEV).to(dtype)
     b = torch.randn(96, device=DEV).to(dtype) if bias else None
-    y = _common.fp4_gemm(x, prepared, b, config=CPU_CONFIGS[cfg], fused=True)
+    y = fp4_launch.fp4_gemm(x, prepared, b, config=CPU_CONFIGS[cfg], fused=True)
     ref = R._linear(x, ref_w, b)
     assert y.shape == (m, 96) and y.dtype == dtype
     assert torch.isfinite(y).all()
@@ -103,10 +103,10 @@ def test_gpu_random_shapes(fmt, dtype):
         for m in (1, 16, 40, 300):
             x = torch.randn(m, k, device="cuda", dtype=dtype)
             bias = torch.randn(n, device="cuda", dtype=dtype) if trial % 2 else None
-            y = _common.fp4_gemm(x, prepared, bias, fused=True)
+            y = fp4_launch.fp4_gemm(x, prepared, bias, fused=True)
             ref = R._linear(x, ref_w, bias)
             assert _rel(y, ref) < _tol(dtype), (fmt, dtype, n, k, m)
-        assert torch.equal(_common.fp4_dequantize(prepared, dtype), ref_w.to(dtype))
+        assert torch.equal(fp4_launch.fp4_dequantize(prepared, dtype), ref_w.to(dtype))
 
 
 @pytest.mark.gpu
@@ -115,12 +115,12 @@ def test_gpu_asm_decoder_matches_pure_triton(dtype):
     prepared, ref_w, _ = _weight("nvfp4", 256, 1024, seed=5)
     x = torch.randn(16, 1024, device="cuda", dtype=dtype)
     cfg = dict(STREAM_K=True, BM=16, BN=64, BK=128, GROUP_M=1, CPS=2, num_warps=4, num_stages=3)
-    y_asm = _common.fp4_gemm(x, prepared, config=cfg, fused=True)
-    _common.USE_ASM_OVERRIDE = False
+    y_asm = fp4_launch.fp4_gemm(x, prepared, config=cfg, fused=True)
+    fp4_launch.USE_ASM_OVERRIDE = False
     try:
-        y_pure = _common.fp4_gemm(x, prepared, config=cfg, fused=True)
+        y_pure = fp4_launch.fp4_gemm(x, prepared, config=cfg, fused=True)
     finally:
-        _common.USE_ASM_OVERRIDE = None
+        fp4_launch.USE_ASM_OVERRIDE = None
     assert _rel(y_asm, y_pure) < 1e-3
 
 

@@ -7,7 +7,7 @@ import torch
 triton = pytest.importorskip("triton")
 
 import kernels  # noqa: E402
-from kernels import _common  # noqa: E402
+from kernels import fp4_launch, layout  # noqa: E402
 from kernels.reference import rel_error  # noqa: E402
 
 CUDA = torch.cuda.is_available()
@@ -36,10 +36,10 @@ def test_segment_table_and_errors():
 @pytest.mark.parametrize("m", [1, 5] + ([40, 200] if CUDA else []), ids=lambda m: f"M{m}")
 def test_segmented_equals_concatenated(dtype, fmt, m):
     ms = _members(fmt)
-    seg, cat = kernels.segment_prepared(ms), _common.concat_prepared(ms)
+    seg, cat = kernels.segment_prepared(ms), layout.concat_prepared(ms)
     x = torch.randn(m, 128, device=DEV).to(dtype)
     path = "swap" if m <= 512 else "deq"  # the same kernel for both (the default dispatch times each on its own)
-    a, b = _common.fp4_gemm(x, seg, path=path), _common.fp4_gemm(x, cat, path=path)
+    a, b = fp4_launch.fp4_gemm(x, seg, path=path), fp4_launch.fp4_gemm(x, cat, path=path)
     assert a.shape == b.shape == (m, 296)
     assert torch.equal(a, b)
     assert torch.equal(kernels.fp4_linear_fused(x[:3], seg), kernels.fp4_linear_fused(x[:3], cat))
@@ -67,7 +67,7 @@ def test_lora_and_residual_epilogue(dtype, parts, m):
             ref = ref + extra.float()
     assert rel_error(out, ref) < 6e-3
     if CUDA:  # the dequantize + cuBLAS path (large M) applies the same extras
-        slow = _common.fp4_gemm(x, p, b, fused=False, lora=lora, residual=h)
+        slow = fp4_launch.fp4_gemm(x, p, b, fused=False, lora=lora, residual=h)
         assert rel_error(slow, ref) < 6e-3
 
 
@@ -76,8 +76,8 @@ def test_fused_cpu_reference_path():
     seg = kernels.segment_prepared(ms)
     x = torch.randn(2, 64)
     y = kernels.fp4_linear_fused(x, seg, use_triton=False)
-    ref = torch.cat([x @ _common.dequantize_prepared_reference(ms[0]).t(), torch.zeros(2, 64),
-                     x @ _common.dequantize_prepared_reference(ms[1]).t()], 1)
+    ref = torch.cat([x @ layout.dequantize_prepared_reference(ms[0]).t(), torch.zeros(2, 64),
+                     x @ layout.dequantize_prepared_reference(ms[1]).t()], 1)
     assert torch.allclose(y, ref[:, :168], atol=1e-5)
     with pytest.raises(ValueError, match="does not match"):
         kernels.fp4_linear_fused(torch.randn(2, 32), seg)
@@ -98,10 +98,10 @@ def test_tensor_core_forward_and_backward(dtype, fmt, m):
     g = torch.Generator().manual_seed(m)
     x = torch.randn(m, 256, generator=g).to(DEV, dtype)
     b = torch.randn(200, generator=g).to(DEV, dtype)
-    y = _common.fp4_gemm(x, p, b, path="tc")
+    y = fp4_launch.fp4_gemm(x, p, b, path="tc")
     assert rel_error(y, x.float() @ dense.t().float() + b.float()) < 6e-3
     gy = torch.randn(m, 200, generator=g).to(DEV, dtype)
-    gx = _common.fp4_gemm_t(gy, p, path="tc")
+    gx = fp4_launch.fp4_gemm_t(gy, p, path="tc")
     assert gx.shape == (m, 256) and rel_error(gx, gy.float() @ dense.float()) < 6e-3
 
 
@@ -111,13 +111,14 @@ def test_tensor_core_segmented_lora_residual(dtype):
     ms = _members()
     seg = kernels.segment_prepared(ms)
     x = torch.randn(70, 128, device=DEV).to(dtype)
-    assert torch.equal(_common.fp4_gemm(x, seg, path="tc"), _common.fp4_gemm(x, _common.concat_prepared(ms), path="tc"))
+    assert torch.equal(fp4_launch.fp4_gemm(x, seg, path="tc"),
+                       fp4_launch.fp4_gemm(x, layout.concat_prepared(ms), path="tc"))
     p, dense, _ = kernels.random_prepared("nvfp4", 200, 256, seed=5, device=DEV)
     x = torch.randn(70, 256, device=DEV).to(dtype)
     t, lb = torch.randn(70, 16, device=DEV).to(dtype), (0.1 * torch.randn(200, 16, device=DEV)).to(dtype)
     h = torch.randn(70, 200, device=DEV).to(dtype)
-    out = _common.fp4_gemm(x, p, lora=(t, lb), residual=h, path="tc")
+    out = fp4_launch.fp4_gemm(x, p, lora=(t, lb), residual=h, path="tc")
     ref = x.float() @ dense.t().float() + t.float() @ lb.float().t() + h.float()
     assert rel_error(out, ref) < 6e-3
     with pytest.raises(ValueError, match="backward takes a single weight"):
-        _common.fp4_gemm_tc(torch.randn(70, 296, device=DEV).to(dtype), _common.concat_prepared(ms), forward=False)
+        fp4_launch.fp4_gemm_tc(torch.randn(70, 296, device=DEV).to(dtype), layout.concat_prepared(ms), forward=False)

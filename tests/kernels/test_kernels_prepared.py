@@ -13,11 +13,11 @@ from torch import nn
 triton = pytest.importorskip("triton")
 
 import kernels  # noqa: E402
-from kernels import _common, mxfp4, nvfp4  # noqa: E402
+from kernels import fp4_launch, layout, mxfp4, nvfp4  # noqa: E402
 from kernels import reference as R  # noqa: E402
 
 CUDA = torch.cuda.is_available()
-INTERP = _common.interpret_mode()
+INTERP = layout.interpret_mode()
 DEV = "cuda" if CUDA else "cpu"
 T_CFG = {"one": dict(BM=16, BKO=128, BNR=64, SPLIT_X=1, num_warps=4, num_stages=1),
          "split": dict(BM=16, BKO=128, BNR=64, SPLIT_X=4, num_warps=4, num_stages=1)}
@@ -41,7 +41,7 @@ def _tol(dtype):
 @pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
 def test_unprepare_and_prepared_reference_are_exact(fmt):
     p, ref_w, raw = _quant(fmt, 70, 96, seed=3)                   # rows and columns padded
-    assert torch.equal(_common.dequantize_prepared_reference(p), ref_w)
+    assert torch.equal(layout.dequantize_prepared_reference(p), ref_w)
     back = (nvfp4 if fmt == "nvfp4" else mxfp4).unprepare(p)
     for a, b in zip(back, raw):
         assert a.shape == b.shape and a.dtype == b.dtype
@@ -52,12 +52,12 @@ def test_unprepare_and_prepared_reference_are_exact(fmt):
 def test_concat_prepared_keeps_each_members_scale():
     p1, r1, _ = _quant("nvfp4", 96, 128, seed=1, scale=1e-3)
     p2, r2, _ = _quant("nvfp4", 40, 128, seed=2, scale=10.0)    # very different per-tensor scales
-    grp = _common.concat_prepared([p1, p2])
+    grp = layout.concat_prepared([p1, p2])
     assert grp.parts == ((0, 96), (128, 40)) and grp.n == 168 and grp.row_scale
-    full = _common.dequantize_prepared_reference(grp)
+    full = layout.dequantize_prepared_reference(grp)
     assert torch.equal(full[:96], r1) and torch.equal(full[128:], r2) and not full[96:128].any()
     with pytest.raises(ValueError, match="share K"):
-        _common.concat_prepared([p1, _quant("nvfp4", 32, 256, seed=3)[0]])
+        layout.concat_prepared([p1, _quant("nvfp4", 32, 256, seed=3)[0]])
 
 
 def test_prepared_op_cpu_path_and_autograd():
@@ -84,7 +84,7 @@ def test_prepared_op_cpu_path_and_autograd():
 def test_backward_kernel_fixed_configs(cfg, fmt, dtype, m):
     p, ref_w, _ = _quant(fmt, 200, 256, seed=m)                 # 2 row blocks of 128 (+ padding): splits over rows
     g = torch.randn(m, 200, device=DEV).to(dtype)
-    out = _common.fp4_gemm_t(g, p, config=T_CFG[cfg] if not CUDA else None, fused=True)
+    out = fp4_launch.fp4_gemm_t(g, p, config=T_CFG[cfg] if not CUDA else None, fused=True)
     assert out.shape == (m, 256) and out.dtype == dtype and torch.isfinite(out).all()
     assert _rel(out, g.float() @ ref_w) < _tol(dtype)
 
@@ -178,5 +178,5 @@ def test_gpu_backward_random_shapes(fmt, dtype):
         p, ref_w, _ = _quant(fmt, n, k, seed=trial)
         for m in (1, 16, 40, 300):
             g = torch.randn(m, n, device="cuda", dtype=dtype)
-            out = _common.fp4_gemm_t(g, p, fused=m <= 64 or None)
+            out = fp4_launch.fp4_gemm_t(g, p, fused=m <= 64 or None)
             assert torch.isfinite(out).all() and _rel(out, g.float() @ ref_w) < _tol(dtype), (fmt, dtype, n, k, m)

@@ -1,0 +1,188 @@
+"""What a kernels.bench run writes from its measurements: kernels.summary.md (per model and M, the GEMMs of one
+decoder layer summed and set against bf16, NF4 and the copy bandwidth; issue 15's targets; q/k/v and gate/up
+grouped), kernels.png (speedup over bf16 per M) and the provenance table of kernels.provenance.md.
+
+Rows are kernels.csv's (one per model, layer, M, method; kernels/bench.py measures them). Layer sums are over the 7
+GEMMs of a decoder layer (LAYERS) or, with q/k/v and gate/up each one launch, over 4 launches (GROUPED_LAYERS), and
+only where every launch was measured. Targets (TARGETS, BWD_TARGET): forward x bf16 per M range, backward nvfp4 /
+bf16 time.
+"""
+from __future__ import annotations
+
+import datetime
+import platform
+import subprocess
+import sys
+
+import torch
+
+__all__ = ["LAYERS", "GROUPED_LAYERS", "TARGETS", "BWD_TARGET", "layer_sums", "grouped_table", "targets_table",
+           "summarize", "plot", "provenance"]
+
+LAYERS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+GROUPED_LAYERS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")  # one layer with q/k/v and gate/up fused
+
+
+def layer_sums(rows, model, method, layers=LAYERS):
+    """{M: summed ms over the launches `layers` of one decoder layer} (only where all were measured): the 7 GEMMs
+    by default, GROUPED_LAYERS for the 4 launches with q/k/v and gate/up fused."""
+    acc: dict[int, list[float]] = {}
+    for r in rows:
+        if r["model"] == model and r["method"] == method and r["layer"] in layers:
+            acc.setdefault(r["M"], []).append(float(r["median_ms"]))
+    return {m: sum(v) for m, v in acc.items() if len(v) == len(layers)}
+
+
+def grouped_table(rows, copy_gbs, model) -> list[str]:
+    """Layer sums with q/k/v and gate/up as one launch each, against bf16 unfused (the issue's definition) and
+    bf16 with the same fusion (what an inference engine would run)."""
+    bf7 = layer_sums(rows, model, "bf16")
+    bf4, nv4 = layer_sums(rows, model, "bf16", GROUPED_LAYERS), layer_sums(rows, model, "nvfp4", GROUPED_LAYERS)
+    nv7 = layer_sums(rows, model, "nvfp4")
+    bb7, nb4 = layer_sums(rows, model, "bf16_bwd"), layer_sums(rows, model, "nvfp4_bwd", GROUPED_LAYERS)
+    bb4, nb7 = layer_sums(rows, model, "bf16_bwd", GROUPED_LAYERS), layer_sums(rows, model, "nvfp4_bwd")
+    if not nv4:
+        return []
+    wbytes = sum(int(r["weight_bytes"]) for r in rows if r["model"] == model and r["method"] == "nvfp4"
+                 and r["layer"] in GROUPED_LAYERS and r["M"] == min(nv4))
+    nweights = sum(int(r["N"]) * int(r["K"]) for r in rows if r["model"] == model and r["method"] == "nvfp4"
+                   and r["layer"] in GROUPED_LAYERS and r["M"] == min(nv4))
+    out = [f"## Qwen2.5-{model}, q/k/v and gate/up fused: 4 launches per layer (nvfp4 weights: "
+           f"{8 * wbytes / nweights:.3f} bits per weight as held on the GPU)", "",
+           "| M | bf16 7 GEMMs us | bf16 fused 4 GEMMs us | nvfp4 4 launches us | x bf16 (7) | x bf16 (fused) | "
+           "nvfp4 weight GB/s | % copy BW | nvfp4 7 launches x bf16 | bwd nvfp4/bf16 (7) | bwd grouped nvfp4/bf16 fused |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for m in sorted(nv4):
+        nv = nv4[m]
+        gbs = wbytes / nv / 1e6
+        cells = [str(m), f"{bf7[m] * 1e3:.1f}" if m in bf7 else "-", f"{bf4[m] * 1e3:.1f}" if m in bf4 else "-",
+                 f"{nv * 1e3:.1f}", f"{bf7[m] / nv:.2f}" if m in bf7 else "-", f"{bf4[m] / nv:.2f}" if m in bf4 else "-",
+                 f"{gbs:.0f}", f"{100 * gbs / copy_gbs:.0f}%",
+                 f"{bf7[m] / nv7[m]:.2f}" if m in bf7 and m in nv7 else "-",
+                 f"{nb7[m] / bb7[m]:.2f}" if m in nb7 and m in bb7 else "-",
+                 f"{nb4[m] / bb4[m]:.2f}" if m in nb4 and m in bb4 else "-"]
+        out.append("| " + " | ".join(cells) + " |")
+    return out + [""]
+
+
+TARGETS = ((1, 16, 3.0), (64, 64, 2.5), (128, 128, 1.4), (256, 1 << 30, 1.0))  # issue 15: (M from, to, x bf16)
+BWD_TARGET = 1.1  # backward: nvfp4 / bf16 time at most this, every M
+
+
+def targets_table(rows, model) -> list[str]:
+    """Issue 15's kernel targets per M: the 7-GEMM layer sum against bf16's 7 GEMMs, and q/k/v + gate/up grouped
+    (4 launches) against bf16 grouped the same way; the backward as nvfp4 / bf16 time (7 GEMMs)."""
+    bf7, nv7 = layer_sums(rows, model, "bf16"), layer_sums(rows, model, "nvfp4")
+    bf4, nv4 = layer_sums(rows, model, "bf16", GROUPED_LAYERS), layer_sums(rows, model, "nvfp4", GROUPED_LAYERS)
+    bb, nb = layer_sums(rows, model, "bf16_bwd"), layer_sums(rows, model, "nvfp4_bwd")
+    if not nv7:
+        return []
+    out = [f"## Issue 15 targets, Qwen2.5-{model} (forward: x bf16, higher is better; backward: nvfp4/bf16 time)", "",
+           "| M | target fwd | fwd 7 GEMMs | fwd grouped (4 vs 4) | met? | bwd nvfp4/bf16 | bwd met (<= 1.1)? |",
+           "|---|---|---|---|---|---|---|"]
+    for m in sorted(nv7):
+        tgt = next((t for lo, hi, t in TARGETS if lo <= m <= hi), None)
+        f7 = bf7[m] / nv7[m] if m in bf7 else None
+        f4 = bf4[m] / nv4[m] if m in bf4 and m in nv4 else None
+        best = max(v for v in (f7, f4) if v is not None) if (f7 or f4) else None
+        b = nb[m] / bb[m] if m in nb and m in bb else None
+        out.append(f"| {m} | {'>= %.1f' % tgt if tgt else '-'} | {f7:.2f} | {f'{f4:.2f}' if f4 else '-'} | "
+                   f"{'-' if tgt is None or best is None else ('yes' if best >= tgt else 'no')} | "
+                   f"{f'{b:.2f}' if b else '-'} | {'-' if b is None else ('yes' if b <= BWD_TARGET else 'no')} |")
+    return out + [""]
+
+
+def summarize(rows, copy_gbs, models, ms, lines) -> str:
+    out = ["# FP4 W4A16 kernels: layer sums", "", *[f"- {l}" for l in lines], ""]
+    for model in models:
+        out += targets_table(rows, model)
+    for model in models:
+        out += grouped_table(rows, copy_gbs, model)
+    for model in models:
+        bf = layer_sums(rows, model, "bf16")
+        if not bf:
+            continue
+        wbytes = {}
+        for meth in ("nvfp4", "mxfp4"):
+            wbytes[meth] = sum(int(r["weight_bytes"]) for r in rows if r["model"] == model and r["method"] == meth
+                               and r["M"] == min(bf) and r["layer"] in LAYERS)
+        out += [f"## Qwen2.5-{model} (7 GEMMs of one decoder layer, summed)", "",
+                "| M | bf16 us | nvfp4 us | x bf16 | nvfp4 weight GB/s | % copy BW | mxfp4 x bf16 | nf4 us | "
+                "nvfp4 x nf4 | bwd nvfp4/bf16 | fused x bf16 | deq+cuBLAS x bf16 | tc x bf16 | bwd tc/bf16 |",
+                "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        sums = {meth: layer_sums(rows, model, meth) for meth in
+                ("nvfp4", "mxfp4", "nf4", "bf16_bwd", "nvfp4_bwd", "nvfp4_fused", "nvfp4_deq_cublas", "nvfp4_tc",
+                 "nvfp4_bwd_tc")}
+        for m in sorted(bf):
+            nv = sums["nvfp4"].get(m)
+            cells = [str(m), f"{bf[m] * 1e3:.1f}"]
+            cells.append(f"{nv * 1e3:.1f}" if nv else "-")
+            cells.append(f"{bf[m] / nv:.2f}" if nv else "-")
+            gbs = wbytes["nvfp4"] / nv / 1e6 if nv else None
+            cells.append(f"{gbs:.0f}" if gbs else "-")
+            cells.append(f"{100 * gbs / copy_gbs:.0f}%" if gbs else "-")
+            mx = sums["mxfp4"].get(m)
+            cells.append(f"{bf[m] / mx:.2f}" if mx else "-")
+            nf = sums["nf4"].get(m)
+            cells.append(f"{nf * 1e3:.1f}" if nf else "-")
+            cells.append(f"{nf / nv:.2f}" if nf and nv else "-")
+            bb, nb = sums["bf16_bwd"].get(m), sums["nvfp4_bwd"].get(m)
+            cells.append(f"{nb / bb:.2f}" if bb and nb else "-")
+            fu, dq = sums["nvfp4_fused"].get(m), sums["nvfp4_deq_cublas"].get(m)
+            cells.append(f"{bf[m] / fu:.2f}" if fu else "-")
+            cells.append(f"{bf[m] / dq:.2f}" if dq else "-")
+            tc, btc = sums["nvfp4_tc"].get(m), sums["nvfp4_bwd_tc"].get(m)
+            cells.append(f"{bf[m] / tc:.2f}" if tc else "-")
+            cells.append(f"{btc / bb:.2f}" if btc and bb else "-")
+            out.append("| " + " | ".join(cells) + " |")
+        out.append("")
+    return "\n".join(out) + "\n"
+
+
+def plot(rows, models, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(models), figsize=(4.2 * len(models), 3.6), squeeze=False)
+    for ax, model in zip(axes[0], models):
+        bf = layer_sums(rows, model, "bf16")
+        for meth, style in (("nvfp4", "o-"), ("mxfp4", "s--"), ("nf4", "^:"), ("nvfp4_bwd", "x-.")):
+            s = layer_sums(rows, model, meth)
+            base = layer_sums(rows, model, "bf16_bwd") if meth.endswith("_bwd") else bf
+            ms = sorted(m for m in s if m in base and m > 0)
+            if ms:
+                ax.plot(ms, [base[m] / s[m] for m in ms], style, label=meth)
+        ax.axhline(1.0, color="grey", lw=0.8)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("M (tokens)")
+        ax.set_title(f"Qwen2.5-{model}: speedup over bf16")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("x bf16 (layer sum)")
+    axes[0][0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120, metadata={"Software": None})  # no tool URL in the file
+
+
+def provenance(args, extra: dict) -> str:
+    props = torch.cuda.get_device_properties(0)
+    try:
+        driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                capture_output=True, text=True, timeout=20).stdout.strip()
+    except Exception:  # noqa: BLE001
+        driver = "unknown"
+    import triton
+    rows = {
+        "GPU": f"{props.name} ({props.multi_processor_count} SMs, L2 {props.L2_cache_size >> 20} MiB, "
+               f"{props.total_memory >> 30} GiB)",
+        "driver": driver,
+        "CUDA (torch)": torch.version.cuda,
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "python": platform.python_version(),
+        "commit": args.commit or "unknown",
+        "date (UTC)": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M"),
+        "command": args.command or " ".join(sys.argv),
+    }
+    rows.update(extra)
+    return "\n".join(f"| {k} | {v} |" for k, v in rows.items())
