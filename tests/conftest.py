@@ -16,7 +16,7 @@ import torch
 import yaml
 
 # Triton reads TRITON_INTERPRET when a kernel module is first imported, which may happen in any test package (the
-# layers import kernels/); without a GPU the kernels run in Triton's interpreter.
+# layers import qerl_kernels/); without a GPU the kernels run in Triton's interpreter.
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 

@@ -3,9 +3,9 @@
 Why one function: QuantLinear, the measurement scripts and the RL loop all call it, so the Triton W4A16 kernels
 (kernels/, written separately) plug in at exactly one place. On CUDA with fp16/bf16 activations the forward runs
 the fused dequantize-GEMM kernel and the backward the fused transposed kernel at small M, dequantize + cuBLAS at
-large M (kernels.fp4_linear / fp4_linear_grad_input); otherwise it dequantizes the packed weight with the torch
+large M (qerl_kernels.fp4_linear / fp4_linear_grad_input); otherwise it dequantizes the packed weight with the torch
 reference (qerl.formats) and calls F.linear. `w4a16_linear_prepared` is the same computation for a weight held only
-in the kernels' layout (QuantLinear after `prepare_kernels`, or a fused q/k/v group from kernels.concat_prepared).
+in the kernels' layout (QuantLinear after `prepare_kernels`, or a fused q/k/v group from qerl_kernels.concat_prepared).
 
 Autograd: the frozen 4-bit weight gets no gradient; the input gradient is grad_y @ W_dequant, recomputed from the
 packed weight in backward (nothing of weight size is saved between forward and backward, which is what saves memory
@@ -65,7 +65,7 @@ class _W4A16Linear(torch.autograd.Function):
         ctx.fmt = fmt
         ctx.has_bias = bias is not None
         if _use_kernels(x):  # Triton W4A16 kernels (kernels/): fused dequantize-GEMM, fp32 accumulation
-            from kernels import fp4_linear
+            from qerl_kernels import fp4_linear
             return fp4_linear(x, codes, scales, global_scale, bias, fmt)
         w = dequantize_weight(codes, scales, global_scale, fmt, x.dtype)
         return F.linear(x, w, bias)
@@ -76,7 +76,7 @@ class _W4A16Linear(torch.autograd.Function):
         grad_x = grad_b = None
         if ctx.needs_input_grad[0]:
             if _use_kernels(grad_y):  # fused transposed kernel (small M) or dequantize kernel + cuBLAS
-                from kernels import fp4_linear_grad_input
+                from qerl_kernels import fp4_linear_grad_input
                 grad_x = fp4_linear_grad_input(grad_y, codes, scales, global_scale, ctx.fmt)
             else:
                 w = dequantize_weight(codes, scales, global_scale, ctx.fmt, grad_y.dtype)
@@ -115,7 +115,7 @@ def w4a16_linear(x: torch.Tensor, codes: torch.Tensor, scales: torch.Tensor, glo
 
 
 def w4a16_linear_prepared(x: torch.Tensor, prepared, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """y = x @ W^T + bias for a weight held in the kernels' layout (kernels.PreparedFP4, single or a group).
+    """y = x @ W^T + bias for a weight held in the kernels' layout (qerl_kernels.PreparedFP4, single or a group).
 
     CUDA fp16/bf16 activations run the Triton kernels (backward: fused transposed kernel / dequantize + cuBLAS);
     anything else the plain-torch reference of the prepared form (float32 math, output in x's dtype). Autograd gives
@@ -124,7 +124,7 @@ def w4a16_linear_prepared(x: torch.Tensor, prepared, bias: torch.Tensor | None =
     Raises:
         ValueError: x's last dimension differs from the weight's K.
     """
-    from kernels import fp4_prepared_linear
+    from qerl_kernels import fp4_prepared_linear
     return fp4_prepared_linear(x, prepared, bias)
 
 

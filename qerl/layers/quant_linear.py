@@ -12,7 +12,7 @@ The `scales` and `global_scale` properties return the contract dtypes (float8_e4
 Scales and the global scale are stored as integer bits because nn.Module.to(dtype) / .half() cast every floating
 buffer: float8 scales and the float32 global scale would otherwise be silently rewritten by model.to(bfloat16).
 
-Prepared form (the CUDA kernels' layout, kernels/layout.py): the first CUDA forward with fp16/bf16 activations
+Prepared form (the CUDA kernels' layout, qerl_kernels/layout.py): the first CUDA forward with fp16/bf16 activations
 (or an explicit `prepare_kernels()`) converts the weight to the kernels' layout and, when `codes` / `scale_bits` can be
 re-derived from it bit for bit (always, for what the quantizers produce), drops them: the layer then holds 4.5 bits
 per weight (NVFP4; 4.25 MXFP4) plus 8 bytes per row, not the 9 of both copies. Non-persistent buffers:
@@ -172,40 +172,40 @@ class QuantLinear(nn.Module):
         return "w4_words" in self._buffers
 
     def prepared(self):
-        """The weight as kernels.PreparedFP4 (views of this layer's buffers; for kernels.concat_prepared etc.).
+        """The weight as qerl_kernels.PreparedFP4 (views of this layer's buffers; for concat_prepared etc.).
 
         Raises:
             RuntimeError: the layer is not prepared (call prepare_kernels() first).
         """
         if not self.is_prepared:
             raise RuntimeError("QuantLinear.prepared: call prepare_kernels() first")
-        from kernels import PreparedFP4
+        from qerl_kernels import PreparedFP4
         return PreparedFP4(self.w4_words, self.w4_scales, self.w4_out_scales_bits.view(torch.float32),
                            self.out_features, self.in_features, 0 if self.fmt == "nvfp4" else 1)
 
     def kernel_weight(self, in_place: bool = True):
-        """The weight in the kernels' layout (kernels.PreparedFP4), for code that launches the kernels itself
-        (the decode engine groups q/k/v and gate/up with kernels.segment_prepared).
+        """The weight in the kernels' layout (qerl_kernels.PreparedFP4), for code that launches the kernels itself
+        (the decode engine groups q/k/v and gate/up with qerl_kernels.segment_prepared).
 
         Args:
             in_place: convert this layer first if needed (what its first CUDA forward does) and return views of its
                 buffers; False: a separate prepared copy, the layer left as it is (CPU readers).
 
         Returns:
-            kernels.PreparedFP4 on the layer's device.
+            qerl_kernels.PreparedFP4 on the layer's device.
         """
         if self.is_prepared:
             return self.prepared()
         if in_place:
             self.prepare_kernels()
             return self.prepared()
-        import kernels
-        return kernels.prepare(self.codes, self.scales, self.global_scale, self.fmt)
+        import qerl_kernels
+        return qerl_kernels.prepare(self.codes, self.scales, self.global_scale, self.fmt)
 
     def _derive_storage(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(codes, scale_bits) re-derived from the prepared form."""
-        from kernels import mxfp4 as kmx
-        from kernels import nvfp4 as knv
+        from qerl_kernels import mxfp4 as kmx
+        from qerl_kernels import nvfp4 as knv
         p = self.prepared()
         if self.fmt == "nvfp4":
             codes, scales, _ = knv.unprepare(p)
@@ -221,9 +221,9 @@ class QuantLinear(nn.Module):
         """
         if self.is_prepared:
             return "codes" not in self._buffers
-        import kernels
+        import qerl_kernels
         with torch.no_grad():
-            p = kernels.prepare(self.codes, self.scales, self.global_scale, self.fmt)
+            p = qerl_kernels.prepare(self.codes, self.scales, self.global_scale, self.fmt)
             self.register_buffer("w4_words", p.words, persistent=False)
             self.register_buffer("w4_scales", p.scales, persistent=False)
             self.register_buffer("w4_out_scales_bits", p.out_scales.view(torch.int32), persistent=False)

@@ -29,10 +29,10 @@ referencing, rpds-py; python3 -m pip download --no-deps --only-binary=:all: --py
 for f in rollout.csv e2e.csv memory.csv rollout_hf.csv; do
   [ -n "$PREV" ] && [ -f "$PREV/$f" ] && cp "$PREV/$f" "$W/prof/$f"
 done
-[ -n "$PREWARM" ] && python3 -m kernels.bench --prewarm "$PREWARM" --prewarm-only 2>&1 | tail -3
+[ -n "$PREWARM" ] && python3 -m qerl_kernels.bench --prewarm "$PREWARM" --prewarm-only 2>&1 | tail -3
 if [ -n "$TESTS" ]; then
-  timeout "${TESTS_S:-200}" python3 -m pytest tests/rl/test_engine.py tests/kernels/test_decode.py \
-    tests/kernels/test_kernels_fused.py -q -rfE -k "cuda or triton or aqn or segmented or epilogue or decode" 2>&1 \
+  timeout "${TESTS_S:-200}" python3 -m pytest tests/rl/test_engine.py tests/qerl_kernels/test_decode.py \
+    tests/qerl_kernels/test_kernels_fused.py -q -rfE -k "cuda or triton or aqn or segmented or epilogue or decode" 2>&1 \
     | tee "$W/pytest-engine.log" | tail -12
 fi
 if [ -n "$TRACE" ]; then

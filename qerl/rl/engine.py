@@ -16,16 +16,16 @@ layers are left as they are, the engine holds a prepared copy of them. RMSNorm w
 written into them (qerl.noise) is seen by the next replay and its exact restore by the one after.
 
 One decoder layer of the decode step (batch B, one token per row), kernels in brackets:
-    x = rmsnorm(h)                                          [kernels.decode.rmsnorm; fused with the residual add]
+    x = rmsnorm(h)                                          [qerl_kernels.decode.rmsnorm; fused with the residual add]
     t = x A_qkv^T                                           [cuBLAS: the three LoRA down-products at once]
-    y = x W_qkv^T                                           [NVFP4: one kernels.fp4_gemm over q/k/v kept where they
+    y = x W_qkv^T                                           [NVFP4: one qerl_kernels.fp4_gemm over q/k/v kept where they
                                                              are (segment_prepared); BF16: one cuBLAS GEMM]
-    q, cache[slot] = rope(y + t B^T + b)                    [kernels.decode.qkv_rope_cache]
-    a = attention(q, cache[:slot + 1])                      [kernels.decode.decode_attention: split-K + combine]
+    q, cache[slot] = rope(y + t B^T + b)                    [qerl_kernels.decode.qkv_rope_cache]
+    a = attention(q, cache[:slot + 1])                      [qerl_kernels.decode.decode_attention: split-K + combine]
     h = h + a W_o^T + (a A_o^T) B_o^T                       [cuBLAS A-product; NVFP4: one fp4_gemm with LoRA and
                                                              residual in its epilogue; BF16: addmm + addmm]
     x = rmsnorm(h); t = x A_gu^T; y = x W_gu^T              [as above; BF16: gate and up as two cuBLAS GEMMs]
-    m = silu(y_g + t_g B_g^T) * (y_u + t_u B_u^T)           [kernels.decode.silu_mul]
+    m = silu(y_g + t_g B_g^T) * (y_u + t_u B_u^T)           [qerl_kernels.decode.silu_mul]
     h = h + m W_d^T + (m A_d^T) B_d^T                       [as o]
 Measured on an H200 (results/measured/h200/step_trace.run9.md, 7B): 16 kernels per layer for NVFP4 + LoRA and 21
 for BF16 + LoRA (cuBLAS adds a split-K reduction to the skinny LoRA products; the BF16 addmm copies its input), against
@@ -57,8 +57,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from kernels.decode import decode_attention, qkv_rope_cache, rmsnorm, silu_mul
-from kernels.prepared_ops import fp4_linear_fused
+from qerl_kernels.decode import decode_attention, qkv_rope_cache, rmsnorm, silu_mul
+from qerl_kernels.prepared_ops import fp4_linear_fused
 from qerl.rl.sampling import gumbel_sample
 
 __all__ = ["DecodeEngine", "EngineOutput", "supports"]
@@ -99,7 +99,7 @@ class _Group:
     one cuBLAS product for all their LoRA down-projections (t = x A_cat^T), and their LoRA up-projections stacked
     by rows (`lora_b`, scaled, rank padded to R) for the kernel that consumes the outputs.
 
-    Kinds: "fp4" (QuantLinear bases: kernels.segment_prepared views of their own buffers, or the single prepared
+    Kinds: "fp4" (QuantLinear bases: qerl_kernels.segment_prepared views of their own buffers, or the single prepared
     weight), "dense" (frozen nn.Linear: the module's weight, or for several members an engine-owned concatenation),
     "bases" (other frozen bases, e.g. bitsandbytes: called one by one), "call" (modules called as they are, LoRA
     included: merged or DoRA adapters, several adapters, trainable bases, fuse=False)."""
@@ -131,13 +131,13 @@ class _Group:
 
     # ---- construction and refresh ------------------------------------------------------------------------------
     def _build(self) -> None:
-        import kernels
-        from kernels.decode import lora_rank_pad
+        import qerl_kernels
+        from qerl_kernels.decode import lora_rank_pad
 
         bases = self.bases
         if self.kind == "fp4":
             self.members = [b.kernel_weight(in_place=self.in_place) for b in bases]
-            self.w = self.members[0] if len(bases) == 1 else kernels.segment_prepared(self.members)
+            self.w = self.members[0] if len(bases) == 1 else qerl_kernels.segment_prepared(self.members)
             self.parts = [(0, self.sizes[0])] if len(bases) == 1 else list(self.w.parts)
         elif self.kind == "dense":
             if len(bases) == 1:

@@ -257,7 +257,7 @@ def _state(model):
 @pytest.mark.triton_device
 @pytest.mark.parametrize("variant", ["plain", "lora", "nvfp4+lora"])
 def test_triton_decode_kernels_match_the_torch_step(variant):
-    """The fused decode kernels (kernels.decode; Triton's interpreter on CPU) inside the engine give the torch
+    """The fused decode kernels (qerl_kernels.decode; Triton's interpreter on CPU) inside the engine give the torch
     references' tokens and log-probs, and the teacher-forced forward's log-probs."""
     torch.manual_seed(0)
     tok = build_tokenizer()

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import torch
 
-from kernels.fp4_launch import fp4_gemm, fp4_gemm_t
-from kernels.layout import PreparedFP4, SegmentedFP4, dequantize_prepared_reference, interpret_mode
+from qerl_kernels.fp4_launch import fp4_gemm, fp4_gemm_t
+from qerl_kernels.layout import PreparedFP4, SegmentedFP4, dequantize_prepared_reference, interpret_mode
 
 __all__ = ["fp4_prepared_linear", "fp4_linear_grouped", "group_bias", "fp4_linear_fused", "fp4_linear_fused_reference"]
 

@@ -1,8 +1,8 @@
-"""What a kernels.bench run writes from its measurements: kernels.summary.md (per model and M, the GEMMs of one
+"""What a qerl_kernels.bench run writes from its measurements: kernels.summary.md (per model and M, the GEMMs of one
 decoder layer summed and set against bf16, NF4 and the copy bandwidth; issue 15's targets; q/k/v and gate/up
 grouped), kernels.png (speedup over bf16 per M) and the provenance table of kernels.provenance.md.
 
-Rows are kernels.csv's (one per model, layer, M, method; kernels/bench.py measures them). Layer sums are over the 7
+Rows are kernels.csv's (one per model, layer, M, method; bench.py measures them). Layer sums are over the 7
 GEMMs of a decoder layer (LAYERS) or, with q/k/v and gate/up each one launch, over 4 launches (GROUPED_LAYERS), and
 only where every launch was measured. Targets (TARGETS, BWD_TARGET): forward x bf16 per M range, backward nvfp4 /
 bf16 time.

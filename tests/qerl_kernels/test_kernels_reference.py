@@ -2,8 +2,8 @@
 import pytest
 import torch
 
-from kernels import reference as R
-from kernels.layout import e4m3_to_e5m3, prepare_codes, unprepare_codes
+from qerl_kernels import reference as R
+from qerl_kernels.layout import e4m3_to_e5m3, prepare_codes, unprepare_codes
 
 
 @pytest.mark.parametrize("n,k", [(3, 32), (130, 160), (128, 256)], ids=["tiny", "padded", "aligned"])

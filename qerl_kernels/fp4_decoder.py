@@ -1,6 +1,6 @@
-"""The E2M1 decoder of the FP4 (NVFP4 / MXFP4) kernels: words of the load-time layout (kernels/layout.py) and their
+"""The E2M1 decoder of the FP4 (NVFP4 / MXFP4) kernels: words of the load-time layout (layout.py) and their
 block scales -> scaled fp16/bf16 weights, as Triton inline PTX (GPU) and as a pure-Triton twin (the interpreter's
-path, and the readable spec). Every kernel in kernels/fp4_triton.py decodes through `_decode_tile`.
+path, and the readable spec). Every kernel in fp4_triton.py decodes through `_decode_tile`.
 
 - Each pair of codes becomes an fp16x2/bf16x2 register in 2-4 integer instructions (11 per word for fp16, 13 for
   bf16), thanks to the bit positions chosen by exhaustive search over shift/mask layouts (layout._SIGN_POS and
@@ -12,7 +12,7 @@ path, and the readable spec). Every kernel in kernels/fp4_triton.py decodes thro
 - MXFP4 with fp16 activations flushes blocks whose scale is below fp16's normal range to zero (`_scale_pairs`).
 
 CPU: TRITON_INTERPRET=1 runs the same kernels with the pure-Triton decoder instead of the inline PTX
-(tests/kernels). HAVE_TRITON: whether triton imports (it is optional on CPU-only installs; the torch reference path
+(tests/qerl_kernels). HAVE_TRITON: whether triton imports (it is optional on CPU-only installs; the torch reference path
 works without it).
 """
 from __future__ import annotations

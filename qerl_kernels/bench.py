@@ -8,29 +8,29 @@ those targets need, plus the same for the other model sizes, and writes them wit
 What it times (median of CUDA-event-timed replays of a CUDA graph that runs the op once per weight copy; enough
 copies that one pass over them exceeds the L2 cache, so every call streams its weight from HBM):
     bf16              F.linear(x, W_bf16)                       (cuBLAS)
-    nvfp4 / mxfp4     kernels.fp4_gemm, default dispatch: fused kernel for M <= 64, dequantize + cuBLAS
+    nvfp4 / mxfp4     qerl_kernels.fp4_gemm, default dispatch: fused kernel for M <= 64, dequantize + cuBLAS
                       above 512, in between whichever was faster when first timed
     nvfp4_fused       forced swap-AB kernel (M >= 128)
     nvfp4_deq_cublas  forced dequantize + cuBLAS (M >= 128)
-    nvfp4_tc          forced tensor-core tiles, kernels.fp4_launch.fp4_gemm_tc (M >= 64)
+    nvfp4_tc          forced tensor-core tiles, qerl_kernels.fp4_launch.fp4_gemm_tc (M >= 64)
     nf4               bitsandbytes matmul_4bit, QLoRA settings (blocksize 64, double quant, bf16 compute)
     bf16_bwd          grad_y @ W_bf16                           (the backward input gradient)
-    nvfp4_bwd         kernels.fp4_gemm_t (grad_y @ W), default dispatch: fused transposed kernel for M <= 64,
+    nvfp4_bwd         qerl_kernels.fp4_gemm_t (grad_y @ W), default dispatch: fused transposed kernel for M <= 64,
                       dequantize + cuBLAS above 256, in between whichever was faster when first timed
     nvfp4_bwd_fused / nvfp4_bwd_deq_cublas   the two backward paths forced (16 < M <= 256)
     nvfp4_bwd_tc      the backward through the tensor-core tiles (single weights, M >= 64)
     nvfp4_dequantize  the standalone dequantize kernel alone (M column = 0)
 Groups (layers qkv_proj and gate_up_proj): q/k/v and gate/up as one weight each, NVFP4 members quantized one by one
-and joined by kernels.concat_prepared (one launch), bf16 as one concatenated matrix; summed with o_proj and down_proj
+and joined by concat_prepared (one launch), bf16 as one concatenated matrix; summed with o_proj and down_proj
 into a 4-launch layer (bench_report.GROUPED_LAYERS).
 plus a device-to-device copy (HBM ceiling, bytes read + written) and an 8192^3 bf16 matmul.
 
-Run (GPU):  python -m kernels.bench --out results/measured/h200 --commit $(git rev-parse HEAD)
-Quick:      python -m kernels.bench --models 7B --m 1 16 2048 --out /tmp/b
-Output: kernels.csv (one row per model, layer, M, method) and, rendered from it by kernels/bench_report.py,
+Run (GPU):  python -m qerl_kernels.bench --out results/measured/h200 --commit $(git rev-parse HEAD)
+Quick:      python -m qerl_kernels.bench --models 7B --m 1 16 2048 --out /tmp/b
+Output: kernels.csv (one row per model, layer, M, method) and, rendered from it by bench_report.py,
 kernels.summary.md (layer sums), kernels.png, kernels.provenance.md (GPU, driver, torch, triton, bitsandbytes,
 commit, date, command).
---prewarm N first compiles every kernel variant in N processes (kernels/prewarm.py); --memory only reports the
+--prewarm N first compiles every kernel variant in N processes (prewarm.py); --memory only reports the
 device memory of one decoder layer's QuantLinear layers.
 """
 from __future__ import annotations
@@ -45,8 +45,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from kernels.bench_report import plot, provenance, summarize
-from kernels.prewarm import prewarm
+from qerl_kernels.bench_report import plot, provenance, summarize
+from qerl_kernels.prewarm import prewarm
 
 # (hidden, intermediate, heads, kv_heads, head_dim) of the Qwen2.5 instruct models (config.json on the hub)
 MODELS = {
@@ -149,8 +149,8 @@ class ShapeBench:
     are not measured for groups."""
 
     def __init__(self, n: int, k: int, l2: int, bnb, dtype=torch.bfloat16, members=None):
-        from kernels import layout, mxfp4, nvfp4
-        from kernels.reference import mxfp4_quantize_reference, nvfp4_quantize_reference
+        from qerl_kernels import layout, mxfp4, nvfp4
+        from qerl_kernels.reference import mxfp4_quantize_reference, nvfp4_quantize_reference
 
         self.n, self.k, self.dtype = n, k, dtype
         w = torch.randn(n, k, device="cuda") * 0.02
@@ -192,7 +192,7 @@ class ShapeBench:
 
     def run(self, method: str, m: int):
         """(ms per call, timing mode, weight bytes per call) for `method` at M = m; None if not applicable."""
-        from kernels.fp4_launch import fp4_dequantize, fp4_gemm, fp4_gemm_t
+        from qerl_kernels.fp4_launch import fp4_dequantize, fp4_gemm, fp4_gemm_t
 
         if method not in self.copies and method[:5] in ("mxfp4", "nf4"):
             return None
@@ -241,7 +241,7 @@ class ShapeBench:
 
 
 def _clone_prepared(p):
-    from kernels.layout import PreparedFP4
+    from qerl_kernels.layout import PreparedFP4
     return PreparedFP4(p.words.clone(), p.scales.clone(), p.out_scales.clone(), p.n, p.k, p.scale_kind, p.parts)
 
 
@@ -262,12 +262,12 @@ def check_correctness(shapes, out_lines: list[str], groups=()) -> bool:
 
     Forward (fused kernel), backward input gradient (fused transposed kernel), dequantize (bit-exact), both
     formats, fp16 and bf16; then the q/k/v and gate/up groups of the first model (forward and backward)."""
-    from kernels.fp4_launch import fp4_dequantize, fp4_gemm, fp4_gemm_t
-    from kernels.layout import concat_prepared
-    from kernels.reference import (mxfp4_dequantize_reference, mxfp4_quantize_reference, nvfp4_dequantize_reference,
-                                   nvfp4_quantize_reference)
-    from kernels.reference import rel_error as rel
-    from kernels import mxfp4, nvfp4
+    from qerl_kernels.fp4_launch import fp4_dequantize, fp4_gemm, fp4_gemm_t
+    from qerl_kernels.layout import concat_prepared
+    from qerl_kernels.reference import (mxfp4_dequantize_reference, mxfp4_quantize_reference,
+                                        nvfp4_dequantize_reference, nvfp4_quantize_reference)
+    from qerl_kernels.reference import rel_error as rel
+    from qerl_kernels import mxfp4, nvfp4
 
     ok = True
     for n, k in shapes:
@@ -324,7 +324,7 @@ def memory_report(models) -> int:
     """Device bytes per weight of one decoder layer's 7 QuantLinear (NVFP4) layers: as loaded (storage layout),
     after the first CUDA forward (prepared form only), and through the storage-layout op with its prepared cache
     (both copies: what iteration 1 held)."""
-    from kernels import nvfp4 as knv
+    from qerl_kernels import nvfp4 as knv
     from qerl.layers import QuantLinear, w4a16_linear
     for model in models:
         shapes = layer_shapes(model)
@@ -349,7 +349,7 @@ def memory_report(models) -> int:
             w4a16_linear(xs[q.in_features], q.codes, q.scales, q.global_scale, fmt="nvfp4")
         torch.cuda.synchronize()
         both = torch.cuda.memory_allocated() - base - sum(x.numel() * 2 for x in xs.values())
-        from kernels import fp4_launch
+        from qerl_kernels import fp4_launch
         ws = sum(t.numel() * t.element_size() for pair in fp4_launch._WORKSPACE.values() for t in pair)
         print(f"memory {model} layer ({n_w / 1e6:.1f}M weights): loaded {8 * loaded / n_w:.3f} bits/weight, "
               f"after the first CUDA forward {8 * prepared / n_w:.3f} (storage layout dropped in {dropped}/7 layers), "
@@ -387,7 +387,7 @@ def main(argv=None) -> int:
     if args.memory:
         return memory_report(args.models)
     if not torch.cuda.is_available():
-        print("kernels.bench needs a CUDA device", file=sys.stderr)
+        print("qerl_kernels.bench needs a CUDA device", file=sys.stderr)
         return 2
     t0 = time.time()
     if args.prewarm:
@@ -403,7 +403,7 @@ def main(argv=None) -> int:
         bnb_version = bnb.__version__
     except Exception as e:  # noqa: BLE001
         bnb, bnb_version = None, f"not available ({type(e).__name__}: {e})"
-    from kernels import fp4_launch
+    from qerl_kernels import fp4_launch
     lines: list[str] = []
 
     copy_gbs = copy_bandwidth()

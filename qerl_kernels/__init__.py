@@ -13,17 +13,18 @@ Public API (CUDA tensors run the Triton kernels, CPU tensors the torch reference
     decode.*            the fused decode-step kernels (RMSNorm, RoPE + KV write, split-K attention, SiLU-mul)
     nvfp4.* / mxfp4.*   per-format ops (torch.ops.qerl_kernels.*), prepare() for the kernel layout
     reference.*         the plain-torch specification
-How the kernels work: kernels/layout.py (the load-time weight layout and its torch references), fp4_decoder.py (the
+How the kernels work: layout.py (the load-time weight layout and its torch references), fp4_decoder.py (the
 E2M1 decoder), fp4_triton.py (the Triton kernels), fp4_tuning.py (their autotuning), fp4_launch.py (launchers and
-dispatch by M); kernels/bench.py for how they are measured.
+dispatch by M); bench.py for how they are measured.
 """
 from __future__ import annotations
 
 import torch
 
-from kernels import decode, mxfp4, nvfp4, reference
-from kernels.layout import PreparedFP4, SegmentedFP4, concat_prepared, dequantize_prepared_reference, segment_prepared
-from kernels.prepared_ops import fp4_linear_fused, fp4_linear_grouped, fp4_prepared_linear, group_bias
+from qerl_kernels import decode, mxfp4, nvfp4, reference
+from qerl_kernels.layout import (PreparedFP4, SegmentedFP4, concat_prepared, dequantize_prepared_reference,
+                                 segment_prepared)
+from qerl_kernels.prepared_ops import fp4_linear_fused, fp4_linear_grouped, fp4_prepared_linear, group_bias
 
 __all__ = ["fp4_linear", "fp4_linear_grad_input", "fp4_dequantize_weight", "prepare", "PreparedFP4",
            "concat_prepared", "dequantize_prepared_reference", "fp4_prepared_linear", "fp4_linear_grouped",

@@ -11,16 +11,16 @@ import torch
 
 triton = pytest.importorskip("triton")
 
-import kernels  # noqa: E402
-from kernels import fp4_launch, layout, mxfp4, nvfp4  # noqa: E402
-from kernels import reference as R  # noqa: E402
+import qerl_kernels  # noqa: E402
+from qerl_kernels import fp4_launch, layout, mxfp4, nvfp4  # noqa: E402
+from qerl_kernels import reference as R  # noqa: E402
 
 CUDA = torch.cuda.is_available()
 INTERP = layout.interpret_mode()
 DEV = "cuda" if CUDA else "cpu"
 
 
-_weight = functools.partial(kernels.random_prepared, device=DEV)
+_weight = functools.partial(qerl_kernels.random_prepared, device=DEV)
 _rel = R.rel_error
 
 

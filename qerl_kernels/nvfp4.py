@@ -2,7 +2,7 @@
 
 Why: QeRL's rollouts and training keep the frozen weights in NVFP4 (E2M1 codes, an E4M3 scale per 16, an fp32
 per-tensor scale). The released training path dequantizes to bf16 on every call; these kernels read the 4.5-bit
-weight directly. The kernels themselves live in kernels/fp4_launch.py and the modules it names (layout, decoder,
+weight directly. The kernels themselves live in fp4_launch.py and the modules it names (layout, decoder,
 Triton kernels, tuning), shared with MXFP4; this module holds the NVFP4 load-time preparation, the torch.library
 ops and the torch reference they are tested against.
 
@@ -12,20 +12,20 @@ API:
     nvfp4_linear(x, codes, scales, global_scale, bias=None) # torch.ops.qerl_kernels.nvfp4_linear
     nvfp4_linear_grad_input(grad_y, codes, scales, global_scale)   # grad_y @ W (its backward)
     nvfp4_dequantize(codes, scales, global_scale, dtype)    # torch.ops.qerl_kernels.nvfp4_dequantize
-    nvfp4_linear_reference / nvfp4_dequantize_reference     # plain torch (kernels/reference.py)
+    nvfp4_linear_reference / nvfp4_dequantize_reference     # plain torch (reference.py)
 CUDA inputs run the Triton kernels; CPU inputs run the torch reference (same numerics: exact weights, fp32 sums).
 
-Run: `TRITON_INTERPRET=1 pytest tests/kernels -q` (CPU), `pytest tests/kernels -q` on a GPU,
-`python -m kernels.bench` for speed.
+Run: `TRITON_INTERPRET=1 pytest tests/qerl_kernels -q` (CPU), `pytest tests/qerl_kernels -q` on a GPU,
+`python -m qerl_kernels.bench` for speed.
 """
 from __future__ import annotations
 
 import torch
 
-from kernels.fp4_launch import fp4_dequantize, fp4_gemm, fp4_gemm_t
-from kernels.layout import (PreparedCache, PreparedFP4, e4m3_to_e5m3, e5m3_to_float, padded_shape, prepare_codes,
+from qerl_kernels.fp4_launch import fp4_dequantize, fp4_gemm, fp4_gemm_t
+from qerl_kernels.layout import (PreparedCache, PreparedFP4, e4m3_to_e5m3, e5m3_to_float, padded_shape, prepare_codes,
                             row_out_scales, unprepare_codes)
-from kernels.reference import nvfp4_dequantize_reference, nvfp4_linear_reference, nvfp4_quantize_reference
+from qerl_kernels.reference import nvfp4_dequantize_reference, nvfp4_linear_reference, nvfp4_quantize_reference
 
 __all__ = ["prepare", "unprepare", "prepared", "nvfp4_linear", "nvfp4_linear_grad_input", "nvfp4_dequantize",
            "nvfp4_linear_reference", "nvfp4_dequantize_reference", "nvfp4_quantize_reference"]

@@ -1,10 +1,10 @@
-"""Compile every FP4 kernel variant (kernels/fp4_triton.py) into Triton's on-disk cache ahead of time, in parallel
+"""Compile every FP4 kernel variant (fp4_triton.py) into Triton's on-disk cache ahead of time, in parallel
 worker processes, so that later calls (the benchmark, tests, training) only load cached binaries: each autotuning
-candidate of kernels/fp4_tuning.py for both formats, dtypes and bias variants, the dequantize kernel, the tensor-core
+candidate of fp4_tuning.py for both formats, dtypes and bias variants, the dequantize kernel, the tensor-core
 tiles both ways, the decode engine's segmented and LoRA + residual variants, and the backward kernel.
 
-Run: `python -m kernels.bench --prewarm N --prewarm-only` (kernels/run_device.sh, qerl/profiling/run_device.sh);
-kernels/tune.py calls `prewarm` with its own config list.
+Run: `python -m qerl_kernels.bench --prewarm N --prewarm-only` (run_device.sh here and in qerl/profiling);
+tune.py calls `prewarm` with its own config list.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ __all__ = ["prewarm"]
 def _prewarm_job(job) -> str:
     """Compile one kernel variant into Triton's on-disk cache (runs in a worker process)."""
     import torch
-    from kernels import fp4_triton
+    from qerl_kernels import fp4_triton
     kind, cfg, sk, bf16, bias = job
     dt = torch.bfloat16 if bf16 else torch.float16
     variant = dict(SEGMENTED=False, HAS_LORA=False, R=16, HAS_RES=False)
@@ -79,7 +79,7 @@ def prewarm(processes: int, bias_variants=(False, True), dtypes=(True, False), c
     """Compile every autotuning candidate (or `configs`) in parallel so later calls only load cached binaries."""
     import concurrent.futures as cf
     import multiprocessing as mp
-    from kernels import fp4_tuning
+    from qerl_kernels import fp4_tuning
     t = time.time()
     configs = fp4_tuning._gemm_configs() if configs is None else configs
     jobs = [("gemm", c, sk, bf, b) for c in configs for sk in scale_kinds for bf in dtypes for b in bias_variants]

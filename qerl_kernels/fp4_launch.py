@@ -1,7 +1,7 @@
 """Launchers and dispatch of the FP4 (NVFP4 / MXFP4) W4A16 kernels: `fp4_gemm` (y = x @ W^T), `fp4_gemm_t`
 (grad_x = grad_y @ W), `fp4_gemm_tc` (the tensor-core tiles) and `fp4_dequantize`. nvfp4.py and mxfp4.py are thin
-format front ends over this module and kernels/layout.py (the load-time layout); the kernels themselves are in
-kernels/fp4_triton.py (decoder: kernels/fp4_decoder.py; autotuning: kernels/fp4_tuning.py).
+format front ends over this module and layout.py (the load-time layout); the kernels themselves are in
+fp4_triton.py (decoder: fp4_decoder.py; autotuning: fp4_tuning.py).
 
 Dispatch by M (see results/measured/*/kernels.csv):
 - Forward: decode shapes (M <= 64) run the swap-AB stream-K kernel; larger M the same kernel with one tile per CTA;
@@ -19,7 +19,7 @@ documented fp16 range limits); products accumulate in fp32 (wgmma); the output i
 fp16 activations run the fp16 MMA, bf16 activations the bf16 MMA. MXFP4 with fp16 activations flushes blocks
 whose scale is below 2**-14 times 2**(d) to zero (d: the largest scale exponent minus 1), as fp16 itself would.
 
-CPU: TRITON_INTERPRET=1 runs the same kernels with a pure-Triton decoder instead of the inline PTX (tests/kernels),
+CPU: TRITON_INTERPRET=1 runs the same kernels with a pure-Triton decoder instead of the inline PTX (tests/qerl_kernels),
 with small fixed configs instead of autotuning.
 """
 from __future__ import annotations
@@ -29,14 +29,14 @@ import os
 
 import torch
 
-from kernels.fp4_decoder import HAVE_TRITON
-from kernels.layout import PreparedFP4, SegmentedFP4, interpret_mode
+from qerl_kernels.fp4_decoder import HAVE_TRITON
+from qerl_kernels.layout import PreparedFP4, SegmentedFP4, interpret_mode
 
 if HAVE_TRITON:
     import triton
 
-    from kernels.fp4_triton import _fp4_dequant, _fp4_gemm, _fp4_gemm_t, _fp4_gemm_tc
-    from kernels.fp4_tuning import _fp4_gemm_t_tuned, _fp4_gemm_tc_tuned, _fp4_gemm_tuned
+    from qerl_kernels.fp4_triton import _fp4_dequant, _fp4_gemm, _fp4_gemm_t, _fp4_gemm_tc
+    from qerl_kernels.fp4_tuning import _fp4_gemm_t_tuned, _fp4_gemm_tc_tuned, _fp4_gemm_tuned
 
 __all__ = ["fp4_gemm", "fp4_gemm_t", "fp4_gemm_tc", "fp4_dequantize", "dispatch_table", "FUSED_MAX_M",
            "BWD_FUSED_MAX_M", "TC_MAX_M"]

@@ -12,9 +12,9 @@ from torch import nn
 
 triton = pytest.importorskip("triton")
 
-import kernels  # noqa: E402
-from kernels import fp4_launch, layout, mxfp4, nvfp4  # noqa: E402
-from kernels import reference as R  # noqa: E402
+import qerl_kernels  # noqa: E402
+from qerl_kernels import fp4_launch, layout, mxfp4, nvfp4  # noqa: E402
+from qerl_kernels import reference as R  # noqa: E402
 
 CUDA = torch.cuda.is_available()
 INTERP = layout.interpret_mode()
@@ -23,7 +23,7 @@ T_CFG = {"one": dict(BM=16, BKO=128, BNR=64, SPLIT_X=1, num_warps=4, num_stages=
          "split": dict(BM=16, BKO=128, BNR=64, SPLIT_X=4, num_warps=4, num_stages=1)}
 
 
-_quant = functools.partial(kernels.random_prepared, device=DEV)
+_quant = functools.partial(qerl_kernels.random_prepared, device=DEV)
 _rel = R.rel_error
 
 
@@ -64,13 +64,13 @@ def test_prepared_op_cpu_path_and_autograd():
     p, ref_w, _ = _quant("nvfp4", 48, 64, seed=4, device="cpu")
     x = torch.randn(2, 3, 64, requires_grad=True)
     b = torch.randn(48, requires_grad=True)
-    y = kernels.fp4_prepared_linear(x, p, b)
+    y = qerl_kernels.fp4_prepared_linear(x, p, b)
     assert torch.allclose(y, x.detach() @ ref_w.t() + b.detach(), atol=1e-5)
     g = torch.randn_like(y)
     y.backward(g)
     assert torch.allclose(x.grad, g @ ref_w, atol=1e-5) and torch.allclose(b.grad, g.sum((0, 1)), atol=1e-5)
     with pytest.raises(ValueError, match=r"\(2, 32\)"):
-        kernels.fp4_prepared_linear(torch.randn(2, 32), p)
+        qerl_kernels.fp4_prepared_linear(torch.randn(2, 32), p)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -94,11 +94,11 @@ def test_backward_kernel_fixed_configs(cfg, fmt, dtype, m):
 def test_group_forward_and_backward_match_the_members(dtype):
     parts = [_quant("nvfp4", n, 128, seed=10 + i, scale=s) for i, (n, s) in enumerate(((64, 1.0), (32, 3e-3),
                                                                                          (160, 30.0)))]
-    grp = kernels.concat_prepared([p for p, _, _ in parts])
+    grp = qerl_kernels.concat_prepared([p for p, _, _ in parts])
     biases = [torch.randn(64, device=DEV).to(dtype), None, torch.randn(160, device=DEV).to(dtype)]
-    bias = kernels.group_bias(grp, biases)
+    bias = qerl_kernels.group_bias(grp, biases)
     x = torch.randn(5, 128, device=DEV).to(dtype).requires_grad_(True)
-    outs = kernels.fp4_linear_grouped(x, grp, bias)
+    outs = qerl_kernels.fp4_linear_grouped(x, grp, bias)
     assert [o.shape[-1] for o in outs] == [64, 32, 160]
     grads = [torch.randn_like(o) for o in outs]
     torch.autograd.backward(outs, grads)

@@ -1,7 +1,7 @@
 """MXFP4 W4A16 kernels: fused dequantize-GEMM y = x @ W^T and a standalone dequantize, for torch and Triton.
 
 Why: the paper's MXFP4 LoRA baseline (E2M1 codes, one E8M0 power-of-two scale per 32, no per-tensor scale). The
-kernels are the NVFP4 ones (kernels/fp4_launch.py) with a different scale decoder (kernels/fp4_decoder.py); this
+kernels are the NVFP4 ones (fp4_launch.py) with a different scale decoder (fp4_decoder.py); this
 module holds the MXFP4 load-time preparation, the torch.library ops and the torch reference they are tested
 against.
 
@@ -17,15 +17,15 @@ Load-time re-biasing: with d = max(scale) - 128, the kernel sees s' = scale - d 
 fp32 result by 2**d; bf16 then represents every block exactly, fp16 every block within 2**29 of the largest.
 Blocks more than 127 binades below the largest are set to zero (they are below 2**-127 relative).
 
-Run: `TRITON_INTERPRET=1 pytest tests/kernels -q` (CPU), `pytest tests/kernels -q` on a GPU.
+Run: `TRITON_INTERPRET=1 pytest tests/qerl_kernels -q` (CPU), `pytest tests/qerl_kernels -q` on a GPU.
 """
 from __future__ import annotations
 
 import torch
 
-from kernels.fp4_launch import fp4_dequantize, fp4_gemm, fp4_gemm_t
-from kernels.layout import PreparedCache, PreparedFP4, padded_shape, prepare_codes, unprepare_codes
-from kernels.reference import mxfp4_dequantize_reference, mxfp4_linear_reference, mxfp4_quantize_reference
+from qerl_kernels.fp4_launch import fp4_dequantize, fp4_gemm, fp4_gemm_t
+from qerl_kernels.layout import PreparedCache, PreparedFP4, padded_shape, prepare_codes, unprepare_codes
+from qerl_kernels.reference import mxfp4_dequantize_reference, mxfp4_linear_reference, mxfp4_quantize_reference
 
 __all__ = ["prepare", "unprepare", "prepared", "mxfp4_linear", "mxfp4_linear_grad_input", "mxfp4_dequantize",
            "mxfp4_linear_reference", "mxfp4_dequantize_reference", "mxfp4_quantize_reference"]

@@ -2,7 +2,7 @@
 
 Why a second reference beside qerl/formats: the kernels were written in parallel with the formats module, so they
 carry their own small specification of the packed layout (the contract below) and a test checks that both agree
-bit for bit on the same packed tensors (tests/kernels/test_kernels_reference.py). These functions are also the CPU
+bit for bit on the same packed tensors (tests/qerl_kernels/test_kernels_reference.py). These functions are also the CPU
 path of the kernel entry points and what every Triton kernel is tested against.
 
 Packed layout (the contract with qerl/formats):
@@ -15,7 +15,7 @@ Packed layout (the contract with qerl/formats):
 The quantizers here are simple (round to nearest E2M1 value, ties to the larger magnitude) and exist to make test
 inputs; the project's quantizers are qerl.formats.nvfp4/mxfp4.quantize.
 
-Run the tests: `TRITON_INTERPRET=1 pytest tests/kernels -q`.
+Run the tests: `TRITON_INTERPRET=1 pytest tests/qerl_kernels -q`.
 """
 from __future__ import annotations
 

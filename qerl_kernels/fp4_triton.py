@@ -1,7 +1,7 @@
 """The Triton kernels of the FP4 (NVFP4 / MXFP4) W4A16 family: the fused dequantize-GEMM (swap-AB, stream-K), the
 standalone dequantize, the transposed GEMM of the backward and the tensor-core tiles. They read the load-time layout
-of kernels/layout.py through the decoder of kernels/fp4_decoder.py; kernels/fp4_launch.py launches them (autotuned
-by kernels/fp4_tuning.py).
+of layout.py through the decoder of fp4_decoder.py; fp4_launch.py launches them (autotuned
+by fp4_tuning.py).
 
 Why this shape (the kernels issue): 4-bit weights pay only if the matmul streams 4.5 bits per weight at close to HBM
 bandwidth. A plain "decode E2M1 with a bit trick, then tl.dot" Triton kernel stalls on decode and data movement far
@@ -27,13 +27,13 @@ Numerics: products accumulate in fp32 (wgmma); fp16 activations run the fp16 MMA
 """
 from __future__ import annotations
 
-from kernels.fp4_decoder import HAVE_TRITON
+from qerl_kernels.fp4_decoder import HAVE_TRITON
 
 if HAVE_TRITON:
     import triton
     import triton.language as tl
 
-    from kernels.fp4_decoder import _decode_tile
+    from qerl_kernels.fp4_decoder import _decode_tile
 
     @triton.jit
     def _epilogue(acc, os_ptr, bias_ptr, y_ptr, rn, rm, M, N, stride_ym, t_ptr, lb_ptr, res_ptr, stride_t, stride_res,

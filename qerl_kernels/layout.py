@@ -1,13 +1,13 @@
 """FP4 (NVFP4 / MXFP4) weights in the kernels' load-time layout, and the plain-torch references over that layout.
 
-The one idea: the form in which the Triton W4A16 kernels (kernels/fp4_triton.py) read a 4-bit weight, built ONCE
+The one idea: the form in which the Triton W4A16 kernels (fp4_triton.py) read a 4-bit weight, built ONCE
 per weight at load time by nvfp4.prepare / mxfp4.prepare, with its inverse and exact torch references (for tests and
 CPU callers). No Triton here: this module, and the torch reference path over it, work without it.
 
 1. `prepare_codes`: every 32-bit word holds the 8 codes that one GPU thread needs for its wgmma A-operand fragment
    (k = 32b + 8q + 2c + r for lane-quad c, word b, q = 0..3, r = 0..1), with the nibble bits placed so that each
    pair of codes becomes an fp16x2/bf16x2 register in 2-4 integer instructions (11 per word for fp16, 13 for bf16,
-   found by exhaustive search over shift/mask layouts; the decoder is kernels/fp4_decoder.py). A thread loads its 4
+   found by exhaustive search over shift/mask layouts; the decoder is fp4_decoder.py). A thread loads its 4
    words of a 128-wide k chunk with one 16-byte shared-memory load, and Triton's layout propagation maps the decoded
    tile onto the MMA operand layout with no data exchange between threads. Rows are padded to ROW_ALIGN, columns to
    CHUNK (`padded_shape`); `unprepare_codes` is the inverse.
@@ -89,7 +89,7 @@ class PreparedCache:
     An entry is rebuilt when any source tensor is replaced (data pointer) or modified in place (version counter),
     and dropped when the first source tensor is garbage-collected. The prepared copy costs another 4.5 bits per
     weight on the device beside the storage layout; QuantLinear avoids it by holding only the prepared form
-    (qerl/layers/quant_linear.py) and calling the ops over prepared tensors (kernels/prepared_ops.py).
+    (qerl/layers/quant_linear.py) and calling the ops over prepared tensors (qerl_kernels/prepared_ops.py).
     """
 
     def __init__(self, build):

@@ -3,7 +3,7 @@
 Why: at rollout batch sizes the decode step of a 7B model is a few milliseconds, and a step built from framework
 ops launches about 30 kernels per decoder layer (RMSNorm's reductions, RoPE's slices and concatenations, the cache
 writes, attention's score/softmax/PV passes, the SiLU, each LoRA product), each a few microseconds even inside a
-CUDA graph. These kernels make a layer a handful of launches; with the projections (kernels.fp4_gemm or cuBLAS) and
+CUDA graph. These kernels make a layer a handful of launches; with the projections (qerl_kernels.fp4_gemm or cuBLAS) and
 the LoRA down-products (cuBLAS) a layer is 14 launches for NVFP4 and 19 for BF16 (qerl/rl/engine.py).
 
     rmsnorm(h, w, eps, add=y)                    h += y (in place, if given); returns rmsnorm(h) * w
@@ -23,13 +23,14 @@ float32 to the rounded base projection; RoPE is computed in float32 and rounded 
 rotate_half(q)*sin separately in bf16); attention normalises after the PV product (flash-decoding order) with the
 probabilities rounded to the compute dtype for the PV product, as the engine's torch path does.
 
-Run the tests: `TRITON_INTERPRET=1 pytest tests/kernels/test_decode.py -q` (CPU), `pytest tests/kernels` on a GPU.
+Run the tests: `TRITON_INTERPRET=1 pytest tests/qerl_kernels/test_decode.py -q` (CPU), `pytest tests/qerl_kernels` on
+a GPU.
 """
 from __future__ import annotations
 
 import torch
 
-from kernels.fp4_decoder import HAVE_TRITON
+from qerl_kernels.fp4_decoder import HAVE_TRITON
 
 if HAVE_TRITON:
     import triton

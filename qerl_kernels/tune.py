@@ -4,9 +4,9 @@ Why: the autotuner only picks among `fp4_tuning._gemm_configs()`. This script ti
 grid multipliers, tile shapes, pipeline depths, warps) on real shapes so that list can be chosen from
 measurements, and runs one config once for a profiler (`--one`, e.g. under `ncu`).
 
-Run:  python -m kernels.tune --shapes 18944x3584 3584x3584 --m 1 16 64
-      python -m kernels.tune --shapes 18944x3584 --m 1 --one 64,128,4,4,4   # BN,BK,warps,stages,CPS
-      ncu --profile-from-start off ... python -m kernels.tune --shapes 37888x3584 --m 1 --profile
+Run:  python -m qerl_kernels.tune --shapes 18944x3584 3584x3584 --m 1 16 64
+      python -m qerl_kernels.tune --shapes 18944x3584 --m 1 --one 64,128,4,4,4   # BN,BK,warps,stages,CPS
+      ncu --profile-from-start off ... python -m qerl_kernels.tune --shapes 37888x3584 --m 1 --profile
           (autotunes the forward and the backward kernel first, then brackets one call of each with
           cudaProfilerStart/Stop, so ncu sees exactly the two tuned kernels)
 """
@@ -18,9 +18,9 @@ import sys
 
 import torch
 
-from kernels import fp4_launch, nvfp4
-from kernels.bench import _clone_prepared, copies_for, time_calls
-from kernels.reference import nvfp4_quantize_reference
+from qerl_kernels import fp4_launch, nvfp4
+from qerl_kernels.bench import _clone_prepared, copies_for, time_calls
+from qerl_kernels.reference import nvfp4_quantize_reference
 
 DEFAULT_SWEEP = [  # BN, BK, num_warps, num_stages, CPS (grid = SMs * CPS; > resident CTAs means several waves)
     (bn, bk, nw, ns, cps)
@@ -60,7 +60,7 @@ def main(argv=None) -> int:
     configs = [parse_cfg(c) for c in args.configs] if args.configs else DEFAULT_SWEEP
     if args.prewarm:
         import triton
-        from kernels.prewarm import prewarm
+        from qerl_kernels.prewarm import prewarm
         tc = []
         for c in configs:
             for bm in sorted({_bm(m) for m in args.m}):

@@ -1,21 +1,21 @@
-"""Autotuning of the FP4 kernels (kernels/fp4_triton.py): each kernel's candidate configs and why these values
-(measured on an H200 with kernels/tune.py), their pruning by M bucket, and the autotuned kernels
-(`_fp4_gemm_tuned`, `_fp4_gemm_t_tuned`, `_fp4_gemm_tc_tuned`) that kernels/fp4_launch.py launches when no config
-is forced. `python -m kernels.bench --prewarm N` compiles every candidate ahead of time.
+"""Autotuning of the FP4 kernels (fp4_triton.py): each kernel's candidate configs and why these values
+(measured on an H200 with tune.py), their pruning by M bucket, and the autotuned kernels
+(`_fp4_gemm_tuned`, `_fp4_gemm_t_tuned`, `_fp4_gemm_tc_tuned`) that fp4_launch.py launches when no config
+is forced. `python -m qerl_kernels.bench --prewarm N` compiles every candidate ahead of time.
 """
 from __future__ import annotations
 
-from kernels.fp4_decoder import HAVE_TRITON
+from qerl_kernels.fp4_decoder import HAVE_TRITON
 
 if HAVE_TRITON:
     import triton
 
-    from kernels.fp4_triton import _fp4_gemm, _fp4_gemm_t, _fp4_gemm_tc
+    from qerl_kernels.fp4_triton import _fp4_gemm, _fp4_gemm_t, _fp4_gemm_tc
 
     def _gemm_configs():
         """Candidate configs for every M bucket; `_prune` keeps those that fit the call.
 
-        Why these values (measured on an H200 with kernels/tune.py; 132 SMs, 228 KB shared memory per SM):
+        Why these values (measured on an H200 with qerl_kernels/tune.py; 132 SMs, 228 KB shared memory per SM):
         - Decode (STREAM_K, BM = M rounded up to 16/32/64). The kernel is bound by decode instructions and
           latency, not by bytes in flight: one warpgroup per CTA (wgmma m64nBMk16, A = decoded weights from
           registers), 64 rows x 256 columns per step, 3-4 cp.async stages, about 2 resident CTAs per SM (CPS 2)

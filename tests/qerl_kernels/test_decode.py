@@ -1,4 +1,4 @@
-"""The decode-step kernels (kernels/decode.py) against their torch references: RMSNorm with the residual add, q/k/v
+"""The decode-step kernels (qerl_kernels/decode.py) against their torch references: RMSNorm with the residual add, q/k/v
 LoRA + bias + RoPE + cache write, split-K decode attention (GQA, masked slots, several splits) and SiLU-mul with the
 gate/up LoRA updates. CPU: TRITON_INTERPRET=1 (float32, tiny shapes); GPU: bf16 as well."""
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels import decode
-from kernels.reference import rel_error
+from qerl_kernels import decode
+from qerl_kernels.reference import rel_error
 
 pytestmark = pytest.mark.triton_device
 
