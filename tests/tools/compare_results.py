@@ -20,6 +20,8 @@ Excluded, and nothing else:
     table of this scale's step phases (rollout / update s/step);
   * figures/ (their footers name the commit; their data are the tables' and metrics'), logs/, benchmarks/,
     config.yaml (the effective config is compared through run.json's settings), Snakemake's .snakemake_timestamp;
+  * the absolute path of the checkout (the folder holding results/), which peft's adapter files and the NF4 recipe
+    record: compared as <checkout>;
   * the byte order of what is written from a hash set: *.safetensors are compared tensor by tensor and metadata key
     by key (safetensors writes its metadata keys in no fixed order), peft's adapter_config.json with its
     target_modules / modules_to_save lists as sets (peft keeps them as sets).
@@ -87,18 +89,28 @@ def _json_diff(a, b, where: str, out: list[str]) -> None:
         out.append(f"{where}: {json.dumps(a)[:120]} != {json.dumps(b)[:120]}")
 
 
-def compare_file(rel: Path, ref: Path, new: Path) -> list[str]:
-    """The differences of one file (empty: identical after the exclusions)."""
+def _text(path: Path, root: Path) -> str:
+    """A file's text with its checkout's absolute path (the folder holding results/) written as <checkout>."""
+    checkout = root.resolve().parents[1]
+    text = path.read_text()
+    return text if checkout == checkout.parent else text.replace(f"{checkout}/", "<checkout>/")
+
+
+def compare_file(rel: Path, ref: Path, new: Path, roots: tuple[Path, Path] | None = None) -> list[str]:
+    """The differences of one file (empty: identical after the exclusions). `roots`: the two results/<scale>/
+    folders, whose checkouts' absolute paths (recorded by peft and the NF4 recipe) are compared as <checkout>."""
+    ra, rb = roots or (ref.parent, new.parent)
+    text = {ref: lambda: _text(ref, ra), new: lambda: _text(new, rb)}
     name, out = rel.name, []
     if name == "pretrain_metrics.jsonl":
-        la, lb = ref.read_text().splitlines(), new.read_text().splitlines()
+        la, lb = text[ref]().splitlines(), text[new]().splitlines()
         if len(la) != len(lb):
             return [f"{rel}: {len(la)} lines != {len(lb)} lines"]
         for i, (x, y) in enumerate(zip(la, lb), 1):
             _json_diff(_drop(json.loads(x), {"seconds"}), _drop(json.loads(y), {"seconds"}), f"{rel}:{i}", out)
         return out
     if name == "metrics.jsonl":
-        la, lb = ref.read_text().splitlines(), new.read_text().splitlines()
+        la, lb = text[ref]().splitlines(), text[new]().splitlines()
         if len(la) != len(lb):
             return [f"{rel}: {len(la)} lines != {len(lb)} lines"]
         for i, (x, y) in enumerate(zip(la, lb), 1):
@@ -110,7 +122,7 @@ def compare_file(rel: Path, ref: Path, new: Path) -> list[str]:
     if rel.suffix == ".safetensors":
         return _safetensors_diff(rel, ref, new)
     if rel.name == "adapter_config.json":
-        a, b = (json.loads(p.read_text()) for p in (ref, new))
+        a, b = (json.loads(text[p]()) for p in (ref, new))
         for obj in (a, b):
             for key in _SET_LISTS:
                 if isinstance(obj.get(key), list):
@@ -119,14 +131,14 @@ def compare_file(rel: Path, ref: Path, new: Path) -> list[str]:
         return out
     if rel.suffix == ".json":
         keys = {"provenance", "environment", "seconds"}
-        a, b = json.loads(ref.read_text()), json.loads(new.read_text())
+        a, b = json.loads(text[ref]()), json.loads(text[new]())
         for obj in (a, b):
             if isinstance(obj, dict) and isinstance(obj.get("train"), dict) and "final" in obj["train"]:
                 obj["train"]["final"] = _drop(obj["train"]["final"], set(WALL_CLOCK))
         _json_diff(_drop(a, keys), _drop(b, keys), str(rel), out)
         return out
     if rel.parts[0] == "tables" or rel.name.startswith("claims."):
-        ta, tb = (_mask_wall_clock(_GENERATED.sub("Generated on <date>;", _COMMIT.sub(r"\1<commit>", p.read_text())))
+        ta, tb = (_mask_wall_clock(_GENERATED.sub("Generated on <date>;", _COMMIT.sub(r"\1<commit>", text[p]())))
                   for p in (ref, new))
         la, lb = ta.splitlines(), tb.splitlines()
         if len(la) != len(lb):
@@ -134,7 +146,12 @@ def compare_file(rel: Path, ref: Path, new: Path) -> list[str]:
         out += [f"{rel}:{i}: {x[:150]!r} != {y[:150]!r}" for i, (x, y) in enumerate(zip(la, lb), 1) if x != y][:20]
         return out
     if ref.read_bytes() != new.read_bytes():
-        out.append(f"{rel}: bytes differ")
+        try:
+            same = text[ref]() == text[new]()
+        except UnicodeDecodeError:
+            same = False
+        if not same:
+            out.append(f"{rel}: bytes differ")
     return out
 
 
@@ -163,7 +180,7 @@ def compare(ref_root: Path, new_root: Path) -> list[str]:
     out = [f"{rel}: only in reference" for rel in sorted(fa - fb)]
     out += [f"{rel}: only in new" for rel in sorted(fb - fa)]
     for rel in sorted(fa & fb):
-        out += compare_file(rel, ref_root / rel, new_root / rel)
+        out += compare_file(rel, ref_root / rel, new_root / rel, (ref_root, new_root))
     return out
 
 
