@@ -5,13 +5,11 @@ so its numbers cannot be trusted. Here every number can be checked:
 - the model (BF16, NVFP4, MXFP4 or NF4 weights, with or without a LoRA adapter; built by the policy core,
   qerl.policy.build_policy, as training builds it) is handed to lm-eval as an
   in-memory `LM` (`qerl.evaluate.lm.QerlLM`), on tasks generated for our local files (`qerl.evaluate.tasks`);
-- when the model carries an adapter, `check_adapter_active` first compares the logits of a fixed probe prompt with
-  the adapter enabled and inside `model.disable_adapter()`; identical logits (an adapter that is absent, disabled or
-  still at its zero initialisation) stop the evaluation with `AdapterNotActiveError`;
-- pass@1 of a problem is the fraction of its n samples whose extracted answer math-verify accepts; the benchmark's
-  pass@1 is the mean over problems (in %), with the standard error of that mean over problems
-  (sample std / sqrt(n problems)); this is recomputed here from the per-sample verdicts and must agree with
-  lm-eval's aggregate, and every request's prompt must be the chat-formatted prompt we built (no second template);
+- when the model carries an adapter, the adapter check (`qerl.evaluate.adapter_check`) first proves that the adapter
+  changes the model's logits, and stops the evaluation with `AdapterNotActiveError` if it does not;
+- pass@1 over repeats and its standard error over problems (`qerl.evaluate.stats`) are recomputed here from the
+  per-sample verdicts and must agree with lm-eval's aggregate, and every request's prompt must be the
+  chat-formatted prompt we built (no second template);
 - the results JSON keeps, for every problem: id, level, gold answer, each completion, its extracted answer, its
   verdict, its token count and why it ended (stop string, EOS or the length limit).
 
@@ -42,10 +40,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # lm-eval and datasets must never 
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
 import dataclasses
-from dataclasses import asdict
 import hashlib
 import logging
-import math
 import platform
 import sys
 import tempfile
@@ -53,12 +49,14 @@ import time
 from collections import defaultdict, deque
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable
 
 import torch
 
 from qerl.cli import add_list
-from qerl.contract.records import BenchmarkRecord, PassAt1
+from qerl.contract.records import BenchmarkRecord
+from qerl.evaluate.adapter_check import check_adapter_active
+from qerl.evaluate.stats import pass_at_1_stats
 from qerl.evaluate.tasks import (
     FILTER,
     METRIC,
@@ -72,10 +70,6 @@ from qerl.evaluate.tasks import (
 )
 
 __all__ = [
-    "PROBE_QUESTION",
-    "AdapterNotActiveError",
-    "check_adapter_active",
-    "pass_at_1_stats",
     "evaluate_benchmark",
     "evaluate_model",
     "write_results",
@@ -83,111 +77,7 @@ __all__ = [
     "run",
 ]
 
-#: the fixed probe of the adapter check (words the tiny tokenizer knows too).
-PROBE_QUESTION = "Ann has 3 apples . Ann buys 5 apples . How many apples does Ann have now ?"
 RESULTS_VERSION = 1
-
-
-class AdapterNotActiveError(ValueError):
-    """The model was meant to carry a trained adapter, but the adapter does not change its outputs."""
-
-
-# ---- the adapter check ---------------------------------------------------------------------------------------
-def _lora_modules(model) -> list[str]:
-    from peft.tuners.lora import LoraLayer
-
-    return [name for name, m in model.named_modules() if isinstance(m, LoraLayer)]
-
-
-@torch.inference_mode()
-def check_adapter_active(model, tokenizer, *, question: str = PROBE_QUESTION, atol: float = 0.0,
-                         greedy_tokens: int = 16) -> dict:
-    """Prove that the adapter takes part in the forward pass: logits with it must differ from logits without it.
-
-    Args:
-        model: a peft.PeftModel (LoRA).
-        tokenizer: its tokenizer (the probe goes through the chat template like every evaluation prompt).
-        question: the probe question.
-        atol: the largest |logit difference| still counted as "identical" (0: bit-identical).
-        greedy_tokens: length of the greedy continuation compared for information (a weak adapter may change
-            logits without changing the argmax; that is not an error).
-
-    Returns:
-        {"passed": True, "lora_modules": count, "active_adapters": names, "max_abs_logit_diff": float,
-        "greedy_differs": bool, "probe": question}.
-
-    Raises:
-        AdapterNotActiveError: not a peft model, no LoRA layer, or logits identical with and without the adapter
-            (e.g. an adapter whose lora_B is still zero, or one that was never applied).
-    """
-    from peft import PeftModel
-
-    from qerl.data.prompts import build_prompt
-    from qerl.evaluate.lm import sample
-
-    if not isinstance(model, PeftModel):
-        raise AdapterNotActiveError(
-            f"an adapter was expected but the model is a {type(model).__name__}, not a peft.PeftModel: the adapter "
-            "was never applied (load it with qerl.policy.load_adapter, or build_policy(..., adapter=DIR))")
-    lora = _lora_modules(model)
-    if not lora:
-        raise AdapterNotActiveError("the peft model has no LoRA layer: the adapter's target_modules matched nothing")
-    prompt = build_prompt(question, tokenizer, "paper")
-    enc = tokenizer(prompt, return_tensors="pt", add_special_tokens=False)
-    device = next(model.parameters()).device
-    enc = {k: v.to(device) for k, v in enc.items()}
-    was_training = model.training
-    model.eval()
-    try:
-        on = model(**enc).logits.float()  # [1, P, V]
-        with model.disable_adapter():
-            off = model(**enc).logits.float()
-            greedy_off = sample(model, tokenizer, [prompt], max_new_tokens=greedy_tokens, temperature=0.0, top_p=1.0,
-                                stop=(), batch_size=1)[0].text
-        greedy_on = sample(model, tokenizer, [prompt], max_new_tokens=greedy_tokens, temperature=0.0, top_p=1.0,
-                           stop=(), batch_size=1)[0].text
-    finally:
-        model.train(was_training)
-    diff = (on - off).abs().max().item()
-    report = {"passed": diff > atol, "lora_modules": len(lora), "active_adapters": list(model.active_adapters),
-              "max_abs_logit_diff": diff, "greedy_differs": greedy_on != greedy_off, "probe": question}
-    if not diff > atol:
-        raise AdapterNotActiveError(
-            f"the LoRA adapter ({len(lora)} LoRA layers, active: {list(model.active_adapters)}) does not change the "
-            f"model: max |logit(with adapter) - logit(without)| = {diff:.3g} <= {atol:g} on the probe prompt. The "
-            "adapter is disabled, or untrained (lora_B still zero); evaluating it would report the base model")
-    return report
-
-
-# ---- statistics ------------------------------------------------------------------------------------------------
-def pass_at_1_stats(correct: Sequence[Sequence[bool]]) -> dict:
-    """pass@1 over repeats: per problem the fraction of its samples that are correct, then the mean over problems.
-
-    Args:
-        correct: one list of verdicts per problem, every list of the same length n (the repeats).
-
-    Returns:
-        The fields of qerl.contract.records.PassAt1, as a dict: "pass_at_1" (mean in %), "stderr" (standard error of
-        that mean over problems in %: sample std with n-1, divided by sqrt(problems); None for a single problem),
-        "n_problems", "n_repeats", "per_repeat" (accuracy in % of the k-th sample of every problem, k = 1..n).
-
-    Raises:
-        ValueError: no problems, or problems with different numbers of samples.
-    """
-    if not correct:
-        raise ValueError("pass_at_1_stats: no problems")
-    lengths = {len(c) for c in correct}
-    if len(lengths) != 1 or 0 in lengths:
-        raise ValueError(f"pass_at_1_stats: every problem needs the same positive number of samples, "
-                         f"got {sorted(lengths)}")
-    n_rep = lengths.pop()
-    per_problem = [sum(map(bool, c)) / n_rep for c in correct]
-    n = len(per_problem)
-    mean = sum(per_problem) / n
-    stderr = math.sqrt(sum((x - mean) ** 2 for x in per_problem) / (n - 1)) / math.sqrt(n) if n > 1 else None
-    per_repeat = [100.0 * sum(bool(c[k]) for c in correct) / n for k in range(n_rep)]
-    return asdict(PassAt1(pass_at_1=100.0 * mean, stderr=None if stderr is None else 100.0 * stderr, n_problems=n,
-                          n_repeats=n_rep, per_repeat=per_repeat))
 
 
 # ---- one benchmark -----------------------------------------------------------------------------------------------
@@ -363,7 +253,8 @@ def evaluate_model(model, tokenizer, benchmarks: Iterable[str], cfg: dict, seed:
     Returns:
         {"version", "seed", "scale", "settings", "model", "adapter_check", "benchmarks": {name: {"pass_at_1",
         "stderr", "pass_at_1_strict" and "stderr_strict" (the exact <think>/<answer> shape and a correct answer in
-        it; per_level entries carry pass_at_1_strict too), "n_problems", "n_repeats", "per_repeat", "per_level", "lm_eval", "completion_tokens_mean",
+        it; per_level entries carry pass_at_1_strict too), "n_problems", "n_repeats", "per_repeat", "per_level",
+        "lm_eval", "completion_tokens_mean",
         "truncated_pct", "finish_counts", "answer_found_pct" (samples with an extractable answer),
         "formatted_pct" (samples in the exact <think>/<answer> format), "seconds", "prompt_example",
         "samples": [per-problem log]}},

@@ -12,8 +12,8 @@ Usage:
     model = peft.get_peft_model(quantized_model, config)
 or `register_quant_linear(existing_lora_config)`.
 
-`adapter_factors(layer)` is what a reader of the model that computes the LoRA update itself (the decode engine,
-qerl/rl/engine.py) asks a LoRA layer for, so it never reaches into peft's attributes.
+`adapter_factors(layer)` is what a reader of the model that computes the LoRA update itself (the decode engine's
+projection groups, qerl/rl/engine_groups.py) asks a LoRA layer for, so it never reaches into peft's attributes.
 """
 from __future__ import annotations
 

@@ -8,7 +8,8 @@ the summed kernel time: launch latency and idle time between kernels that the gr
 
 A second engine implementation can be loaded from a file (`--engine-file`, e.g. an earlier commit's
 qerl/rl/engine.py extracted with `git show <commit>:qerl/rl/engine.py`), so a before/after comparison runs on the
-same GPU in the same process.
+same GPU in the same process. Only that one file is loaded: an engine.py from after the engine's projection groups
+moved to qerl/rl/engine_groups.py imports `Group` from the checkout that runs it, not from its own commit.
 
 Run (GPU): python -m qerl.profiling.step_trace --arch 7B --methods lora qerl --batches 1 64 --span 1024 \\
                --out trace.json [--engine-file old_engine.py --engine-name before]

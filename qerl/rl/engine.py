@@ -6,14 +6,10 @@ the model's own modules (embeddings, RMSNorms, q/k/v/o/gate/up/down whatever the
 bitsandbytes Linear4bit, peft LoRA wrappers around any of them; the LM head) and runs a fixed-shape decode step that
 is captured once per attention bucket as a CUDA graph and replayed.
 
-It does not modify the model it reads. It asks the layers for what it needs through their public API
-(`qerl.layers.lora.adapter_factors`, `QuantLinear.kernel_weight`) and keeps its own copies only of what is small:
-the LoRA factors (A stacked, B scaled; refreshed at every `generate`, so an optimizer step between generations is
-seen), the q/k/v biases and, for BF16 bases, the q/k/v weights concatenated (0.9 GB for Qwen2.5-7B, ~6 % of its
-BF16 weights; `copy_dense_qkv=False` runs three GEMMs instead). 4-bit weights are read in place on CUDA (a
-QuantLinear converts its buffers to the kernels' layout, as its own first CUDA forward does); on the CPU, where the
-layers are left as they are, the engine holds a prepared copy of them. RMSNorm weights are read in place, so AQN noise
-written into them (qerl.noise) is seen by the next replay and its exact restore by the one after.
+It does not modify the model it reads. Its projection groups (qerl.rl.engine_groups) ask the layers for what they
+need through their public API and keep their own copies only of what is small (the LoRA factors, the q/k/v biases,
+for BF16 bases the concatenated q/k/v weights); 4-bit weights are read in place on CUDA. RMSNorm weights are read in
+place, so AQN noise written into them (qerl.noise) is seen by the next replay and its exact restore by the one after.
 
 One decoder layer of the decode step (batch B, one token per row), kernels in brackets:
     x = rmsnorm(h)                                          [qerl_kernels.decode.rmsnorm; fused with the residual add]
@@ -29,10 +25,10 @@ One decoder layer of the decode step (batch B, one token per row), kernels in br
     h = h + m W_d^T + (m A_d^T) B_d^T                       [as o]
 Measured on an H200 (results/measured/h200/step_trace.run9.md, 7B): 16 kernels per layer for NVFP4 + LoRA and 21
 for BF16 + LoRA (cuBLAS adds a split-K reduction to the skinny LoRA products; the BF16 addmm copies its input), against
-31 and 33 before this engine; the LM head and the sampling (temperature, top-p, Gumbel-max with the default CUDA generator, log-prob and entropy of the sampling
-distribution, as qerl.rl.rollout.sample) follow, inside the same graph. Layers the fused path cannot read (merged or
-DoRA adapters, several active adapters, bitsandbytes bases) are called as modules, with their LoRA applied by the
-same kernels where it can be.
+31 and 33 before this engine; the LM head and the sampling (temperature, top-p, Gumbel-max with the default CUDA
+generator, log-prob and entropy of the sampling distribution, as qerl.rl.rollout.sample) follow, inside the same graph.
+Layers the fused path cannot read (merged or DoRA adapters, several active adapters, bitsandbytes bases) are called
+as modules, with their LoRA applied by the same kernels where it can be.
 
 Layout: KV cache [layers, B, kv_heads, max_len, head_dim]; slot j of a row holds its j-th column (left-padded
 prompt, then the completion); `valid[b, j]` marks real tokens; a query at slot i attends to valid slots <= i (and
@@ -55,10 +51,9 @@ import time
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
 from qerl_kernels.decode import decode_attention, qkv_rope_cache, rmsnorm, silu_mul
-from qerl_kernels.prepared_ops import fp4_linear_fused
+from qerl.rl.engine_groups import Group
 from qerl.rl.sampling import gumbel_sample
 
 __all__ = ["DecodeEngine", "EngineOutput", "supports"]
@@ -92,155 +87,6 @@ def supports(model) -> bool:
 
 def _eps(norm) -> float:
     return getattr(norm, "variance_epsilon", None) or getattr(norm, "eps", 1e-6)
-
-
-class _Group:
-    """Linear layers reading one input (q/k/v, gate/up, or a single o / down): one base product for all of them,
-    one cuBLAS product for all their LoRA down-projections (t = x A_cat^T), and their LoRA up-projections stacked
-    by rows (`lora_b`, scaled, rank padded to R) for the kernel that consumes the outputs.
-
-    Kinds: "fp4" (QuantLinear bases: qerl_kernels.segment_prepared views of their own buffers, or the single prepared
-    weight), "dense" (frozen nn.Linear: the module's weight, or for several members an engine-owned concatenation),
-    "bases" (other frozen bases, e.g. bitsandbytes: called one by one), "call" (modules called as they are, LoRA
-    included: merged or DoRA adapters, several adapters, trainable bases, fuse=False)."""
-
-    def __init__(self, mods, *, fuse: bool, dtype: torch.dtype, in_place: bool, copy_dense: bool):
-        from torch import nn
-
-        from qerl.layers import QuantLinear
-        from qerl.layers.lora import adapter_factors
-
-        self.mods, self.dtype, self.in_place, self.copy_dense = list(mods), dtype, in_place, copy_dense
-        facts = [adapter_factors(m) for m in self.mods]
-        self.kind, self.lora_b, self.a_cat, self.bias = "call", None, None, None
-        if not fuse or any(f is None or len(f) > 1 for _, f in facts):
-            return
-        self.bases = [b for b, _ in facts]
-        self.factors = [f[0] if f else None for _, f in facts]
-        self.sizes = [int(b.out_features) for b in self.bases]
-        frozen = all(not p.requires_grad for b in self.bases for p in b.parameters())
-        if len({getattr(b, "in_features", None) for b in self.bases}) != 1 or not frozen:
-            return
-        if all(isinstance(b, QuantLinear) for b in self.bases) and len({b.fmt for b in self.bases}) == 1:
-            self.kind = "fp4"
-        elif all(type(b) is nn.Linear for b in self.bases):
-            self.kind = "dense"
-        else:
-            self.kind = "bases"
-        self._build()
-
-    # ---- construction and refresh ------------------------------------------------------------------------------
-    def _build(self) -> None:
-        import qerl_kernels
-        from qerl_kernels.decode import lora_rank_pad
-
-        bases = self.bases
-        if self.kind == "fp4":
-            self.members = [b.kernel_weight(in_place=self.in_place) for b in bases]
-            self.w = self.members[0] if len(bases) == 1 else qerl_kernels.segment_prepared(self.members)
-            self.parts = [(0, self.sizes[0])] if len(bases) == 1 else list(self.w.parts)
-        elif self.kind == "dense":
-            if len(bases) == 1:
-                self.w = bases[0].weight
-            elif self.copy_dense:
-                self.w = torch.empty(sum(self.sizes), bases[0].in_features, dtype=bases[0].weight.dtype,
-                                     device=bases[0].weight.device)
-            else:
-                self.w = None
-            rows = [sum(self.sizes[:i]) for i in range(len(self.sizes))]
-            self.parts = list(zip(rows, self.sizes))
-        biases = [b.bias for b in bases]
-        self.bias = None
-        if any(x is not None for x in biases):  # engine-owned [sum n] (a copy: refreshed in refresh())
-            ref = next(x for x in biases if x is not None)
-            self.bias = torch.zeros(sum(self.sizes), dtype=self.dtype, device=ref.device)
-        if any(f is not None for f in self.factors):
-            ref = next(f for f in self.factors if f is not None)[0]
-            self.r = lora_rank_pad(max(f[0].shape[0] for f in self.factors if f is not None))
-            self.a_cat = torch.zeros(self.r * len(bases), ref.shape[1], dtype=self.dtype, device=ref.device)
-            self.lora_b = torch.zeros(sum(self.sizes), self.r, dtype=self.dtype, device=ref.device)
-        self._ptrs = self._watched()
-        self.refresh()
-
-    def _watched(self) -> tuple:
-        """Addresses of the model tensors this group reads in place (a change means they were replaced)."""
-        if self.kind == "fp4":
-            return tuple(t.data_ptr() for p in self.members for t in (p.words, p.scales, p.out_scales))
-        if self.kind == "dense" and len(self.bases) == 1:
-            return (self.bases[0].weight.data_ptr(),)
-        return ()
-
-    @torch.no_grad()
-    def refresh(self) -> bool:
-        """Copy the adapters' current weights (and the biases / concatenated BF16 weights) in; rebuild if the
-        model's tensors were replaced. Returns True if it rebuilt (captured graphs then read stale addresses)."""
-        if self.kind == "call":
-            return False
-        rebuilt = False
-        if self.kind == "fp4" and self.in_place:
-            now = tuple(t.data_ptr() for b in self.bases for p in (b.kernel_weight(),)
-                        for t in (p.words, p.scales, p.out_scales))
-            rebuilt = now != self._ptrs
-        elif self.kind == "dense" and len(self.bases) == 1:
-            rebuilt = self.bases[0].weight.data_ptr() != self._ptrs[0]
-        if rebuilt:
-            self._build()
-            return True
-        row = 0
-        for i, (b, n) in enumerate(zip(self.bases, self.sizes)):
-            if self.bias is not None:
-                if b.bias is not None:
-                    self.bias[row:row + n].copy_(b.bias)
-            if self.kind == "dense" and self.w is not None and len(self.bases) > 1:
-                self.w[row:row + n].copy_(b.weight)
-            f = self.factors[i]
-            if f is not None and self.a_cat is not None:
-                a, bw, s = f
-                r = a.shape[0]
-                self.a_cat[i * self.r:i * self.r + r].copy_(a)
-                self.lora_b[row:row + n, :r].copy_(bw * s)
-            row += n
-        return False
-
-    # ---- the products -----------------------------------------------------------------------------------------
-    def lora_t(self, x: torch.Tensor) -> torch.Tensor | None:
-        """x A_cat^T [..., R * members] (None without adapters or for kind "call")."""
-        return None if self.a_cat is None or self.kind == "call" else F.linear(x, self.a_cat)
-
-    def project(self, x: torch.Tensor):
-        """(member outputs without their LoRA update, t, bias still to add or None)."""
-        if self.kind == "call":
-            return [m(x) for m in self.mods], None, None
-        t = self.lora_t(x)
-        if self.kind == "fp4":
-            y = fp4_linear_fused(x, self.w)  # Triton for CUDA fp16/bf16, else the reference
-            return [y[..., r:r + n] for r, n in self.parts], t, self.bias
-        if self.kind == "dense":
-            if self.w is not None:
-                y = F.linear(x, self.w, self.bias)
-                return [y[..., r:r + n] for r, n in self.parts], t, None
-            return [F.linear(x, b.weight, b.bias) for b in self.bases], t, None
-        return [b(x) for b in self.bases], t, None
-
-    def residual(self, x: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
-        """h + module(x) (a single member: o_proj or down_proj), LoRA included."""
-        if self.kind == "call":
-            return h + self.mods[0](x)
-        t = self.lora_t(x)
-        lora = None if t is None else (t, self.lora_b)
-        if self.kind == "fp4":
-            return fp4_linear_fused(x, self.w, self.bias, lora=lora, residual=h)
-        if self.kind == "dense":
-            lead = h.shape[:-1]
-            h2, x2 = h.reshape(-1, h.shape[-1]), x.reshape(-1, x.shape[-1])
-            out = torch.addmm(h2, x2, self.w.t()) if self.bias is None else \
-                torch.addmm(h2 + self.bias, x2, self.w.t())
-        else:
-            lead = h.shape[:-1]
-            out = (h + self.bases[0](x)).reshape(-1, h.shape[-1])
-        if t is not None:
-            out = out.addmm_(t.reshape(out.shape[0], -1), self.lora_b.t())
-        return out.view(*lead, -1)
 
 
 class DecodeEngine:
@@ -291,11 +137,11 @@ class DecodeEngine:
         cos, sin = self.inner.rotary_emb(emb[:1].unsqueeze(0), pos)  # [1, max_len, head_dim]
         self.cos, self.sin = cos[0].to(self.dtype).contiguous(), sin[0].to(self.dtype).contiguous()
         kw = dict(fuse=fuse, dtype=self.dtype, in_place=self.device.type == "cuda")
-        self._groups = [(_Group([layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj],
-                                copy_dense=copy_dense_qkv, **kw),
-                         _Group([layer.self_attn.o_proj], copy_dense=False, **kw),
-                         _Group([layer.mlp.gate_proj, layer.mlp.up_proj], copy_dense=False, **kw),
-                         _Group([layer.mlp.down_proj], copy_dense=False, **kw)) for layer in self.layers]
+        self._groups = [(Group([layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj],
+                               copy_dense=copy_dense_qkv, **kw),
+                         Group([layer.self_attn.o_proj], copy_dense=False, **kw),
+                         Group([layer.mlp.gate_proj, layer.mlp.up_proj], copy_dense=False, **kw),
+                         Group([layer.mlp.down_proj], copy_dense=False, **kw)) for layer in self.layers]
         self._norms = [(layer.input_layernorm, layer.post_attention_layernorm) for layer in self.layers]
         self._final_norm = self.inner.norm
         # decode state, read and advanced inside the graphs: the host loop only replays
@@ -310,7 +156,7 @@ class DecodeEngine:
         self._pool = None
 
     def group_kinds(self) -> set[str]:
-        """The projection kinds in use ("fp4", "dense", "bases", "call"; see _Group)."""
+        """The projection kinds in use ("fp4", "dense", "bases", "call"; see qerl.rl.engine_groups.Group)."""
         return {g.kind for groups in self._groups for g in groups}
 
     # ---- the step ------------------------------------------------------------------------------------------------

@@ -15,13 +15,10 @@ import pytest
 
 from qerl.data import fetch
 from qerl.data.benchmarks import BENCHMARK_FILES, load_benchmark
+from qerl.data.convert import convert_competition, convert_gsm8k, convert_math500, convert_math_train
 from qerl.data.fetch import (
     HUB_SOURCES,
     MATH_SUBJECTS,
-    convert_competition,
-    convert_gsm8k,
-    convert_math500,
-    convert_math_train,
     fetch_file,
     file_sha256,
     hub_reachable,

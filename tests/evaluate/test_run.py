@@ -8,7 +8,9 @@ import math
 import pytest
 import torch
 
-from qerl.evaluate.run import AdapterNotActiveError, check_adapter_active, evaluate_model, pass_at_1_stats
+from qerl.evaluate.adapter_check import AdapterNotActiveError, check_adapter_active
+from qerl.evaluate.run import evaluate_model
+from qerl.evaluate.stats import pass_at_1_stats
 from qerl.evaluate.tasks import EvalSettings
 
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]

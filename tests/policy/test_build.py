@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from qerl.data.prompts import build_prompt
-from qerl.evaluate.run import check_adapter_active
+from qerl.evaluate.adapter_check import check_adapter_active
 from qerl.policy import (AqnSpec, LoraSpec, build_policy, checkpoint_format, load_adapter, load_tokenizer,
                          weight_nbytes)
 
