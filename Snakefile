@@ -16,9 +16,16 @@
 #   R/claims.html                                     the same, as an HTML page (shown by the report)
 #   R/config.yaml                                    the effective config every job reads (rule effective_config)
 #   R/logs/<rule>/...  and  R/benchmarks/<rule>/...  per-job logs and timings
+import os
+import sys
+
 from snakemake.utils import validate
 
 from qerl.config import validate_config
+
+# Jobs run `qerl ...` and `python -m ...`: make both this interpreter's (the environment whose qerl was just
+# imported), so `.venv/bin/snakemake` works without activating the environment first.
+os.environ["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
 
 
 # The tiny scale unless a config is given (`--configfile config/small.yaml`): a given config replaces the default

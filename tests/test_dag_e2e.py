@@ -21,8 +21,10 @@ import yaml
 from qerl.report.registry import ARTIFACTS, TABLE_FORMATS
 
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
-# the jobs call the `qerl` console script of this interpreter's environment, active or not
-ENV = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+# the environment NOT activated: this interpreter's bin folder removed from PATH, as after a plain
+# `.venv/bin/snakemake`; the Snakefile itself must make the jobs' `qerl` and `python` this environment's
+_BIN = str(Path(sys.executable).parent)
+ENV = {**os.environ, "PATH": os.pathsep.join(p for p in os.environ.get("PATH", "").split(os.pathsep) if p != _BIN)}
 CHROMIUM = next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome") if shutil.which(n)), None)
 
 
