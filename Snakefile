@@ -25,7 +25,11 @@ from qerl.config import validate_config
 
 # Jobs run `qerl ...` and `python -m ...`: make both this interpreter's (the environment whose qerl was just
 # imported), so `.venv/bin/snakemake` works without activating the environment first.
-os.environ["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
+envvars:
+    "PATH",
+
+
+os.environ.update(PATH=os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]))
 
 
 # The tiny scale unless a config is given (`--configfile config/small.yaml`): a given config replaces the default
