@@ -17,19 +17,22 @@
 #   R/config.yaml                                    the effective config every job reads (rule effective_config)
 #   R/logs/<rule>/...  and  R/benchmarks/<rule>/...  per-job logs and timings
 import os
+import shutil
 import sys
 
 from snakemake.utils import validate
 
 from qerl.config import validate_config
 
-# Jobs run `qerl ...` and `python -m ...`: make both this interpreter's (the environment whose qerl was just
-# imported), so `.venv/bin/snakemake` works without activating the environment first.
+# Jobs run `qerl ...` and `python -m ...`. When no `qerl` is on PATH (`.venv/bin/snakemake` run without activating
+# the environment), put this interpreter's bin folder first, the environment whose qerl was just imported; a qerl
+# already on PATH (an activated environment, a wrapper) is left to win.
 envvars:
     "PATH",
 
 
-os.environ.update(PATH=os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]))
+if shutil.which("qerl") is None:
+    os.environ.update(PATH=os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]))
 
 
 # The tiny scale unless a config is given (`--configfile config/small.yaml`): a given config replaces the default
