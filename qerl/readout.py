@@ -41,7 +41,7 @@ class Readout:
         self.enabled = enabled
         self.stream = stream if stream is not None else sys.stderr
         self._bar = None
-        self._last = time.perf_counter()
+        self._since, self._since_done = time.perf_counter(), start  # the last printed line (line mode)
         if enabled and getattr(self.stream, "isatty", lambda: False)():
             from tqdm import tqdm
 
@@ -57,9 +57,8 @@ class Readout:
             print(f"{self.desc}: {text}", file=self.stream, flush=True)
 
     def step(self, **values) -> None:
-        """One step done; `values` (name=number) are shown beside it, with the seconds the step took."""
-        now = time.perf_counter()
-        seconds, self._last = now - self._last, now
+        """One step done; `values` (name=number) are shown beside it, with the mean seconds per step since the last
+        printed line (`every` steps in line mode)."""
         self.done += 1
         if not self.enabled:
             return
@@ -69,6 +68,9 @@ class Readout:
             return
         if self.done % self.every and self.done != self.total:
             return
+        now = time.perf_counter()
+        seconds = (now - self._since) / (self.done - self._since_done)
+        self._since, self._since_done = now, self.done
         fields = " ".join(f"{k} {_fmt(v)}" for k, v in values.items())
         print(f"{self.desc} step {self.done}/{self.total} {fields} {seconds:.2f} s/step".replace("  ", " "),
               file=self.stream, flush=True)
