@@ -24,6 +24,8 @@ R = paths.root_of(config)
 # nothing by itself; they depend on the config sections they read through `params: section(...)`, so editing one
 # section reruns only those jobs.
 CONFIGFILE = paths.config_file(R)
+
+
 class _PlainDumper(yaml.SafeDumper):
     """No &id001 anchors in the effective config when two sections share one list object."""
 
