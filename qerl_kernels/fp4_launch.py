@@ -70,6 +70,21 @@ def _workspace(device: torch.device, floats: int, counters: int):
     return ws, cnt
 
 
+def _use_asm(interp: bool) -> bool:
+    """The inline-PTX decoder unless interpreting, or what USE_ASM_OVERRIDE says."""
+    return (not interp) if USE_ASM_OVERRIDE is None else USE_ASM_OVERRIDE
+
+
+def _launch(kernel, tuned, grid, args: tuple, meta: dict, config: dict | None) -> None:
+    """Run `kernel` with the forced `config` (its num_warps / num_stages split off), or the autotuned `tuned`."""
+    if config is None:
+        tuned[grid](*args, **meta)
+        return
+    c = dict(config)
+    nw, ns = c.pop("num_warps", 4), c.pop("num_stages", 3)
+    kernel[grid(c)](*args, **meta, **c, num_warps=nw, num_stages=ns)
+
+
 def _check_2d(x: torch.Tensor, w: PreparedFP4, cols: int, op: str, name: str) -> None:
     """x must be [M, cols], float16/bfloat16, on the weight's device; errors name the op and the argument."""
     if x.dim() != 2 or x.shape[1] != cols:
@@ -155,8 +170,7 @@ def fp4_gemm(x: torch.Tensor, w, bias: torch.Tensor | None = None, *, config: di
             m, w.n, w.k, kw, _bucket_m(m),
             x.stride(0), w.words.stride(0), w.scales.stride(0), y.stride(0), 0 if seg else w.out_scales.stride(0),
             t_arg.stride(0), res_arg.stride(0))
-    use_asm = (not interp) if USE_ASM_OVERRIDE is None else USE_ASM_OVERRIDE
-    meta = dict(SCALE_KIND=w.scale_kind, BF16=bf16, HAS_BIAS=bias is not None, USE_ASM=use_asm, SEGMENTED=seg,
+    meta = dict(SCALE_KIND=w.scale_kind, BF16=bf16, HAS_BIAS=bias is not None, USE_ASM=_use_asm(interp), SEGMENTED=seg,
                 HAS_LORA=lora is not None, R=lora[1].shape[1] if lora is not None else 16,
                 HAS_RES=residual is not None)
 
@@ -170,11 +184,8 @@ def fp4_gemm(x: torch.Tensor, w, bias: torch.Tensor | None = None, *, config: di
         return (units // k_steps,)
 
     if config is not None:
-        c = dict(config)
-        nw, ns = c.pop("num_warps", 4), c.pop("num_stages", 3)
-        _fp4_gemm[grid(c)](*args, **meta, **c, EVEN_K=w.k % c["BK"] == 0, num_warps=nw, num_stages=ns)
-    else:
-        _fp4_gemm_tuned[grid](*args, **meta)
+        meta["EVEN_K"] = w.k % config["BK"] == 0
+    _launch(_fp4_gemm, _fp4_gemm_tuned, grid, args, meta, config)
     return y
 
 
@@ -259,20 +270,14 @@ def fp4_gemm_tc(a: torch.Tensor, w, bias: torch.Tensor | None = None, *, forward
             m, no, kr, rp, wb, _bucket_m(m),
             a.stride(0), w.words.stride(0), w.scales.stride(0), o.stride(0), 0 if seg else w.out_scales.stride(0),
             t_arg.stride(0), res_arg.stride(0))
-    use_asm = (not interp) if USE_ASM_OVERRIDE is None else USE_ASM_OVERRIDE
     meta = dict(SCALE_KIND=w.scale_kind, BF16=a.dtype == torch.bfloat16, HAS_BIAS=bias is not None,
-                USE_ASM=use_asm, FORWARD=forward, SEGMENTED=seg, HAS_LORA=lora is not None,
+                USE_ASM=_use_asm(interp), FORWARD=forward, SEGMENTED=seg, HAS_LORA=lora is not None,
                 R=lora[1].shape[1] if lora is not None else 16, HAS_RES=residual is not None)
 
     def grid(c):
         return (-(-m // c["BM"]) * -(-no // c["BN"]),)
 
-    if config is not None:
-        c = dict(config)
-        nw, ns = c.pop("num_warps", 4), c.pop("num_stages", 3)
-        _fp4_gemm_tc[grid(c)](*args, **meta, **c, num_warps=nw, num_stages=ns)
-    else:
-        _fp4_gemm_tc_tuned[grid](*args, **meta)
+    _launch(_fp4_gemm_tc, _fp4_gemm_tc_tuned, grid, args, meta, config)
     return o
 
 
@@ -312,7 +317,6 @@ def fp4_dequantize(w: PreparedFP4, dtype: torch.dtype = torch.bfloat16) -> torch
 
 BWD_FUSED_MIN_TRY = 64
 BWD_FUSED_MAX_M = int(os.environ.get("QERL_FP4_BWD_FUSED_MAX_M", "256"))
-_DISPATCH_T: dict = {}
 
 
 def fp4_gemm_t(g: torch.Tensor, w: PreparedFP4, *, config: dict | None = None,
@@ -357,11 +361,10 @@ def fp4_gemm_t(g: torch.Tensor, w: PreparedFP4, *, config: dict | None = None,
     # workspace: at most (programs per SM 4) * SMs programs' partial tiles, plus one tile per program slack
     mb = -(-m // 16)
     ws, cnt = _workspace(g.device, max(n_sm * 8, 64) * 128 * 64 + kw * mb * 16, mb * (kw // 128))
-    use_asm = (not interp) if USE_ASM_OVERRIDE is None else USE_ASM_OVERRIDE
     bf16 = g.dtype == torch.bfloat16
     args = (g, w.words, w.scales, w.out_scales, o, ws, cnt, m, w.n, w.k, n_pad, kw, _bucket_m(m),
             g.stride(0), w.words.stride(0), w.scales.stride(0), o.stride(0), w.out_scales.stride(0))
-    meta = dict(SCALE_KIND=w.scale_kind, BF16=bf16, USE_ASM=use_asm, ROW_SCALE=w.row_scale)
+    meta = dict(SCALE_KIND=w.scale_kind, BF16=bf16, USE_ASM=_use_asm(interp), ROW_SCALE=w.row_scale)
 
     def grid(c):
         kb, mbk = kw // c["BKO"], -(-m // c["BM"])
@@ -374,12 +377,7 @@ def fp4_gemm_t(g: torch.Tensor, w: PreparedFP4, *, config: dict | None = None,
         rows = -(-blocks // want)
         return (kb, -(-blocks // rows), mbk)
 
-    if config is not None:
-        c = dict(config)
-        nw, ns = c.pop("num_warps", 4), c.pop("num_stages", 3)
-        _fp4_gemm_t[grid(c)](*args, **meta, **c, num_warps=nw, num_stages=ns)
-    else:
-        _fp4_gemm_t_tuned[grid](*args, **meta)
+    _launch(_fp4_gemm_t, _fp4_gemm_t_tuned, grid, args, meta, config)
     return o
 
 

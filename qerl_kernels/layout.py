@@ -31,6 +31,8 @@ from dataclasses import dataclass
 
 import torch
 
+from qerl_kernels.reference import E2M1_VALUES, pack_codes, unpack_codes
+
 __all__ = [
     "CHUNK", "ROW_ALIGN", "PreparedFP4", "PreparedCache", "SegmentedFP4", "segment_prepared", "prepare_codes",
     "unprepare_codes", "padded_shape", "row_out_scales", "concat_prepared", "e4m3_to_e5m3", "e5m3_to_float",
@@ -262,7 +264,7 @@ def prepare_codes(codes: torch.Tensor) -> torch.Tensor:
     """
     n, k = codes.shape[0], codes.shape[1] * 2
     n_pad, k_pad = padded_shape(n, k)
-    c = torch.stack((codes & 0x0F, codes >> 4), dim=-1).flatten(-2).to(torch.int64)  # [N, K]
+    c = unpack_codes(codes).to(torch.int64)  # [N, K]
     c = torch.nn.functional.pad(c, (0, k_pad - k, 0, n_pad - n))
     c = c.view(n_pad, k_pad // CHUNK, 4, 4, 4, 2)  # [n, t, b, q, c, r]
     sign, em = (c >> 3) & 1, c & 7
@@ -289,7 +291,7 @@ def unprepare_codes(words: torch.Tensor, n: int, k: int) -> torch.Tensor:
     w = w[..., None, :, None]                                         # [n, t, b, q, c, r]
     codes = (((w >> sp[:, None, :]) & 1) << 3) | ((w >> ep[:, None, :]) & 7)
     codes = codes.reshape(n_pad, k_pad)[:n, :k].to(torch.uint8)
-    return codes[:, 0::2] | (codes[:, 1::2] << 4)
+    return pack_codes(codes)
 
 
 def e4m3_to_e5m3(scales: torch.Tensor) -> torch.Tensor:
@@ -313,9 +315,6 @@ def e5m3_to_float(q: torch.Tensor) -> torch.Tensor:
     return torch.where(q > 0, v, torch.zeros_like(v))
 
 
-_E2M1 = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0)
-
-
 def dequantize_prepared_reference(w: PreparedFP4, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """Plain-torch W [n, k] of a prepared weight (or group: rows of all members, padding rows 0), float32 math.
 
@@ -324,8 +323,7 @@ def dequantize_prepared_reference(w: PreparedFP4, dtype: torch.dtype = torch.flo
     """
     n_pad, k_pad = w.words.shape[0], w.words.shape[1] * 8
     codes = unprepare_codes(w.words, n_pad, k_pad).to(torch.int64)
-    vals = torch.tensor(_E2M1, dtype=torch.float32, device=codes.device)[
-        torch.stack((codes & 0x0F, codes >> 4), dim=-1).flatten(-2)]                    # [n_pad, k_pad]
+    vals = torch.tensor(E2M1_VALUES, dtype=torch.float32, device=codes.device)[unpack_codes(codes)]  # [n_pad, k_pad]
     if w.scale_kind == 0:
         q = w.scales.contiguous().view(torch.uint8)                                      # [n_pad, k_pad // 16]
         blocks = vals.view(n_pad, -1, 16) * e5m3_to_float(q)[..., None]

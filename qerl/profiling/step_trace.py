@@ -19,16 +19,16 @@ Output: one JSON object per configuration (printed, and appended to --out as a l
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import json
-import sys
 import time
 from collections import defaultdict
 from pathlib import Path
 
 import torch
 
-from qerl.cli import add_list, parse_args
+from qerl.cli import add_list
 
 __all__ = ["trace_engine", "main"]
 
@@ -65,7 +65,7 @@ def trace_engine(engine_cls, model, batch: int, span: int, steps: int = 3, reps:
     eng = engine_cls(model, batch, span + 8, bucket=span)
     eng.capture(span - 8, 8)  # the decode graph of bucket `span` (plus warm-up: autotuning, lazy inits)
     graph_s = eng.step_seconds(span, reps)
-    run = getattr(eng, "decode_steps", None) or (lambda s, n: _old_steps(eng, s, n))
+    run = getattr(eng, "decode_steps", None) or functools.partial(_old_steps, eng)
     run(span, 2)
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -112,7 +112,7 @@ def main(argv=None) -> int:
     ap.add_argument("--engine-name", default="before")
     ap.add_argument("--out", default=None, help="JSON list of the results")
     ap.add_argument("--md", default=None, help="Markdown summary")
-    args = parse_args(ap, sys.argv[1:] if argv is None else list(argv))
+    args = ap.parse_args(argv)
     from qerl.profiling.build import build_random_model
 
     engines = [("after", _load_engine_class(None))]
