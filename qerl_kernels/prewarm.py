@@ -23,7 +23,7 @@ def _prewarm_job(job) -> str:
     if kind in ("gemm_v", "tc_v"):  # the decode engine's variants: bias = (segmented, lora + residual)
         seg, lora_res = bias
         variant = dict(SEGMENTED=seg, HAS_LORA=lora_res, R=32, HAS_RES=lora_res)
-        kind, bias = kind[:-2], kind == "tc_v" or False
+        kind, bias = kind[:-2], kind == "tc_v"
     n, k, m = 512, 1024, 3
     words = torch.zeros(n, k // 8, dtype=torch.int32, device="cuda")
     scales = torch.zeros(n, k // 32, dtype=torch.int16 if sk == 0 else torch.uint8, device="cuda")
