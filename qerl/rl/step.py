@@ -39,7 +39,7 @@ from qerl.policy import Policy
 from qerl.rl.distributed import (DistContext, all_gather_cat, all_reduce_grads, broadcast_params, reduce_max,
                                  reduce_sum)
 from qerl.rl.losses import dapo_loss, dynamic_sampling_mask, grpo_loss, group_advantages, overlong_filter
-from qerl.rl.mismatch import MISMATCH_KEYS, importance_ratios, tis_weights
+from qerl.rl.mismatch import importance_ratios, mismatch_stats, tis_weights
 from qerl.rl.rewards import compute_rewards
 from qerl.rl.rollout import sample, sequence_logprobs
 from qerl.rl.settings import RunSettings, lr_schedule, make_optimizer
@@ -311,7 +311,7 @@ def rl_step(learner: Learner, batch: StepBatch, s: RunSettings, ctx: DistContext
         "kept_fraction": float((mask.sum(1) > 0).float().mean()),
         "truncated_fraction": float(rb.truncated.float().mean()),
         "rollout_tokens": int(rb.lengths.sum()), "rollout_tokens_per_s": float(rb.lengths.sum()) / t_rollout,
-        **_mismatch(upd["ratios"], ctx),
+        **mismatch_stats(all_gather_cat(ctx, upd["ratios"])),  # over every rank's valid tokens
     }
     if ctx.distributed:
         row.update(_global_metrics(ctx, rewards, correct, rb.entropy, comp, rb.lengths, mask, rb.truncated,
@@ -351,12 +351,3 @@ def _global_metrics(ctx: DistContext, rewards, correct, entropy, comp, lengths, 
             "peak_memory_bytes": int(peak), "kept_fraction": kept / n, "truncated_fraction": trunc / n,
             "rollout_tokens": int(len_sum), "rollout_tokens_per_s": len_sum / t_roll,
             "mixed_groups": mixed * group_size / n, "adv_abs": a_sum / n}
-
-
-def _mismatch(ratios: torch.Tensor, ctx: DistContext) -> dict[str, float]:
-    """The step's rollout-train mismatch (qerl/rl/mismatch.py) over every rank's valid tokens."""
-    r = all_gather_cat(ctx, ratios).double()  # [T] pi_old / pi_sampler per token
-    if r.numel() == 0:
-        return {k: float("nan") for k in MISMATCH_KEYS}
-    return {"mismatch_kl": float((r - 1.0 - torch.log(r)).mean()), "is_ratio_mean": float(r.mean()),
-            "is_ratio_max": float(r.max()), "is_ratio_p99": float(torch.quantile(r, 0.99))}
