@@ -160,7 +160,6 @@ def policy_update(learner: Learner, s: RunSettings, b: UpdateBatch, step: int,
          pi_old / pi_sampler over its valid tokens (empty without sample_logp)}.
     """
     model, opt, sched, trainable = learner.model, learner.optimizer, learner.scheduler, learner.trainable
-    loss_fn = grpo_loss if s.algorithm == "grpo" else dapo_loss
     n_global = b.global_rows if b.global_rows is not None else b.input_ids.shape[0]
     lo, hi = b.row_offset, b.row_offset + b.input_ids.shape[0]
     ids, attn, P, mask, adv = b.input_ids, b.attention_mask, b.prompt_len, b.mask, b.advantages
@@ -193,11 +192,11 @@ def policy_update(learner: Learner, s: RunSettings, b: UpdateBatch, step: int,
                 if s.tis_cap > 0:
                     weights = tis_weights(old, b.sample_logp[mb], valid, s.tis_cap)  # [m, L]
             if s.algorithm == "grpo":
-                loss, diag = loss_fn(logp, old, adv[mb], mask[mb], ref, beta=s.kl_coef, eps=s.clip_eps_low,
-                                     token_weights=weights)
+                loss, diag = grpo_loss(logp, old, adv[mb], mask[mb], ref, beta=s.kl_coef, eps=s.clip_eps_low,
+                                       token_weights=weights)
             else:
-                loss, diag = loss_fn(logp, old, adv[mb], mask[mb], eps_low=s.clip_eps_low, eps_high=s.clip_eps_high,
-                                     ref_logp=ref, token_weights=weights)
+                loss, diag = dapo_loss(logp, old, adv[mb], mask[mb], eps_low=s.clip_eps_low,
+                                       eps_high=s.clip_eps_high, ref_logp=ref, token_weights=weights)
         if ctx.distributed:  # the local share of the global loss, and the global diagnostics (token-weighted)
             if loss is not None:
                 loss = loss * (local_tokens / global_tokens if s.algorithm == "dapo" else local_seqs / global_seqs)
