@@ -276,7 +276,8 @@ def rl_step(learner: Learner, batch: StepBatch, s: RunSettings, ctx: DistContext
     adv = group_advantages(rewards, G).to(device)  # [n] groups are whole on each rank
     mixed = float((rewards.view(-1, G).amax(1) != rewards.view(-1, G).amin(1)).float().mean())  # groups with signal
     ids, attn, P = rb.input_ids, rb.attention_mask, rb.prompt_len
-    mask = rb.completion_mask[:, P:].float()  # [n, L]
+    sampled = rb.completion_mask[:, P:]  # [n, L] every sampled completion token
+    mask = sampled.float()  # [n, L] those the loss counts
     if s.dynamic_sampling:
         mask = mask * dynamic_sampling_mask(rewards, G).to(device).float().unsqueeze(1)
     if s.overlong_filter:
@@ -292,11 +293,11 @@ def rl_step(learner: Learner, batch: StepBatch, s: RunSettings, ctx: DistContext
     t0 = _now(device)
     rows = batch.global_rows if batch.global_rows is not None else len(batch.prompts) * G
     upd = policy_update(learner, s, UpdateBatch(ids, attn, P, mask, adv, old_logp, ref_logp, batch.row_offset, rows,
-                                                rb.sample_logp.to(device), rb.completion_mask[:, P:].to(device)),
+                                                rb.sample_logp.to(device), sampled.to(device)),
                         batch.step, ctx)
     t_update = _now(device) - t0
     diags, grad_norms = upd["diags"], upd["grad_norms"]
-    comp = rb.completion_mask[:, P:].cpu()
+    comp = sampled.cpu()
     row = {
         "step": batch.step, "reward": float(rewards.mean()), "accuracy": float(correct.mean()),
         "entropy": _masked_mean(rb.entropy, comp), "sigma": float(sigma),
