@@ -66,6 +66,21 @@ def repo_root() -> Path:
     return REPO
 
 
+# The tiny tokenizer and Qwen2, built in code (tests/evaluate and tests/policy use them).
+@pytest.fixture(scope="session")
+def tokenizer():
+    from qerl.models.tiny import build_tokenizer
+
+    return build_tokenizer()
+
+
+@pytest.fixture()
+def tiny_model(tokenizer):
+    from qerl.models.tiny import build_model
+
+    return build_model(tokenizer, seed=0).eval()
+
+
 # The tiny scale cut to seconds per job, for tests that run the DAG through Snakemake (`rule all` of it takes minutes).
 # Every job of the DAG still runs; what the jobs compute is not checked for quality, only that it is written and read:
 # 10 pretraining steps (the serial head of the DAG) and 2 test problems per level (each evaluation and each training

@@ -23,7 +23,7 @@ import math
 
 import torch
 
-__all__ = ["MISMATCH_KEYS", "importance_ratios", "rollout_mismatch", "tis_weights"]
+__all__ = ["MISMATCH_KEYS", "importance_ratios", "mismatch_stats", "rollout_mismatch", "tis_weights"]
 
 MISMATCH_KEYS = ("mismatch_kl", "is_ratio_mean", "is_ratio_max", "is_ratio_p99")
 
@@ -58,13 +58,21 @@ def rollout_mismatch(old_logp: torch.Tensor, sample_logp: torch.Tensor, mask: to
     Returns:
         {"mismatch_kl", "is_ratio_mean", "is_ratio_max", "is_ratio_p99"} as floats.
     """
-    ratio = importance_ratios(old_logp, sample_logp, mask)
-    r = ratio[mask.bool()]  # [T]
+    return mismatch_stats(importance_ratios(old_logp, sample_logp, mask)[mask.bool()])
+
+
+def mismatch_stats(ratios: torch.Tensor) -> dict[str, float]:
+    """The mismatch diagnostics of the valid tokens' ratios pi_old / mu ([T], any order; float64 math); NaN for T = 0.
+
+    The training step gathers its ranks' ratios and calls this (qerl.rl.step), so the logged metrics and
+    `rollout_mismatch` are one computation.
+    """
+    r = ratios.double()  # [T]
     if r.numel() == 0:
         return {k: math.nan for k in MISMATCH_KEYS}
     k3 = r - 1.0 - torch.log(r)  # [T]
     return {"mismatch_kl": float(k3.mean()), "is_ratio_mean": float(r.mean()), "is_ratio_max": float(r.max()),
-            "is_ratio_p99": float(torch.quantile(r.double(), 0.99))}
+            "is_ratio_p99": float(torch.quantile(r, 0.99))}
 
 
 def tis_weights(old_logp: torch.Tensor, sample_logp: torch.Tensor, mask: torch.Tensor, cap: float) -> torch.Tensor:

@@ -25,7 +25,6 @@ from dataclasses import dataclass
 import torch
 
 from qerl.rl.sampling import top_p_filter
-from qerl.rl.sampling import top_p_filter as _top_p_filter  # noqa: F401 - the old private name (tests import it)
 
 __all__ = ["RolloutBatch", "eos_token_ids", "sample", "sequence_logprobs", "engine_for", "release_engine"]
 

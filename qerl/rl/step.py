@@ -39,7 +39,7 @@ from qerl.policy import Policy
 from qerl.rl.distributed import (DistContext, all_gather_cat, all_reduce_grads, broadcast_params, reduce_max,
                                  reduce_sum)
 from qerl.rl.losses import dapo_loss, dynamic_sampling_mask, grpo_loss, group_advantages, overlong_filter
-from qerl.rl.mismatch import MISMATCH_KEYS, importance_ratios, tis_weights
+from qerl.rl.mismatch import importance_ratios, mismatch_stats, tis_weights
 from qerl.rl.rewards import compute_rewards
 from qerl.rl.rollout import sample, sequence_logprobs
 from qerl.rl.settings import RunSettings, lr_schedule, make_optimizer
@@ -160,7 +160,6 @@ def policy_update(learner: Learner, s: RunSettings, b: UpdateBatch, step: int,
          pi_old / pi_sampler over its valid tokens (empty without sample_logp)}.
     """
     model, opt, sched, trainable = learner.model, learner.optimizer, learner.scheduler, learner.trainable
-    loss_fn = grpo_loss if s.algorithm == "grpo" else dapo_loss
     n_global = b.global_rows if b.global_rows is not None else b.input_ids.shape[0]
     lo, hi = b.row_offset, b.row_offset + b.input_ids.shape[0]
     ids, attn, P, mask, adv = b.input_ids, b.attention_mask, b.prompt_len, b.mask, b.advantages
@@ -193,11 +192,11 @@ def policy_update(learner: Learner, s: RunSettings, b: UpdateBatch, step: int,
                 if s.tis_cap > 0:
                     weights = tis_weights(old, b.sample_logp[mb], valid, s.tis_cap)  # [m, L]
             if s.algorithm == "grpo":
-                loss, diag = loss_fn(logp, old, adv[mb], mask[mb], ref, beta=s.kl_coef, eps=s.clip_eps_low,
-                                     token_weights=weights)
+                loss, diag = grpo_loss(logp, old, adv[mb], mask[mb], ref, beta=s.kl_coef, eps=s.clip_eps_low,
+                                       token_weights=weights)
             else:
-                loss, diag = loss_fn(logp, old, adv[mb], mask[mb], eps_low=s.clip_eps_low, eps_high=s.clip_eps_high,
-                                     ref_logp=ref, token_weights=weights)
+                loss, diag = dapo_loss(logp, old, adv[mb], mask[mb], eps_low=s.clip_eps_low,
+                                       eps_high=s.clip_eps_high, ref_logp=ref, token_weights=weights)
         if ctx.distributed:  # the local share of the global loss, and the global diagnostics (token-weighted)
             if loss is not None:
                 loss = loss * (local_tokens / global_tokens if s.algorithm == "dapo" else local_seqs / global_seqs)
@@ -277,7 +276,8 @@ def rl_step(learner: Learner, batch: StepBatch, s: RunSettings, ctx: DistContext
     adv = group_advantages(rewards, G).to(device)  # [n] groups are whole on each rank
     mixed = float((rewards.view(-1, G).amax(1) != rewards.view(-1, G).amin(1)).float().mean())  # groups with signal
     ids, attn, P = rb.input_ids, rb.attention_mask, rb.prompt_len
-    mask = rb.completion_mask[:, P:].float()  # [n, L]
+    sampled = rb.completion_mask[:, P:]  # [n, L] every sampled completion token
+    mask = sampled.float()  # [n, L] those the loss counts
     if s.dynamic_sampling:
         mask = mask * dynamic_sampling_mask(rewards, G).to(device).float().unsqueeze(1)
     if s.overlong_filter:
@@ -293,11 +293,11 @@ def rl_step(learner: Learner, batch: StepBatch, s: RunSettings, ctx: DistContext
     t0 = _now(device)
     rows = batch.global_rows if batch.global_rows is not None else len(batch.prompts) * G
     upd = policy_update(learner, s, UpdateBatch(ids, attn, P, mask, adv, old_logp, ref_logp, batch.row_offset, rows,
-                                                rb.sample_logp.to(device), rb.completion_mask[:, P:].to(device)),
+                                                rb.sample_logp.to(device), sampled.to(device)),
                         batch.step, ctx)
     t_update = _now(device) - t0
     diags, grad_norms = upd["diags"], upd["grad_norms"]
-    comp = rb.completion_mask[:, P:].cpu()
+    comp = sampled.cpu()
     row = {
         "step": batch.step, "reward": float(rewards.mean()), "accuracy": float(correct.mean()),
         "entropy": _masked_mean(rb.entropy, comp), "sigma": float(sigma),
@@ -311,7 +311,7 @@ def rl_step(learner: Learner, batch: StepBatch, s: RunSettings, ctx: DistContext
         "kept_fraction": float((mask.sum(1) > 0).float().mean()),
         "truncated_fraction": float(rb.truncated.float().mean()),
         "rollout_tokens": int(rb.lengths.sum()), "rollout_tokens_per_s": float(rb.lengths.sum()) / t_rollout,
-        **_mismatch(upd["ratios"], ctx),
+        **mismatch_stats(all_gather_cat(ctx, upd["ratios"])),  # over every rank's valid tokens
     }
     if ctx.distributed:
         row.update(_global_metrics(ctx, rewards, correct, rb.entropy, comp, rb.lengths, mask, rb.truncated,
@@ -351,12 +351,3 @@ def _global_metrics(ctx: DistContext, rewards, correct, entropy, comp, lengths, 
             "peak_memory_bytes": int(peak), "kept_fraction": kept / n, "truncated_fraction": trunc / n,
             "rollout_tokens": int(len_sum), "rollout_tokens_per_s": len_sum / t_roll,
             "mixed_groups": mixed * group_size / n, "adv_abs": a_sum / n}
-
-
-def _mismatch(ratios: torch.Tensor, ctx: DistContext) -> dict[str, float]:
-    """The step's rollout-train mismatch (qerl/rl/mismatch.py) over every rank's valid tokens."""
-    r = all_gather_cat(ctx, ratios).double()  # [T] pi_old / pi_sampler per token
-    if r.numel() == 0:
-        return {k: float("nan") for k in MISMATCH_KEYS}
-    return {"mismatch_kl": float((r - 1.0 - torch.log(r)).mean()), "is_ratio_mean": float(r.mean()),
-            "is_ratio_max": float(r.max()), "is_ratio_p99": float(torch.quantile(r, 0.99))}

@@ -1,5 +1,6 @@
-"""Fixtures of the evaluation tests: the tiny tokenizer and Qwen2 (built in code), a small tiny-format test file,
-a validated config, and a scripted model whose completions are known in advance (so graded numbers are exact)."""
+"""Fixtures of the evaluation tests (the tiny tokenizer and Qwen2 are tests/conftest.py's): a small tiny-format
+test file, a validated config, and a scripted model whose completions are known in advance (so graded numbers are
+exact)."""
 from __future__ import annotations
 
 import json
@@ -11,22 +12,11 @@ from torch import nn
 
 from qerl.config import validate_config
 from qerl.data.tiny import generate_split
-from qerl.models.tiny import build_model, build_tokenizer
 
 
 @pytest.fixture(scope="session", autouse=True)
 def _one_thread():
     torch.set_num_threads(1)
-
-
-@pytest.fixture(scope="session")
-def tokenizer():
-    return build_tokenizer()
-
-
-@pytest.fixture()
-def tiny_model(tokenizer):
-    return build_model(tokenizer, seed=0).eval()
 
 
 @pytest.fixture(scope="session")

@@ -6,7 +6,7 @@ import torch
 
 from qerl.data.prompts import build_prompt
 from qerl.evaluate.lm import QerlLM, sample
-from qerl.rl.rollout import _top_p_filter
+from qerl.rl.sampling import top_p_filter
 
 PROMPT_Q = "Ann has 3 apples . Ann buys 5 apples . How many apples does Ann have now ?"
 
@@ -74,7 +74,7 @@ def test_top_p_keeps_the_smallest_nucleus():
     g = torch.Generator().manual_seed(0)
 
     def draw(top_p):
-        return int(torch.multinomial(torch.softmax(_top_p_filter(logits, top_p), -1), 1, generator=g))
+        return int(torch.multinomial(torch.softmax(top_p_filter(logits, top_p), -1), 1, generator=g))
 
     assert {draw(0.7) for _ in range(300)} == {0, 1}  # 0.5 < 0.7 <= 0.5 + 0.3: tokens 0 and 1 only
     assert {draw(0.1) for _ in range(50)} == {0}  # the most likely token always survives

@@ -1,25 +1,13 @@
-"""Fixtures of the policy-core tests: the tiny tokenizer and Qwen2 (built in code), saved as a checkpoint folder."""
+"""Fixtures of the policy-core tests: the tiny tokenizer and Qwen2 (tests/conftest.py) saved as a checkpoint folder."""
 from __future__ import annotations
 
 import pytest
 import torch
 
-from qerl.models.tiny import build_model, build_tokenizer
-
 
 @pytest.fixture(scope="session", autouse=True)
 def _one_thread():
     torch.set_num_threads(1)
-
-
-@pytest.fixture(scope="session")
-def tokenizer():
-    return build_tokenizer()
-
-
-@pytest.fixture()
-def tiny_model(tokenizer):
-    return build_model(tokenizer, seed=0).eval()
 
 
 @pytest.fixture()
