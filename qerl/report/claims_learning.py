@@ -46,8 +46,9 @@ def entropy_claim(cfg: dict, seen: list[Context]) -> tuple[list[str], str]:
             summary.append(f"{role.upper()}: not run")
             continue
         ctx = tracked_context(cfg, Needs(), seen)
-        stats = {m: _curve_stats(ctx.metrics(RunSpec(role, m))) for m in methods}
-        n_steps = len(ctx.metrics(RunSpec(role, "lora"))[0]["reward"])
+        per_seed = {m: ctx.metrics(RunSpec(role, m)) for m in methods}
+        stats = {m: _curve_stats(runs) for m, runs in per_seed.items()}
+        n_steps = len(per_seed["lora"][0]["reward"])
         out += [f"*{title}*, task `{task_name(cfg, role)}`, {n_steps} steps, mean ± std over seeds; reward growth = "
                 "mean reward of the last quarter of the steps minus that of the first quarter.", "",
                 "| method | entropy, step 0 | entropy, mean over steps | reward, first quarter | reward, last quarter "
