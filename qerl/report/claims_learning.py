@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 
 from qerl.contract.methods import get_method
+from qerl.report import beyond
 from qerl.report.claims_verdicts import compare, diff_text, fmt, tally_text, tracked_context
 from qerl.report.context import Context, Needs, RunSpec, ablation, role_benchmarks, task_name, trained_methods
 from qerl.report.inputs import Stat, paper_model_label, summarize
@@ -33,7 +34,7 @@ def _curve_stats(per_seed: list[dict[str, list[float]]]) -> dict[str, Stat]:
         "entropy": summarize([sum(m["entropy"]) / len(m["entropy"]) for m in per_seed]),
         "reward_first": summarize([quarter(m["reward"], False) for m in per_seed]),
         "reward_last": summarize([quarter(m["reward"], True) for m in per_seed]),
-        "growth": summarize([quarter(m["reward"], True) - quarter(m["reward"], False) for m in per_seed]),
+        "growth": summarize([beyond.growth(m["reward"]) for m in per_seed]),
     }
 
 
@@ -46,8 +47,9 @@ def entropy_claim(cfg: dict, seen: list[Context]) -> tuple[list[str], str]:
             summary.append(f"{role.upper()}: not run")
             continue
         ctx = tracked_context(cfg, Needs(), seen)
-        stats = {m: _curve_stats(ctx.metrics(RunSpec(role, m))) for m in methods}
-        n_steps = len(ctx.metrics(RunSpec(role, "lora"))[0]["reward"])
+        per_seed = {m: ctx.metrics(RunSpec(role, m)) for m in methods}
+        stats = {m: _curve_stats(runs) for m, runs in per_seed.items()}
+        n_steps = len(per_seed["lora"][0]["reward"])
         out += [f"*{title}*, task `{task_name(cfg, role)}`, {n_steps} steps, mean ± std over seeds; reward growth = "
                 "mean reward of the last quarter of the steps minus that of the first quarter.", "",
                 "| method | entropy, step 0 | entropy, mean over steps | reward, first quarter | reward, last quarter "
@@ -196,8 +198,6 @@ def schedule_claim(cfg: dict, seen: list[Context]) -> tuple[list[str], str]:
 # --------------------------------------------------------------------------------------------- beyond the paper
 def beyond_claim(cfg: dict, seen: list[Context]) -> tuple[list[str], str]:
     """Noise alone, quantization alone, and what TIS changed, from the AQN table's runs (qerl/report/beyond.py)."""
-    from qerl.report import beyond
-
     variants = beyond.aqn_variants(cfg)
     rows = {(m, v): label for m, v, label, _ in variants}
     schedule = cfg["train"]["aqn"]["schedule"]

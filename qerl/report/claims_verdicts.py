@@ -30,8 +30,9 @@ def compare(a: Stat, b: Stat) -> tuple[float, float | None, str]:
 
 
 def tracked_context(cfg: dict, needs: Needs, seen: list[Context]) -> Context:
-    """A Context whose provenance (commits, hardware of the files read) ends up in the document's header."""
-    ctx = Context(cfg, needs)
+    """A Context whose provenance (commits, hardware of the files read) ends up in the document's header; the
+    document's contexts share their parsed files (Context.reads), so a file several claims use is read once."""
+    ctx = Context(cfg, needs, reads=seen[0].reads if seen else {})
     seen.append(ctx)
     return ctx
 

@@ -208,6 +208,8 @@ class Context:
         allow_missing: a missing run/eval file is skipped (and noted) instead of raising.
         prov: the provenance collected while loading.
         notes: lines the renderer adds to the caption (missing files, methods not run, not measured).
+        reads: the files parsed so far, by reader and path, so that each is read once; contexts that read the same
+            files (the claims document's) share one mapping. The parsed values are read-only.
     """
 
     cfg: dict
@@ -215,6 +217,7 @@ class Context:
     allow_missing: bool = False
     prov: Provenance = field(init=False)
     notes: list[str] = field(default_factory=list)
+    reads: dict = field(default_factory=dict)
 
     def __post_init__(self):
         self.prov = Provenance(self.cfg["scale"], self.cfg["model"]["name"], [])  # seeds: added as files are read
@@ -250,6 +253,13 @@ class Context:
         self.notes.append(f"Missing input skipped: {path}.")
         return False
 
+    def _read(self, reader, path: Path, *args):
+        """reader(path, *args), parsed once per path (see `reads`)."""
+        key = (reader.__name__, path)
+        if key not in self.reads:
+            self.reads[key] = reader(path, *args)
+        return self.reads[key]
+
     def _read_seed(self, seed: int) -> None:
         if seed not in self.prov.seeds:
             self.prov.seeds = sorted([*self.prov.seeds, seed])
@@ -258,7 +268,7 @@ class Context:
         """The trainer's run.json beside a run's files carries its provenance (commit, hardware); optional."""
         path = run_dir / paths.RUN_INFO_FILE
         if path.exists():
-            self.prov.add(inputs.read_run_provenance(path))
+            self.prov.add(self._read(inputs.read_run_provenance, path))
 
     def metrics(self, spec: RunSpec) -> list[dict[str, list[float]]]:
         """Per-seed metric columns of `spec` (seeds whose file is missing are skipped when allowed)."""
@@ -266,7 +276,7 @@ class Context:
         for seed in run_seeds(self.cfg, spec):
             path = run_path(self.cfg, RunSpec(spec.role, spec.method, spec.variant, paths.METRICS_FILE), seed)
             if self._exists(path):
-                out.append(inputs.read_metrics(path))
+                out.append(self._read(inputs.read_metrics, path))
                 self._run_provenance(path.parent)
                 self._read_seed(seed)
         return out
@@ -281,7 +291,7 @@ class Context:
         for seed in run_seeds(self.cfg, spec):
             path = run_path(self.cfg, RunSpec(spec.role, spec.method, spec.variant, paths.EVAL_FILE), seed)
             if self._exists(path):
-                results, prov = inputs.read_eval(path)
+                results, prov = self._read(inputs.read_eval, path)
                 absent = [b for b in benchmarks if b not in results]
                 if absent:
                     raise ValueError(f"{path}: key(s) {['benchmarks.' + b for b in absent]} missing; "
@@ -300,7 +310,7 @@ class Context:
             for bench in benchmarks:
                 path = eval_path(self.cfg, method, bench, seed)
                 if self._exists(path):
-                    result, prov = inputs.read_untrained_eval(path, bench)
+                    result, prov = self._read(inputs.read_untrained_eval, path, bench)
                     self.prov.add(prov)
                     self._read_seed(seed)
                     per_seed[bench] = result

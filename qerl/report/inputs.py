@@ -37,7 +37,6 @@ import math
 import re
 from dataclasses import astuple, dataclass, fields
 from pathlib import Path
-from typing import Any
 
 from qerl.contract.records import BenchmarkRecord, MetricsRow, read_json, read_metrics_rows
 

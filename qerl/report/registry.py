@@ -41,7 +41,6 @@ from qerl.report.context import (
     eval_path,
     lr_variant,
     measured_dir,
-    results_root,
     run_path,
     run_seeds,
     task_name,

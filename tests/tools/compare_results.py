@@ -99,6 +99,8 @@ def _text(path: Path, root: Path) -> str:
 def compare_file(rel: Path, ref: Path, new: Path, roots: tuple[Path, Path] | None = None) -> list[str]:
     """The differences of one file (empty: identical after the exclusions). `roots`: the two results/<scale>/
     folders, whose checkouts' absolute paths (recorded by peft and the NF4 recipe) are compared as <checkout>."""
+    if ref.read_bytes() == new.read_bytes():  # the same bytes: identical whatever the exclusions (e.g. a copy of
+        return []                             # the reference outside a checkout, whose paths are not <checkout>)
     ra, rb = roots or (ref.parent, new.parent)
     text = {ref: lambda: _text(ref, ra), new: lambda: _text(new, rb)}
     name, out = rel.name, []
@@ -145,13 +147,12 @@ def compare_file(rel: Path, ref: Path, new: Path, roots: tuple[Path, Path] | Non
             out.append(f"{rel}: {len(la)} lines != {len(lb)} lines")
         out += [f"{rel}:{i}: {x[:150]!r} != {y[:150]!r}" for i, (x, y) in enumerate(zip(la, lb), 1) if x != y][:20]
         return out
-    if ref.read_bytes() != new.read_bytes():
-        try:
-            same = text[ref]() == text[new]()
-        except UnicodeDecodeError:
-            same = False
-        if not same:
-            out.append(f"{rel}: bytes differ")
+    try:
+        same = text[ref]() == text[new]()
+    except UnicodeDecodeError:
+        same = False
+    if not same:
+        out.append(f"{rel}: bytes differ")
     return out
 
 
