@@ -24,6 +24,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "data": ("qerl.data.fetch", "make sure the benchmark files exist (download from the hub when missing and online)"),
     "gen-tiny": ("qerl.data.tiny", "generate the tiny scale's arithmetic word problems"),
     "pretrain-tiny": ("qerl.models.pretrain", "build the tiny tokenizer and Qwen2 model and pretrain it"),
+    "sft": ("qerl.models.sft", "supervised warm-up of the base model on a training split's answer format (small scale)"),
     "train": ("qerl.commands.train",
               "RL-train one run (task, method, variant, seed) with GRPO or DAPO, then evaluate it"),
     "grade-check": ("qerl.evaluate.grade_check", "grader self-check: gold answers must grade 100, shuffled about 0"),

@@ -28,7 +28,7 @@ from pathlib import Path
 
 __all__ = [
     "METRICS_FILE", "EVAL_FILE", "RUN_INFO_FILE", "CHECKPOINT_FILE", "ADAPTER_DIR", "FULL_MODEL_DIR", "TINY_SPLITS",
-    "results_root", "root_of", "config_file", "tiny_split", "data_manifest", "base_model_dir", "quantized_dir",
+    "results_root", "root_of", "config_file", "tiny_split", "data_manifest", "base_model_dir", "pretrained_model_dir", "quantized_dir",
     "awq_scales_file", "run_dir", "eval_file", "artifact_file", "claims_file", "measured_dir",
     "BENCHMARK_FILES", "HELD_OUT", "benchmark_splits", "missing_files", "task_benchmarks",
 ]
@@ -76,6 +76,11 @@ def data_manifest(root: str) -> str:
 def base_model_dir(root: str, model: str) -> str:
     """R/models/<model>/base: the base checkpoint folder."""
     return f"{root}/models/{model}/base"
+
+
+def pretrained_model_dir(root: str, model: str) -> str:
+    """R/models/<model>/pretrained: the converted model before the SFT warm-up (only when sft.steps > 0)."""
+    return f"{root}/models/{model}/pretrained"
 
 
 def quantized_dir(root: str, model: str, fmt: str) -> str:

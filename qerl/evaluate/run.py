@@ -282,15 +282,15 @@ def evaluate_model(model, tokenizer, benchmarks: Iterable[str], cfg: dict, seed:
     try:
         check = require_adapter if require_adapter is not None else isinstance(model, PeftModel)
         adapter_check = check_adapter_active(model, tokenizer) if check else None
-        results = {n: evaluate_benchmark(model, tokenizer, n, problems[n], settings, seed, instruction, progress)
-                   for n in names}
+        results = {n: evaluate_benchmark(model, tokenizer, n, problems[n], settings.for_benchmark(n), seed, instruction,
+                                         progress) for n in names}
     finally:
         model.train(was_training)
     return {
         "version": RESULTS_VERSION,
         "seed": seed,
         "scale": cfg.get("scale"),
-        "settings": {**dataclasses.asdict(settings), "benchmarks": names, "methods": list(settings.methods),
+        "settings": {**settings.record(), "benchmarks": names, "methods": list(settings.methods),
                      "instruction": instruction, "stop": "</answer>"},
         "model": model_info or {"class": type(model).__name__},
         "adapter_check": adapter_check,

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +72,8 @@ class EvalSettings:
         max_new_tokens: generation limit per sample.
         limit: evaluate only the first `limit` problems of each benchmark (None: all).
         batch_size: sequences per forward batch.
+        repeats: benchmark -> samples per problem where it differs from n_repeats (AIME/AMC have 30/40 problems
+            and need more samples than GSM8K's 1319); see `for_benchmark`.
     """
 
     benchmarks: tuple[str, ...] = ("gsm8k",)
@@ -82,6 +84,18 @@ class EvalSettings:
     max_new_tokens: int = 4096
     limit: int | None = None
     batch_size: int = 32
+    repeats: dict = field(default_factory=dict)
+
+    def for_benchmark(self, name: str) -> "EvalSettings":
+        """These settings with n_repeats taken from `repeats` where it names the benchmark."""
+        return replace(self, n_repeats=self.repeats[name]) if name in self.repeats else self
+
+    def record(self) -> dict:
+        """The settings as results files record them (an empty `repeats` is left out, as before it existed)."""
+        out = asdict(self)
+        if not out["repeats"]:
+            del out["repeats"]
+        return out
 
     @classmethod
     def from_config(cls, cfg: dict, **overrides: Any) -> "EvalSettings":
@@ -110,6 +124,13 @@ class EvalSettings:
             value = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"config key 'evaluate.{key}': expected a positive integer, got {value!r}")
+        if not isinstance(self.repeats, dict):
+            raise ValueError(f"config key 'evaluate.repeats': expected a mapping benchmark -> samples, got "
+                             f"{self.repeats!r}")
+        for name, value in self.repeats.items():
+            check_benchmarks([name])
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"config key 'evaluate.repeats.{name}': expected a positive integer, got {value!r}")
         bad_limit = isinstance(self.limit, bool) or not isinstance(self.limit, int) or self.limit < 1
         if self.limit is not None and bad_limit:
             raise ValueError(f"config key 'evaluate.limit': expected a positive integer or null, got {self.limit!r}")

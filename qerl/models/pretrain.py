@@ -60,8 +60,10 @@ def _batch(examples: list[tuple[list[int], int]], pad_id: int) -> tuple[torch.Te
 
 
 def pretrain(model, examples, *, steps: int, time_budget_s: float, batch_size: int, lr: float, warmup_steps: int,
-             weight_decay: float, seed: int, log_path: Path | None = None) -> dict:
-    """Supervised training loop (AdamW, linear warmup, cosine decay). Returns {"steps", "seconds", "final_loss"}."""
+             weight_decay: float, seed: int, log_path: Path | None = None, desc: str = "pretrain") -> dict:
+    """Supervised training loop (AdamW, linear warmup, cosine decay) on the device the model sits on.
+
+    Also the small scale's SFT warm-up (qerl.models.sft). Returns {"steps", "seconds", "final_loss"}."""
     torch.manual_seed(seed)
     rng = random.Random(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay, betas=(0.9, 0.95))
@@ -72,14 +74,15 @@ def pretrain(model, examples, *, steps: int, time_budget_s: float, batch_size: i
     order: list[int] = []
     start, ema, step = time.perf_counter(), None, 0
     log = open(log_path, "w") if log_path else None
-    bar = Readout(steps, 0, "pretrain", every=50)
+    bar = Readout(steps, 0, desc, every=50)
+    device = next(model.parameters()).device
     try:
         while step < steps and time.perf_counter() - start < time_budget_s:
             if len(order) < batch_size:
                 order = list(range(len(examples)))
                 rng.shuffle(order)
             idx, order = order[:batch_size], order[batch_size:]
-            input_ids, attn, labels = _batch([examples[i] for i in idx], pad_id)
+            input_ids, attn, labels = (t.to(device) for t in _batch([examples[i] for i in idx], pad_id))
             loss = model(input_ids=input_ids, attention_mask=attn, labels=labels).loss
             opt.zero_grad(set_to_none=True)
             loss.backward()

@@ -20,7 +20,8 @@ Launch (torchrun and `accelerate launch` set RANK, WORLD_SIZE, LOCAL_RANK, MASTE
     accelerate launch --multi_gpu --num_processes 2 -m qerl.cli train --config ... --out ...
 
 On one multi-GPU box the DAG runs several GPU jobs side by side (workflow/profiles/local caps their total); each
-job claims its own GPUs first, so two jobs never share one:
+job claims its own GPUs first, so two jobs never share one (unless `--slots K` lets K jobs share each GPU: config
+resources.train.jobs_per_gpu, for models far too small to fill a GPU):
 
     python -m qerl.rl.distributed --gpus 2 -- torchrun --standalone --nproc_per_node 2 -m qerl.cli train ...
 
@@ -238,9 +239,17 @@ def barrier(ctx: DistContext) -> None:
             dist.barrier()
 
 
+def _lock_names(gpu: str, slots: int) -> list[str]:
+    """The lock files of one GPU: gpu<id>.lock for exclusive use, gpu<id>.slot<k>.lock when `slots` jobs share it."""
+    return [f"gpu{gpu}.lock"] if slots == 1 else [f"gpu{gpu}.slot{k}.lock" for k in range(slots)]
+
+
 def claim_gpus(n: int, visible: list[str], lock_dir: str | os.PathLike, poll_s: float = 5.0,
-               timeout_s: float | None = None) -> tuple[list[str], list[int]]:
-    """Exclusive locks on `n` of the `visible` GPU ids (files <lock_dir>/gpu<id>.lock), waiting until n are free.
+               timeout_s: float | None = None, slots: int = 1) -> tuple[list[str], list[int]]:
+    """Locks on a slot of each of `n` of the `visible` GPU ids (files in `lock_dir`), waiting until n have one free.
+
+    Args:
+        slots: how many jobs may share one GPU (config resources.train.jobs_per_gpu); 1 = exclusive.
 
     Returns:
         (the claimed ids, their open lock file descriptors, inheritable: the locks live as long as they stay open).
@@ -251,19 +260,23 @@ def claim_gpus(n: int, visible: list[str], lock_dir: str | os.PathLike, poll_s: 
     if n > len(visible):
         raise RuntimeError(f"a job asks for {n} GPUs but this machine has {len(visible)} ({visible}); lower "
                            f"resources.train.gpus or the local profile's `resources: gpu=` cap")
+    if slots < 1:
+        raise ValueError(f"resources.train.jobs_per_gpu must be >= 1, got {slots}")
     os.makedirs(lock_dir, exist_ok=True)
     start = time.monotonic()
     while True:
         ids, fds = [], []
         for gpu in visible:
-            fd = os.open(os.path.join(lock_dir, f"gpu{gpu}.lock"), os.O_CREAT | os.O_RDWR, 0o666)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.close(fd)
-                continue
-            ids.append(gpu)
-            fds.append(fd)
+            for name in _lock_names(gpu, slots):
+                fd = os.open(os.path.join(lock_dir, name), os.O_CREAT | os.O_RDWR, 0o666)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    os.close(fd)
+                    continue
+                ids.append(gpu)
+                fds.append(fd)
+                break
             if len(ids) == n:
                 for f in fds:
                     os.set_inheritable(f, True)
@@ -279,6 +292,7 @@ def main(argv: list[str] | None = None) -> int:
     """`python -m qerl.rl.distributed --gpus N -- COMMAND...`: run COMMAND on N GPUs claimed for it alone."""
     parser = argparse.ArgumentParser(prog="python -m qerl.rl.distributed", description=main.__doc__)
     parser.add_argument("--gpus", type=int, required=True, help="GPUs the command needs")
+    parser.add_argument("--slots", type=int, default=1, help="jobs that may share one GPU (1: exclusive)")
     parser.add_argument("--lock-dir", default=os.path.join(tempfile.gettempdir(), "qerl-gpu-locks"),
                         help="folder of the per-GPU lock files (node-local)")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="the command, after --")
@@ -292,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
             visible = [v.strip() for v in env["CUDA_VISIBLE_DEVICES"].split(",") if v.strip()]
         else:
             visible = [str(i) for i in range(torch.cuda.device_count())]
-        ids, _ = claim_gpus(args.gpus, visible, args.lock_dir)
+        ids, _ = claim_gpus(args.gpus, visible, args.lock_dir, slots=args.slots)
         env["CUDA_VISIBLE_DEVICES"] = ",".join(ids)
         print(f"qerl.rl.distributed: CUDA_VISIBLE_DEVICES={env['CUDA_VISIBLE_DEVICES']}", file=sys.stderr)
     os.execvpe(cmd[0], cmd, env)

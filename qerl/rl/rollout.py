@@ -311,6 +311,16 @@ def _sample_engine(model, tokenizer, prompts, group_size, max_new_tokens, temper
     return RolloutBatch(input_ids, attention, completion_mask, plen, texts, lengths, ~done, entropy, sample_logp)
 
 
+#: elements of float logits one no-grad `sequence_logprobs` pass may hold (2**28: 1 GiB); larger passes run in row
+#: chunks (real vocabularies: SmolLM2's 49k, Qwen's 152k tokens); the tiny scale's passes are far below it
+NO_GRAD_LOGITS_BUDGET = 2**28
+
+
+def _vocab_size(model) -> int:
+    config = getattr(model, "config", None)
+    return int(getattr(config, "vocab_size", 0) or 0)
+
+
 def sequence_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_len: int,
                       with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs of the completion tokens under `model` (teacher forcing; grads flow if enabled).
@@ -325,6 +335,16 @@ def sequence_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tens
     Returns:
         (logp [N, L], entropy [N, L] or None), aligned with RolloutBatch.completion_ids.
     """
+    n, width = input_ids.shape
+    per_row = (width - prompt_len) * _vocab_size(model)
+    if not torch.is_grad_enabled() and n > 1 and n * per_row > NO_GRAD_LOGITS_BUDGET:
+        # a no-grad pass (old / reference log-probs, rollout statistics) over many long rows: row chunks, so the
+        # float logits of a 50k-token vocabulary never exceed the budget; each row's numbers are its own
+        rows = max(1, NO_GRAD_LOGITS_BUDGET // per_row)
+        parts = [sequence_logprobs(model, input_ids[i : i + rows], attention_mask[i : i + rows], prompt_len,
+                                   with_entropy) for i in range(0, n, rows)]
+        return (torch.cat([p[0] for p in parts]),
+                torch.cat([p[1] for p in parts]) if with_entropy else None)
     position = attention_mask.long().cumsum(-1) - 1  # [N, P + L]
     position.masked_fill_(attention_mask == 0, 1)
     logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position,

@@ -97,7 +97,14 @@ def test_settings_from_config_and_bad_values(cfg):
     with pytest.raises(ValueError, match="evaluate.n_repeats"):
         EvalSettings.from_config(cfg, n_repeats=0)
     with pytest.raises(ValueError, match="unknown key"):
+        EvalSettings.from_config({"evaluate": {"n_repeat": 3}})
+    with pytest.raises(ValueError, match="evaluate.repeats"):
         EvalSettings.from_config({"evaluate": {"repeats": 3}})
+    with pytest.raises(ValueError, match="evaluate.repeats.aime24"):
+        EvalSettings.from_config({"evaluate": {"repeats": {"aime24": 0}}})
+    s = EvalSettings.from_config({"evaluate": {"n_repeats": 1, "repeats": {"aime24": 8}}})
+    assert (s.for_benchmark("aime24").n_repeats, s.for_benchmark("gsm8k").n_repeats) == (8, 1)
+    assert "repeats" in s.record() and "repeats" not in EvalSettings().record()
     with pytest.raises(ValueError, match="unknown benchmark"):
         EvalSettings.from_config({"evaluate": {"benchmarks": ["gsm8k", "mmlu"]}})
 

@@ -250,5 +250,16 @@ def test_gpu_claims_are_exclusive(tmp_path):
         claim_gpus(3, ["0", "1"], tmp_path)
 
 
+
+def test_gpu_slots_let_k_jobs_share_a_gpu(tmp_path):
+    first, _ = claim_gpus(1, ["0"], tmp_path, slots=2)
+    second, _ = claim_gpus(1, ["0"], tmp_path, slots=2)  # the second slot of the same GPU
+    assert first == second == ["0"]
+    with pytest.raises(RuntimeError, match="no 1 free GPUs"):  # a third job waits
+        claim_gpus(1, ["0"], tmp_path, slots=2, poll_s=0.05, timeout_s=0.1)
+    assert claim_gpus(2, ["0", "1"], tmp_path / "b", slots=3)[0] == ["0", "1"]  # n GPUs: one slot on each
+    with pytest.raises(ValueError, match="jobs_per_gpu"):
+        claim_gpus(1, ["0"], tmp_path, slots=0)
+
 if __name__ == "__main__":  # one rank of the torchrun job the fixture launches
     _worker(Path(sys.argv[1]))

@@ -87,13 +87,27 @@ def train_runs():
     return runs
 
 
+# resources.train.jobs_per_gpu: how many GPU jobs may share one GPU (a 135M model leaves an H100 mostly idle)
+SLOTS = config["resources"]["train"]["jobs_per_gpu"]
+
+
 def train_launcher(gpus):
     """The command that runs `qerl <subcommand>` on `gpus` GPUs: plain on the CPU, else torchrun with one rank per
-    GPU, after claiming that many free GPUs for the job (qerl/rl/distributed.py; a no-op under SLURM)."""
+    GPU, after claiming a slot on that many GPUs for the job (qerl/rl/distributed.py; a no-op under SLURM). One GPU
+    runs `qerl` itself (no torchrun: one process needs no process group)."""
     if gpus == 0:
         return "qerl"
-    return (f"python -m qerl.rl.distributed --gpus {gpus} -- "
+    if gpus == 1:
+        return gpu_launcher(1)
+    return (f"python -m qerl.rl.distributed --gpus {gpus} --slots {SLOTS} -- "
             f"torchrun --standalone --nproc_per_node {gpus} -m qerl.cli")
+
+
+def gpu_launcher(gpus):
+    """`qerl` on the CPU, or on a claimed slot of one GPU (qerl/rl/distributed.py) when jobs run on GPUs."""
+    if not gpus:
+        return "qerl"
+    return f"python -m qerl.rl.distributed --gpus 1 --slots {SLOTS} -- qerl"
 
 
 def train_targets():

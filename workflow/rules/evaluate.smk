@@ -43,7 +43,7 @@ rule evaluate:
             f"--tiny-test {input.data}" if wildcards.benchmark == "tiny" else ""
         ),
         # with GPUs for training (resources.train.gpus > 0) each evaluation claims one free GPU, as training jobs do
-        launch="python -m qerl.rl.distributed --gpus 1 -- qerl" if config["resources"]["train"]["gpus"] else "qerl",
+        launch=gpu_launcher(config["resources"]["train"]["gpus"]),
         device="--device cuda" if config["resources"]["train"]["gpus"] else "--device cpu",
         quantized=lambda wildcards, input: (
             f"--quantized {input.quantized}" if input.quantized else ""

