@@ -47,12 +47,16 @@ def _smoke_config(repo_root: Path, results: Path, data_root: Path) -> dict:
     cfg["results_dir"] = str(results)
     cfg["seeds"] = [0]
     cfg["data"].update(root=str(data_root), download=False, benchmarks=["gsm8k", "math500", "math_train"])
-    cfg["evaluate"].update(benchmarks=["gsm8k"], n_repeats=1, limit=2, max_new_tokens=TOKENS, batch_size=2)
+    cfg["model"]["dtype"] = "float32"  # the CPU (the shipped config is for one GPU)
+    cfg["resources"] = {"train": {"gpus": 0}}
+    cfg["sft"].update(steps=2, limit=4, batch_size=2)  # the SFT warm-up stage runs too, for 2 steps
+    cfg["evaluate"].update(benchmarks=["gsm8k"], n_repeats=1, repeats={}, limit=2, max_new_tokens=TOKENS,
+                           batch_size=2)
     cfg["quantize"] = {"formats": ["nvfp4"], "awq": True, "awq_grid": 2, "heldout_sequences": 1,
                        "calibration": {"n_sequences": 2, "seq_len": 32}}
     gsm8k = {**cfg["train"]["tasks"]["gsm8k"], "group_size": 2, "updates_per_rollout": 2, "max_new_tokens": TOKENS}
     bigmath = {**cfg["train"]["tasks"]["bigmath"], "group_size": 2, "max_new_tokens": TOKENS,
-               "eval_benchmarks": ["math500"]}
+               "eval_benchmarks": ["math500"], "methods": ["qerl"]}
     cfg["train"].update(methods=["qerl"], tasks={"gsm8k": gsm8k, "bigmath": bigmath}, steps=2, prompts_per_step=2,
                         checkpoint_every=1)
     cfg["train"]["ablations"] = {"task": "gsm8k", "seeds": [0], "aqn_schedules": [], "noaqn": False, "ranks": [],
@@ -125,12 +129,14 @@ def test_converted_checkpoint_round_trips(smoke):
     from qerl.models.prepare import packaged_gguf
     from qerl.policy import build_policy
 
-    base = smoke / "models" / MODEL / "base"
+    base = smoke / "models" / MODEL / "pretrained"  # the converted model; base/ is after the SFT warm-up
     info = json.loads((base / "prepare_info.json").read_text())
     assert info["probe"]["reload_logits_identical"] and info["parameters"] > 100_000_000
     assert info["source_sha256"] == hashlib.sha256(packaged_gguf().read_bytes()).hexdigest()
     assert "quantization_config" not in json.loads((base / "config.json").read_text())
-    assert [p.name for p in base.parent.iterdir()] == ["base"]  # no temporary folder left beside it
+    assert sorted(p.name for p in base.parent.iterdir()) == ["base", "pretrained"]  # no temporary folder left
+    sft = json.loads((base.parent / "base" / "sft_info.json").read_text())
+    assert sft["steps"] == 2 and sft["rows_kept"] == 4 and sft["from"].endswith("pretrained")
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
