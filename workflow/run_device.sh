@@ -54,10 +54,10 @@ torch.version.cuda, 'transformers', transformers.__version__, 'peft', peft.__ver
 'snakemake', snakemake.__version__)"
       config=$1; shift
       echo "commit ${COMMIT:-unknown} start $(date -u +%FT%TZ)"
-      echo "command: snakemake $* --cores all --configfile $config $SMK_ARGS"; } | tee /tmp/qerl-env.txt
+      echo "command: snakemake $* --cores all --keep-going --configfile $config $SMK_ARGS"; } | tee /tmp/qerl-env.txt
     config=$1; shift
     date +%s > /tmp/qerl-dag.start
-    setsid nohup snakemake "$@" --cores all --configfile "$config" $SMK_ARGS > /tmp/qerl-dag.log 2>&1 < /dev/null &
+    setsid nohup snakemake "$@" --cores all --keep-going --configfile "$config" $SMK_ARGS > /tmp/qerl-dag.log 2>&1 < /dev/null &
     echo $! > /tmp/qerl-dag.pid; sleep 20; tail -5 /tmp/qerl-dag.log ;;
   wait)
     end=$(( $(date +%s) + ${1:-540} ))

@@ -40,6 +40,7 @@ __all__ = [
     "default_split",
     "benchmark_path",
     "parse_row",
+    "solution_level",
 ]
 
 #: benchmark name -> the fields each row needs (``a|b``: either one), for error messages and for `qerl data`.
@@ -239,6 +240,14 @@ def default_split(name: str) -> str:
     return "test" if "test" in splits else next(iter(splits))
 
 
+def solution_level(solution: str) -> int:
+    """A GSM8K problem's difficulty level: the calculation lines of its worked solution (the non-empty lines before
+    '#### N'), capped at 5 (GSM8K has no levels of its own; its solutions take 2-8 steps). The small scale trains
+    on the short ones (`levels` of a task) and reports held-out pass@1 per level."""
+    steps = [line for line in solution.rpartition("####")[0].splitlines() if line.strip()]
+    return max(1, min(5, len(steps)))
+
+
 def parse_row(name: str, row: dict, where: str, index: int, split: str) -> Problem:
     """Validate one row of benchmark `name` and turn it into a Problem.
 
@@ -259,7 +268,8 @@ def parse_row(name: str, row: dict, where: str, index: int, split: str) -> Probl
     pid = f"{name}/{split}/{index}"
     if name == "gsm8k":
         question, answer, solution = _gsm8k_fields(row, where)
-        return Problem(pid, question, answer, _require_level(row, where, required=False), solution, name)
+        level = _require_level(row, where, required=False)
+        return Problem(pid, question, answer, solution_level(solution) if level is None else level, solution, name)
     if name in ("math500", "math_train"):
         question, answer, solution = _math_fields(row, where)
         return Problem(pid, question, answer, _require_level(row, where, required=True), solution, name)

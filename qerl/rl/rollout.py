@@ -23,6 +23,7 @@ import weakref
 from dataclasses import dataclass
 
 import torch
+import torch.utils.checkpoint
 
 from qerl.rl.sampling import top_p_filter
 
@@ -311,7 +312,7 @@ def _sample_engine(model, tokenizer, prompts, group_size, max_new_tokens, temper
     return RolloutBatch(input_ids, attention, completion_mask, plen, texts, lengths, ~done, entropy, sample_logp)
 
 
-#: elements of float logits one no-grad `sequence_logprobs` pass may hold (2**28: 1 GiB); larger passes run in row
+#: elements of float logits one `sequence_logprobs` pass may hold at once (2**28: 1 GiB); larger passes run in row
 #: chunks (real vocabularies: SmolLM2's 49k, Qwen's 152k tokens); the tiny scale's passes are far below it
 NO_GRAD_LOGITS_BUDGET = 2**28
 
@@ -319,6 +320,19 @@ NO_GRAD_LOGITS_BUDGET = 2**28
 def _vocab_size(model) -> int:
     config = getattr(model, "config", None)
     return int(getattr(config, "vocab_size", 0) or 0)
+
+
+def _decoder_and_head(model):
+    """(the decoder stack, the LM head) of a transformers causal LM, through a peft wrapper; None otherwise."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    decoder, head = getattr(base, "model", None), getattr(base, "lm_head", None)
+    return (decoder, head) if isinstance(decoder, torch.nn.Module) and isinstance(head, torch.nn.Module) else None
+
+
+def _head_logp(head, hidden: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Log-probs [n, L] of `target` under the LM head applied to `hidden` [n, L, d] (float32 log-softmax)."""
+    logp_all = torch.log_softmax(head(hidden).float(), dim=-1)
+    return logp_all.gather(-1, target.unsqueeze(-1)).squeeze(-1)
 
 
 def sequence_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_len: int,
@@ -347,6 +361,19 @@ def sequence_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tens
                 torch.cat([p[1] for p in parts]) if with_entropy else None)
     position = attention_mask.long().cumsum(-1) - 1  # [N, P + L]
     position.masked_fill_(attention_mask == 0, 1)
+    parts = _decoder_and_head(model) if torch.is_grad_enabled() and not with_entropy else None
+    if parts is not None and n > 1 and n * per_row > NO_GRAD_LOGITS_BUDGET:
+        # the update's pass over many long rows: the decoder once, then the LM head and log-softmax per row chunk
+        # under activation checkpointing, so only one chunk's float logits exist at a time (forward and backward)
+        decoder, head = parts
+        hidden = decoder(input_ids=input_ids, attention_mask=attention_mask, position_ids=position,
+                         use_cache=False).last_hidden_state[:, prompt_len - 1 : -1]
+        target = input_ids[:, prompt_len:]
+        rows = max(1, NO_GRAD_LOGITS_BUDGET // per_row)
+        logp = torch.cat([torch.utils.checkpoint.checkpoint(_head_logp, head, hidden[i : i + rows],
+                                                            target[i : i + rows], use_reentrant=False)
+                          for i in range(0, n, rows)])
+        return logp, None
     logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position,
                    use_cache=False).logits  # [N, P + L, V]
     logits = logits[:, prompt_len - 1 : -1, :].float()  # [N, L, V] position t predicts token t + 1

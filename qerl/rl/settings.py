@@ -22,6 +22,7 @@ import torch
 from qerl.contract.methods import get_method
 from qerl.contract.variants import parse_variant
 from qerl.policy import AqnSpec, LoraSpec, Policy, build_policy
+from qerl.policy.formats import torch_dtype
 
 __all__ = ["RunSettings", "resolve_settings", "lora_spec", "aqn_spec", "build_run_policy", "make_optimizer",
            "lr_schedule"]
@@ -162,6 +163,10 @@ def build_run_policy(s: RunSettings, base, *, quantized: str | Path | None = Non
     Raises:
         ValueError, RuntimeError: as qerl.policy.build_policy.
     """
+    if get_method(s.method).trainable == "all" and torch_dtype(dtype) in (torch.bfloat16, torch.float16):
+        # full fine-tuning keeps float32 master weights: AdamW steps on 16-bit weights round small updates away
+        # and diverged on SmolLM2 in bfloat16 (NaN loss at step 3 on an H100); LoRA methods train float32 adapters
+        dtype = "float32"
     return build_policy(s.method, base, quantized=quantized, lora=lora_spec(s), aqn=aqn_spec(s), tokenizer=tokenizer,
                         device=device, dtype=dtype, gradient_checkpointing=s.gradient_checkpointing)
 

@@ -21,6 +21,7 @@ from qerl.data.benchmarks import (
     load_jsonl,
     load_jsonl_problems,
     missing_files,
+    solution_level,
 )
 
 
@@ -52,7 +53,8 @@ def test_real_answers_are_sane(shared_data_root):
     gsm = load_benchmark("gsm8k", shared_data_root, "test")
     assert gsm[0].answer == "18"  # Janet's ducks
     assert all(_GSM8K_NUMBER.fullmatch(p.answer) for p in gsm)
-    assert all("####" in p.solution for p in gsm) and all(p.level is None for p in gsm)
+    assert all("####" in p.solution for p in gsm) and all(p.level == solution_level(p.solution) for p in gsm)
+    assert {p.level for p in gsm} <= {1, 2, 3, 4, 5}
     for name in ("aime24", "aime25"):
         answers = [int(p.answer) for p in load_benchmark(name, shared_data_root)]
         assert all(0 <= a <= 999 for a in answers)
@@ -75,7 +77,9 @@ def test_split_default_levels_and_limit(shared_data_root):
     level5 = [p.id for p in load_benchmark("math500", shared_data_root) if p.level == 5]
     assert [p.id for p in load_benchmark("math500", shared_data_root, levels=[5], limit=3)] == level5[:3]
     with pytest.raises(ValueError, match="no 'level' field"):
-        load_benchmark("gsm8k", shared_data_root, levels=[3])
+        load_benchmark("aime24", shared_data_root, levels=[3])
+    short = load_benchmark("gsm8k", shared_data_root, split="train", levels=[2])  # GSM8K: solution lines
+    assert len(short) == 1961 and all(p.solution.count("\n") == 2 for p in short[:50])
 
 
 def test_math500_and_math_train_are_disjoint(shared_data_root):
