@@ -16,7 +16,7 @@
 #   bash workflow/run_device.sh pack NAME                 the results' small files -> $OUT/NAME.tgz
 #   bash workflow/run_device.sh sh COMMAND...             a command in the installed environment, from $SRC
 set -o pipefail
-export PYTHONUNBUFFERED=1
+export PYTHONUNBUFFERED=1 PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
 STAGE=${STAGE:-/tmp/qerl-stage}
 SRC=${SRC:-/tmp/qerl-src}
 SITE=/tmp/site

@@ -145,7 +145,8 @@ def policy_update(learner: Learner, s: RunSettings, b: UpdateBatch, step: int,
     of a minibatch it holds. The loss is normalised over the global minibatch (DAPO: its valid tokens; GRPO: its
     completions with a valid token), so summing the ranks' gradients gives exactly the gradient one process computes
     on the whole batch (up to the order of float additions). A minibatch with no valid token anywhere is skipped on
-    every rank; a non-finite global loss skips its update on every rank.
+    every rank; a non-finite global loss, or a non-finite gradient norm (identical on every rank after the
+    all-reduce), skips its update on every rank.
 
     Args:
         learner: the policy, its optimizer, LR scheduler and trainable parameters (clipped and all-reduced).
@@ -156,7 +157,7 @@ def policy_update(learner: Learner, s: RunSettings, b: UpdateBatch, step: int,
 
     Returns:
         {"diags": per-update loss diagnostics (global), "grad_norms": [...], "losses": global loss values,
-         "skipped": number of updates skipped for a non-finite loss, "ratios": this rank's per-token
+         "skipped": number of updates skipped for a non-finite loss or gradient, "ratios": this rank's per-token
          pi_old / pi_sampler over its valid tokens (empty without sample_logp)}.
     """
     model, opt, sched, trainable = learner.model, learner.optimizer, learner.scheduler, learner.trainable
@@ -213,7 +214,12 @@ def policy_update(learner: Learner, s: RunSettings, b: UpdateBatch, step: int,
         if loss is not None:
             loss.backward()
         all_reduce_grads(ctx, trainable)
-        grad_norms.append(float(torch.nn.utils.clip_grad_norm_(trainable, s.grad_clip)))
+        norm = float(torch.nn.utils.clip_grad_norm_(trainable, s.grad_clip))
+        if not math.isfinite(norm):  # an inf/NaN gradient would turn every weight into NaN through the clip
+            skipped += 1
+            opt.zero_grad(set_to_none=True)
+            continue
+        grad_norms.append(norm)
         opt.step()
         sched.step()
         opt.zero_grad(set_to_none=True)

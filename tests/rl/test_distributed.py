@@ -251,6 +251,14 @@ def test_gpu_claims_are_exclusive(tmp_path):
 
 
 
+def test_a_non_finite_gradient_skips_the_update(ran, monkeypatch):
+    """An inf/NaN gradient norm skips the optimizer step (the clip would turn every weight into NaN)."""
+    cfg, root = ran
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", lambda params, max_norm: torch.tensor(float("inf")))
+    out = _update_case(cfg, root, "lora", "grpo", DistContext())
+    assert out["losses"] == [] and out["grad_norms"] == []
+    assert all(torch.equal(out["before"][n], out["after"][n]) for n in out["before"])
+
 def test_gpu_slots_let_k_jobs_share_a_gpu(tmp_path):
     first, _ = claim_gpus(1, ["0"], tmp_path, slots=2)
     second, _ = claim_gpus(1, ["0"], tmp_path, slots=2)  # the second slot of the same GPU
