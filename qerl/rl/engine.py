@@ -142,6 +142,10 @@ class DecodeEngine:
                          Group([layer.self_attn.o_proj], copy_dense=False, **kw),
                          Group([layer.mlp.gate_proj, layer.mlp.up_proj], copy_dense=False, **kw),
                          Group([layer.mlp.down_proj], copy_dense=False, **kw)) for layer in self.layers]
+        if self.graphs and not self.use_triton and "fp4" in self.group_kinds():
+            # a 4-bit weight without the Triton kernels (float32 activations) is dequantized by the torch reference,
+            # which builds small index tensors on the host: not capturable, so this engine replays no graphs
+            self.graphs = False
         self._norms = [(layer.input_layernorm, layer.post_attention_layernorm) for layer in self.layers]
         self._final_norm = self.inner.norm
         # decode state, read and advanced inside the graphs: the host loop only replays

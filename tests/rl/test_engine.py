@@ -337,3 +337,17 @@ def test_aqn_noise_through_cuda_graphs(method):
     clean, noisy, again = _aqn_runs(model, ids, attn, eng, steps=24)
     assert eng._graphs and (noisy.tokens != clean.tokens).float().mean() > 0.05
     assert torch.equal(again.tokens, clean.tokens) and torch.equal(again.logp, clean.logp)
+
+
+def test_fp4_weights_without_the_triton_kernels_replay_no_graphs(tiny_model):
+    """float32 activations on 4-bit weights dequantize through the torch reference, which is not capturable (it
+    made every NVFP4/MXFP4 evaluation in float32 fail on an H100): such an engine runs eagerly."""
+    import copy
+
+    from qerl.policy.formats import quantize_model
+    from qerl.rl.engine import DecodeEngine
+
+    model = quantize_model(copy.deepcopy(tiny_model), "nvfp4")
+    eng = DecodeEngine(model, batch=2, max_len=32, graphs=True)
+    assert "fp4" in eng.group_kinds() and not eng.use_triton
+    assert eng.graphs is False
