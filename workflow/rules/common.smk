@@ -110,6 +110,15 @@ def gpu_launcher(gpus):
     return f"python -m qerl.rl.distributed --gpus 1 --slots {SLOTS} -- qerl"
 
 
+def gpu_command(subcommand, on_gpu=True):
+    """`qerl <subcommand>` for a rule that runs on a GPU when jobs do (resources.train.gpus > 0 and `on_gpu`): on a
+    claimed GPU slot with `--device cuda`; else plain `qerl <subcommand>` on its default device, the CPU. Spliced
+    into the rule's shell text when the workflow is parsed, so a CPU config's command stays what it was (no rerun)."""
+    if on_gpu and config["resources"]["train"]["gpus"]:
+        return f"{gpu_launcher(1)} {subcommand} --device cuda"
+    return f"qerl {subcommand}"
+
+
 def train_targets():
     return [f"{run_dir(*run)}/{paths.EVAL_FILE}" for run in train_runs()]
 
