@@ -16,8 +16,8 @@ What OUT holds (written atomically, qerl.io.atomic_dir):
   7B), so every id the tokenizer makes is a valid embedding row, and ids the model samples beyond the tokenizer's
   range decode to nothing. bos / eos / pad in the model's configs are the tokenizer's;
 - prepare_info.json: source, architecture, seed, device, dtype, init, parameter count, the tokenizer's origin and
-  vocabulary, the probe (the final hidden state's RMS and the logits' range on a chat-formatted prompt: finite in
-  model.dtype, or the run stops), seconds and peak memory.
+  vocabulary, the probe (RMS and largest magnitude of the residual stream after the last layer, and the logits'
+  range, on a chat-formatted prompt: finite in model.dtype, or the run stops), seconds and peak memory.
 
 Random weights put almost no probability on EOS, so rollouts and evaluations run to max_new_tokens: full-size
 sequences, which is what a run of this model is for.
@@ -78,14 +78,18 @@ def _probe(model, tokenizer, device) -> dict:
 
     ids = tokenizer(build_prompt(_PROBE, tokenizer, "paper"), return_tensors="pt",
                     add_special_tokens=False)["input_ids"].to(device)
-    with torch.inference_mode():
-        out = model(input_ids=ids, output_hidden_states=True, use_cache=False)
-    hidden = out.hidden_states[-2].float()  # the last decoder layer's output, before the final norm
-    logits = out.logits[0, -1].float()
-    probe = {"prompt_tokens": ids.shape[1], "last_layer_rms": float(hidden.pow(2).mean().sqrt()),
-             "logits_min": float(logits.min()), "logits_max": float(logits.max()),
-             "logits_std": float(logits.std()), "finite": bool(torch.isfinite(hidden).all() and
-                                                              torch.isfinite(logits).all())}
+    seen = []
+    hook = model.model.norm.register_forward_pre_hook(lambda m, args: seen.append(args[0].float()))
+    try:
+        with torch.inference_mode():
+            logits = model(input_ids=ids, use_cache=False).logits[0, -1].float()
+    finally:
+        hook.remove()
+    hidden = seen[0]  # the residual stream after the last decoder layer, before the final norm
+    probe = {"prompt_tokens": ids.shape[1], "residual_rms": float(hidden.pow(2).mean().sqrt()),
+             "residual_absmax": float(hidden.abs().max()), "logits_min": float(logits.min()),
+             "logits_max": float(logits.max()), "logits_std": float(logits.std()),
+             "finite": bool(torch.isfinite(hidden).all() and torch.isfinite(logits).all())}
     if not probe["finite"]:
         raise RuntimeError(f"random weights give non-finite activations in {model.dtype} on the probe prompt: {probe}")
     return probe
