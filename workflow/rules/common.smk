@@ -111,9 +111,9 @@ def gpu_launcher(gpus):
 
 
 def gpu_command(subcommand, on_gpu=True):
-    """`qerl <subcommand>` for a rule that runs on a GPU when jobs do (resources.train.gpus > 0 and `on_gpu`): on a
-    claimed GPU slot with `--device cuda`; else plain `qerl <subcommand>` on its default device, the CPU. Spliced
-    into the rule's shell text when the workflow is parsed, so a CPU config's command stays what it was (no rerun)."""
+    """`qerl <subcommand>` on a claimed GPU slot with `--device cuda` where jobs run on GPUs (resources.train.gpus
+    > 0) and `on_gpu` holds, else plain `qerl <subcommand>` on its default device, the CPU. Spliced into the shell
+    text when the workflow is parsed, so the command of a CPU config stays what it was (nothing reruns)."""
     if on_gpu and config["resources"]["train"]["gpus"]:
         return f"{gpu_launcher(1)} {subcommand} --device cuda"
     return f"qerl {subcommand}"
