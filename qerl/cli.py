@@ -31,7 +31,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "render": ("qerl.report.render", "render one paper table or figure (or all) beside the paper's numbers"),
     "claims": ("qerl.report.claims", "check the paper's headline claims against this scale's results (Markdown)"),
     "evaluate": ("qerl.evaluate.run", "pass@1 of a model (any weight format, optional LoRA adapter) through lm-eval"),
-    "prepare-model": ("qerl.models.prepare", "convert the small scale's GGUF model into a transformers checkpoint"),
+    "prepare-model": ("qerl.models.prepare", "the base checkpoint of the small and paper scales (GGUF conversion, hub or local model, random weights)"),
     "calibrate": ("qerl.quantize.calibrate_cmd", "search AWQ per-channel scales of a base model for NVFP4 or MXFP4"),
     "profile": ("qerl.profiling.run", "rollout tokens/s, GRPO step time and memory at the paper's shapes (GPU)"),
     "quantize": ("qerl.quantize.quantize_cmd", "write a quantized checkpoint (NVFP4/MXFP4/NF4) and its layer errors"),

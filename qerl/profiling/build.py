@@ -39,12 +39,13 @@ def _init_(module: nn.Module, gen: torch.Generator) -> None:
             p.data.normal_(0.0, 0.02, generator=gen)
 
 
-def random_base(arch: str, weights: str = "bf16", *, layers: int | None = None, device="cuda",
+def random_base(arch, weights: str = "bf16", *, layers: int | None = None, device="cuda",
                 dtype: torch.dtype = torch.bfloat16, seed: int = 0):
     """The Qwen2.5-`arch` architecture with random weights, its linear layers in `weights` format.
 
     Args:
-        arch: a name of qerl.profiling.archs.ARCHS.
+        arch: a name of qerl.profiling.archs.ARCHS, or a transformers Qwen2Config (any Qwen2 shape; `layers`
+            then does not apply).
         weights: "bf16" (kept in `dtype`), "nvfp4", "mxfp4" or "nf4".
         layers: build only this many decoder layers (tests).
         device: where the weights live.
@@ -57,7 +58,7 @@ def random_base(arch: str, weights: str = "bf16", *, layers: int | None = None, 
     from transformers import Qwen2ForCausalLM
     from transformers.models.qwen2.modeling_qwen2 import Qwen2DecoderLayer, Qwen2RMSNorm, Qwen2RotaryEmbedding
 
-    cfg = qwen25_config(arch, layers=layers)
+    cfg = qwen25_config(arch, layers=layers) if isinstance(arch, str) else arch
     cfg._attn_implementation = "sdpa"
     device = torch.device(device)
     gen = torch.Generator(device=device).manual_seed(seed)

@@ -281,7 +281,7 @@ def save_scales(result: AWQResult, path) -> None:
     from safetensors.torch import save_file
 
     meta = {"format": result.fmt, "alphas": json.dumps(result.alphas), "losses": json.dumps(result.losses)}
-    save_file({k: v.contiguous().float() for k, v in result.scales.items()}, str(path), metadata=meta)
+    save_file({k: v.detach().cpu().contiguous().float() for k, v in result.scales.items()}, str(path), metadata=meta)
 
 
 def load_scales(path) -> AWQResult:

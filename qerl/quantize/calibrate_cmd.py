@@ -3,7 +3,8 @@
 Run: `qerl calibrate --config config/config.yaml --base results/tiny/models/tiny/base --format nvfp4
       --out results/tiny/quantized/tiny/awq_scales/nvfp4.safetensors [--calib FILE]`
 The calibration sequences come from config quantize.calibration (source, n_sequences, seq_len, seed); --calib
-overrides the file that `source` names. `qerl quantize --scales` folds the result into the model.
+overrides the file that `source` names; --device cuda runs the search on a GPU (the log's last line gives its
+seconds and peak memory). `qerl quantize --scales` folds the result into the model.
 """
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--calib", default=None, metavar="FILE",
                         help="JSONL of problems to calibrate on (default: the file quantize.calibration.source names)")
     parser.add_argument("--no-data-check", action="store_true", help="do not require benchmark files to exist")
+    parser.add_argument("--device", default="cpu", help="torch device of the search (default cpu; a 7B needs cuda)")
 
 
 def calibration_tokens(cfg: dict, tokenizer, data: str | None, heldout: int = 0):
@@ -57,18 +59,20 @@ def run(args) -> int:
     import torch
 
     from qerl.config import load_config
+    from qerl.memory import peak_memory_bytes
     from qerl.quantize.awq import calibrate, save_scales
     from qerl.policy import build_policy
 
     cfg = load_config(args.config, check_data=not args.no_data_check)
     torch.manual_seed(cfg["quantize"]["calibration"]["seed"])
-    policy = build_policy("bf16", args.base, dtype=torch.float32)
+    policy = build_policy("bf16", args.base, dtype=torch.float32, device=args.device)
     model, tokenizer = policy.model, policy.tokenizer
     calib, _ = calibration_tokens(cfg, tokenizer, args.calib)
     t = time.time()
-    result = calibrate(model, calib, args.format, cfg["quantize"]["awq_grid"], apply=False)
+    result = calibrate(model, calib.to(args.device), args.format, cfg["quantize"]["awq_grid"], apply=False)
     with atomic_file(args.out) as tmp:
         save_scales(result, tmp)
     print(json.dumps({"format": args.format, "groups": len(result.scales), "seconds": round(time.time() - t, 2),
-                      "alphas": result.alphas}), file=sys.stderr)
+                      "device": args.device, "peak_memory_bytes": peak_memory_bytes(), "alphas": result.alphas}),
+          file=sys.stderr)
     return 0

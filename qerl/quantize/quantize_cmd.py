@@ -8,7 +8,8 @@ What OUT holds:
   tokenizer files), AWQ-calibrated when --scales is given (config quantize.awq), round-to-nearest otherwise;
 - nf4: nf4_recipe.json (bitsandbytes re-quantizes the base at load time, deterministically);
 - layer_errors.json: relative output error of every quantized linear on held-out sequences (quantize.heldout_sequences,
-  drawn from the calibration source, disjoint from the calibration sequences): RTN always, AWQ when scaled.
+  drawn from the calibration source, disjoint from the calibration sequences): RTN always, AWQ when scaled; and the
+  job's seconds and peak memory (qerl.memory.peak_memory_bytes: GPU with --device cuda, host RSS on a CPU).
 OUT appears atomically.
 """
 from __future__ import annotations
@@ -37,6 +38,7 @@ def add_arguments(parser) -> None:
                         help="JSONL of problems the held-out sequences of layer_errors.json come from (default: the "
                              "file quantize.calibration.source names, as for `qerl calibrate`)")
     parser.add_argument("--no-data-check", action="store_true", help="do not require benchmark files to exist")
+    parser.add_argument("--device", default="cpu", help="torch device of the search (default cpu; a 7B needs cuda)")
 
 
 def _summary(errors: dict[str, float]) -> dict:
@@ -47,6 +49,7 @@ def run(args) -> int:
     import torch
 
     from qerl.config import load_config
+    from qerl.memory import peak_memory_bytes
     from qerl.policy import build_policy, quantize_model
     from qerl.policy.checkpoint import save_nf4_recipe, save_quantized
     from qerl.quantize.awq import apply_awq, layer_errors, load_scales
@@ -63,11 +66,12 @@ def run(args) -> int:
         result = load_scales(args.scales)
         if result.fmt != args.format:
             raise ValueError(f"--scales {args.scales!r} were searched for {result.fmt}, not {args.format}")
-        scales = result.scales
+        scales = {k: v.to(args.device) for k, v in result.scales.items()}
     t0 = time.time()
-    policy = build_policy("bf16", args.base, dtype=torch.float32)
+    policy = build_policy("bf16", args.base, dtype=torch.float32, device=args.device)
     model, tokenizer = policy.model, policy.tokenizer
     _, held = calibration_tokens(cfg, tokenizer, args.calib, heldout=qcfg["heldout_sequences"])
+    held = held.to(args.device)
     report = {"format": args.format, "method": "awq" if scales else "rtn", "base": args.base,
               "heldout_sequences": qcfg["heldout_sequences"], "seq_len": qcfg["calibration"]["seq_len"],
               "rtn": _summary(layer_errors(model, held, args.format))}
@@ -88,6 +92,7 @@ def run(args) -> int:
                 f.rename(tmp / f.name)
             (tmp / "ckpt").rmdir()
         report["seconds"] = round(time.time() - t0, 2)
+        report["peak_memory_bytes"] = peak_memory_bytes()
         (tmp / "layer_errors.json").write_text(json.dumps(report, indent=1))
     line = {k: round(v["mean"], 5) for k, v in report.items() if isinstance(v, dict)}
     print(json.dumps({"format": args.format, "method": report["method"], "mean_layer_error": line}), file=sys.stderr)

@@ -28,13 +28,13 @@ from __future__ import annotations
 import contextlib
 import copy
 import math
-import resource
 import time
 from dataclasses import dataclass
 
 import torch
 
 from qerl.contract.records import MetricsRow
+from qerl.memory import peak_memory_bytes
 from qerl.policy import Policy
 from qerl.rl.distributed import (DistContext, all_gather_cat, all_reduce_grads, broadcast_params, reduce_max,
                                  reduce_sum)
@@ -312,7 +312,7 @@ def rl_step(learner: Learner, batch: StepBatch, s: RunSettings, ctx: DistContext
         "kl": _mean([d.get("kl", 0.0) for d in diags]),
         "grad_norm": _mean(grad_norms), "grad_clipped": _mean([float(g > s.grad_clip) for g in grad_norms]),
         "mixed_groups": mixed, "adv_abs": float(adv.abs().mean()), "time_rollout": t_rollout,
-        "time_logprobs": t_logprobs, "time_update": t_update, "peak_memory_bytes": _peak_memory(),
+        "time_logprobs": t_logprobs, "time_update": t_update, "peak_memory_bytes": peak_memory_bytes(),
         "lr": learner.scheduler.get_last_lr()[0], "skipped_updates": upd["skipped"],
         "kept_fraction": float((mask.sum(1) > 0).float().mean()),
         "truncated_fraction": float(rb.truncated.float().mean()),
@@ -323,12 +323,6 @@ def rl_step(learner: Learner, batch: StepBatch, s: RunSettings, ctx: DistContext
         row.update(_global_metrics(ctx, rewards, correct, rb.entropy, comp, rb.lengths, mask, rb.truncated,
                                    t_rollout, t_logprobs, t_update, adv, G))
     return MetricsRow(**row)
-
-
-def _peak_memory() -> int:
-    if torch.cuda.is_available():
-        return int(torch.cuda.max_memory_allocated())
-    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
 
 
 def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> float:
@@ -351,7 +345,7 @@ def _global_metrics(ctx: DistContext, rewards, correct, entropy, comp, lengths, 
         float(rewards.sum()), float(correct.sum()), float(rewards.numel()), float((entropy * comp).sum()),
         float(comp.sum()), float(lengths.sum()), float((mask.sum(1) > 0).sum()), float(truncated.sum()),
         float((grouped.amax(1) != grouped.amin(1)).sum()), float(adv.abs().sum())])
-    t_roll, t_lp, t_up, peak = reduce_max(ctx, [t_rollout, t_logprobs, t_update, float(_peak_memory())])
+    t_roll, t_lp, t_up, peak = reduce_max(ctx, [t_rollout, t_logprobs, t_update, float(peak_memory_bytes())])
     return {"reward": r_sum / n, "accuracy": c_sum / n, "entropy": e_sum / max(e_cnt, 1.0),
             "response_length": len_sum / n, "time_rollout": t_roll, "time_logprobs": t_lp, "time_update": t_up,
             "peak_memory_bytes": int(peak), "kept_fraction": kept / n, "truncated_fraction": trunc / n,

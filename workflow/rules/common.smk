@@ -110,6 +110,15 @@ def gpu_launcher(gpus):
     return f"python -m qerl.rl.distributed --gpus 1 --slots {SLOTS} -- qerl"
 
 
+def gpu_command(subcommand, on_gpu=True):
+    """`qerl <subcommand>` on a claimed GPU slot with `--device cuda` where jobs run on GPUs (resources.train.gpus
+    > 0) and `on_gpu` holds, else plain `qerl <subcommand>` on its default device, the CPU. Spliced into the shell
+    text when the workflow is parsed, so the command of a CPU config stays what it was (nothing reruns)."""
+    if on_gpu and config["resources"]["train"]["gpus"]:
+        return f"{gpu_launcher(1)} {subcommand} --device cuda"
+    return f"qerl {subcommand}"
+
+
 def train_targets():
     return [f"{run_dir(*run)}/{paths.EVAL_FILE}" for run in train_runs()]
 

@@ -1,5 +1,7 @@
 # Quantization: AWQ calibration per 4-bit format, then the quantized checkpoint of every format in
 # quantize.formats; these feed the untrained NF4 / MXFP4 / NVFP4 rows of Tables 1 and 2 and the 4-bit training runs.
+# With GPUs for training (resources.train.gpus > 0) both run on a claimed GPU slot (a 7B's float32 AWQ search is
+# hours on a CPU), else on the CPU.
 #
 #   R/quantized/<model>/awq_scales/<fmt>.safetensors   AWQ per-channel scales (nvfp4, mxfp4; when quantize.awq)
 #   R/quantized/<model>/<fmt>/                         compressed-tensors checkpoint (nvfp4, mxfp4) or the NF4
@@ -23,12 +25,14 @@ rule calibrate:
     conda:
         CONDA_ENV
     threads: 2  # capped at --cores by Snakemake
+    resources:
+        gpu=1 if config["resources"]["train"]["gpus"] else 0,
     log:
         f"{R}/logs/calibrate/{{model}}/{{fmt}}.log",
     benchmark:
         f"{R}/benchmarks/calibrate/{{model}}/{{fmt}}.tsv"
     shell:
-        "qerl calibrate --config {input.config} --base {input.base} --format {wildcards.fmt} "
+        gpu_command("calibrate") + " --config {input.config} --base {input.base} --format {wildcards.fmt} "
         "--calib {params.data} --out {output} 2> {log}"
 
 
@@ -46,12 +50,14 @@ rule quantize:
     conda:
         CONDA_ENV
     threads: 2  # capped at --cores by Snakemake
+    resources:
+        gpu=1 if config["resources"]["train"]["gpus"] else 0,
     log:
         f"{R}/logs/quantize/{{model}}/{{fmt}}.log",
     benchmark:
         f"{R}/benchmarks/quantize/{{model}}/{{fmt}}.tsv"
     shell:
-        "qerl quantize --config {input.config} --base {input.base} --format {wildcards.fmt} "
+        gpu_command("quantize") + " --config {input.config} --base {input.base} --format {wildcards.fmt} "
         "--calib {params.data} {params.scales} --out {output} 2> {log}"
 
 
