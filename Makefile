@@ -1,6 +1,7 @@
 # Two commands from a fresh clone:
 #   make reproduce   create .venv, install, run the whole DAG at the default (tiny) scale
 #   make test        create .venv, install, run the test suite
+#   make small       the small scale (SmolLM2-135M on real benchmarks) on one GPU
 # TORCH picks the torch build installed first (default: the CPU wheel; on a GPU machine use e.g. TORCH=torch).
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -11,7 +12,7 @@ TEST_WORKERS ?= 2
 # Snakemake's jobs call the `qerl` console script: the venv's bin folder must come first on PATH.
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: install reproduce test lint clean
+.PHONY: install reproduce small test lint clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -26,6 +27,11 @@ install: $(VENV)/.installed
 
 reproduce: install
 	$(VENV)/bin/snakemake --cores $(CORES)
+
+# the small scale on a GPU box (install with TORCH=torch for a CUDA build); the benchmark files must be in
+# resources/data (or data.download: true on a machine online); README "Scales" says what it costs
+small: install
+	$(VENV)/bin/snakemake --cores $(CORES) --configfile config/small.yaml
 
 test: install
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
