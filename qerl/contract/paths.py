@@ -13,7 +13,11 @@ Results (R = <results_dir>/<scale>, `results_root`):
     R/quantized/<model>/<format>/                      NVFP4 / MXFP4 (AWQ-calibrated) and NF4 checkpoints
     R/quantized/<model>/awq_scales/<format>.safetensors
     R/runs/<task>/<model>/<method>/<variant>/seed<k>/  one training run: metrics.jsonl, eval.json, run.json,
-                                                       checkpoint.pt, adapter/ (LoRA) or model/ (full)
+                                                       checkpoint.pt, adapter/ (LoRA) or model/ (full),
+                                                       rollouts/step<k>.jsonl.gz, tensorboard/ (train.report_to)
+    R/trackio/                                         Trackio's database of every run of the scale (train.report_to)
+    R/logs/train/<task>/<model>/<method>/<variant>/seed<k>.log   a training job's log (stderr)
+    R/samples.html                                     completions per method at the first and last step
     R/evals/<model>/<format>/<benchmark>/seed<k>.json  an untrained format on one benchmark
     R/tables/<id>.{md,tex,csv,html}, R/figures/<id>.{png,pdf}, R/claims.{md,html}
     R/measured/<gpu>/                                  what the profile rule measured on this machine
@@ -24,11 +28,15 @@ No torch import: the Snakefile reads this at parse time. Run the tests: `pytest 
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 __all__ = [
     "METRICS_FILE", "EVAL_FILE", "RUN_INFO_FILE", "CHECKPOINT_FILE", "ADAPTER_DIR", "FULL_MODEL_DIR", "TINY_SPLITS",
-    "results_root", "root_of", "config_file", "tiny_split", "data_manifest", "base_model_dir", "pretrained_model_dir", "quantized_dir",
+    "ROLLOUTS_DIR", "TENSORBOARD_DIR", "trackio_dir", "rollout_chunk", "rollout_chunks", "run_name", "train_log",
+    "samples_page",
+    "results_root", "root_of", "config_file", "tiny_split", "data_manifest", "base_model_dir", "pretrained_model_dir",
+    "quantized_dir",
     "awq_scales_file", "run_dir", "eval_file", "artifact_file", "claims_file", "measured_dir",
     "BENCHMARK_FILES", "HELD_OUT", "benchmark_splits", "missing_files", "task_benchmarks",
 ]
@@ -39,7 +47,10 @@ RUN_INFO_FILE = "run.json"  # the run's settings and provenance
 CHECKPOINT_FILE = "checkpoint.pt"  # resumable state (deliberately not a Snakemake output)
 ADAPTER_DIR = "adapter"  # the trained LoRA adapter (peft's save_pretrained)
 FULL_MODEL_DIR = "model"  # the fully fine-tuned model (method full)
+ROLLOUTS_DIR = "rollouts"  # per-step chunks of rollout samples (rollout_chunk; deliberately not a Snakemake output)
+TENSORBOARD_DIR = "tensorboard"  # a run's TensorBoard event files (train.report_to: [tensorboard])
 TINY_SPLITS = ("pretrain", "rl", "test")
+_CHUNK = re.compile(r"step(\d+)\.jsonl\.gz")
 
 
 def results_root(results_dir: str, scale: str) -> str:
@@ -96,6 +107,37 @@ def awq_scales_file(root: str, model: str, fmt: str) -> str:
 def run_dir(root: str, task: str, model: str, method: str, variant: str, seed: int | str) -> str:
     """R/runs/<task>/<model>/<method>/<variant>/seed<k>: one training run's folder."""
     return f"{root}/runs/{task}/{model}/{method}/{variant}/seed{seed}"
+
+
+def run_name(task: str, model: str, method: str, variant: str, seed: int | str) -> str:
+    """<task>/<model>/<method>/<variant>/seed<k>: a run's name in trackers and tables (its folder under R/runs)."""
+    return f"{task}/{model}/{method}/{variant}/seed{seed}"
+
+
+def rollout_chunk(run: str | Path, step: int) -> str:
+    """<run>/rollouts/step<k>.jsonl.gz (k zero-padded to 6 digits): the kept rollout samples of one step."""
+    return f"{run}/{ROLLOUTS_DIR}/step{step:06d}.jsonl.gz"
+
+
+def rollout_chunks(folder: str | Path) -> list[tuple[int, Path]]:
+    """(step, path) of every chunk in a rollouts/ folder, by step; [] when the folder does not exist."""
+    found = [(int(m.group(1)), p) for p in Path(folder).glob("step*.jsonl.gz") if (m := _CHUNK.fullmatch(p.name))]
+    return sorted(found)
+
+
+def trackio_dir(root: str) -> str:
+    """R/trackio: Trackio's local database (TRACKIO_DIR), one project per scale, one run per run folder."""
+    return f"{root}/trackio"
+
+
+def train_log(root: str, task: str, model: str, method: str, variant: str, seed: int | str) -> str:
+    """R/logs/train/<task>/<model>/<method>/<variant>/seed<k>.log: the training job's log."""
+    return f"{root}/logs/train/{task}/{model}/{method}/{variant}/seed{seed}.log"
+
+
+def samples_page(root: str) -> str:
+    """R/samples.html: a few completions per method at the first and last kept step (the report's samples page)."""
+    return f"{root}/samples.html"
 
 
 def eval_file(root: str, model: str, method: str, benchmark: str, seed: int | str) -> str:

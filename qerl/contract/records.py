@@ -9,6 +9,8 @@ with errors that name the file, the line or key, and the value seen.
 * metrics.jsonl: one `MetricsRow` per training step (the field docstrings say what each holds). `WALL_CLOCK_FIELDS`
   are the wall-clock times and memory readings: the only fields that differ between two runs of the same seed on
   the same machine.
+* rollouts/step<k>.jsonl.gz (qerl.contract.paths.rollout_chunk): one `RolloutSample` per line, the completions of
+  training step k that the run kept (config train.rollout_samples); `read_rollouts` reads a run's folder of them.
 * eval.json and R/evals/.../seed<k>.json: {"benchmarks": {name: record}, ...}; every record holds at least the
   fields of `BenchmarkRecord` (pass@1 in %, its standard error, the strict pass@1, the problem and repeat counts,
   and per level the `PassAt1` fields); `PassAt1` is the spelling of one pass@1 summary.
@@ -23,8 +25,8 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-__all__ = ["MetricsRow", "METRIC_FIELDS", "WALL_CLOCK_FIELDS", "read_metrics_rows", "PassAt1", "BenchmarkRecord",
-           "read_json"]
+__all__ = ["MetricsRow", "METRIC_FIELDS", "WALL_CLOCK_FIELDS", "read_metrics_rows", "RolloutSample", "read_rollouts",
+           "PassAt1", "BenchmarkRecord", "read_json", "json_error"]
 
 
 @dataclass
@@ -141,7 +143,7 @@ def read_metrics_rows(path: str | Path) -> list[MetricsRow]:
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as exc:
-                raise ValueError(f"{where}: not valid JSON ({exc.msg})") from None
+                raise ValueError(f"{where}: not valid JSON ({json_error(exc)})") from None
             row = MetricsRow.parse(obj, where)
             if rows and row.step <= rows[-1].step:
                 raise ValueError(f"{where}: key 'step' = {row.step} does not increase (previous step {rows[-1].step})")
@@ -149,6 +151,95 @@ def read_metrics_rows(path: str | Path) -> list[MetricsRow]:
     if not rows:
         raise ValueError(f"{path}: no metrics lines (expected one JSON object per step)")
     return rows
+
+
+@dataclass
+class RolloutSample:
+    """One sampled completion of a training step, as rollouts/step<k>.jsonl.gz holds it (one JSON object a line).
+
+    Attributes:
+        step: 0-based training step; prompt_id: the problem's id in its data file; sample: 0-based index of the
+            completion among the group_size samples of its prompt; gold: the reference answer.
+        completion: the decoded completion (special tokens removed).
+        reward: its reward; correct: its answer graded correct; length: completion tokens; truncated: cut by the
+            generation budget (max_new_tokens).
+        logprob_mean, entropy: mean over the completion's tokens of the sampled token's log-prob and of the
+            sampling distribution's entropy (nats), both under the rollout policy (AQN noise, temperature, top-p).
+        sigma: the step's AQN sigma (0 without AQN).
+    """
+
+    step: int
+    prompt_id: str
+    sample: int
+    gold: str
+    completion: str
+    reward: float
+    correct: bool
+    length: int
+    truncated: bool
+    logprob_mean: float
+    entropy: float
+    sigma: float
+
+    def to_json(self) -> str:
+        """The line (without its newline): the fields in declaration order, non-ASCII text kept as is."""
+        return json.dumps(asdict(self), ensure_ascii=False)
+
+    @classmethod
+    def parse(cls, obj: Any, where: str) -> "RolloutSample":
+        """A sample from a parsed JSON object.
+
+        Raises:
+            ValueError: naming `where` and the key: not an object, missing or unknown keys, a value of the wrong type.
+        """
+        if not isinstance(obj, dict):
+            raise ValueError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+        names = [f.name for f in fields(cls)]
+        missing = [k for k in names if k not in obj]
+        unknown = sorted(set(obj) - set(names))
+        if missing or unknown:
+            raise ValueError(f"{where}: {f'missing key(s) {missing}' if missing else f'unknown key(s) {unknown}'} "
+                             f"(qerl.contract.records.RolloutSample lists the fields)")
+        kinds = {"int": int, "str": str, "bool": bool, "float": (int, float)}
+        for f in fields(cls):
+            value = obj[f.name]
+            if f.type == "float" and value is None:
+                continue
+            ok = isinstance(value, kinds[f.type]) and (f.type == "bool" or not isinstance(value, bool))
+            if not ok:
+                raise ValueError(f"{where}: key {f.name!r} must be {f.type}, got {value!r}")
+        return cls(**{k: (math.nan if obj[k] is None else obj[k]) for k in names})
+
+
+def read_rollouts(folder: str | Path, steps: list[int] | None = None) -> list[RolloutSample]:
+    """The rollout samples of a run's rollouts/ folder, in step order (the chunks' own order within a step).
+
+    Args:
+        folder: the run's rollouts/ folder (qerl.contract.paths.ROLLOUTS_DIR).
+        steps: only these steps (None: every chunk there).
+
+    Raises:
+        ValueError: naming `file:line` for a line that is not a valid sample or whose step is not the chunk's.
+    """
+    import gzip
+
+    from qerl.contract.paths import rollout_chunks
+
+    out: list[RolloutSample] = []
+    for step, path in rollout_chunks(folder):
+        if steps is not None and step not in steps:
+            continue
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            for lineno, line in enumerate(f, 1):
+                where = f"{path}:{lineno}"
+                try:
+                    sample = RolloutSample.parse(json.loads(line), where)
+                except json.JSONDecodeError as exc:
+                    raise ValueError(f"{where}: not valid JSON ({json_error(exc)})") from None
+                if sample.step != step:
+                    raise ValueError(f"{where}: key 'step' = {sample.step}, but the file holds step {step}")
+                out.append(sample)
+    return out
 
 
 @dataclass(frozen=True)
@@ -253,4 +344,14 @@ def read_json(path: str | Path) -> Any:
         with open(path) as f:
             return json.load(f)
     except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
+        raise ValueError(f"{path}:{exc.lineno}: not valid JSON ({json_error(exc)})") from None
+
+
+def json_error(exc: json.JSONDecodeError) -> str:
+    """The decoder's message with its column, readable: "Invalid control character at column 155".
+
+    Why: some of json's messages end in "at" because the decoder itself appends ": line L column C (char N)";
+    wrapping `exc.msg` as "<msg> at column C" read "Invalid control character at at column 155".
+    """
+    msg = exc.msg[:-3] if exc.msg.endswith(" at") else exc.msg
+    return f"{msg} at column {exc.colno}"

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
+from qerl.contract.records import json_error
 from qerl.contract.paths import BENCHMARK_FILES, HELD_OUT, benchmark_splits, missing_files
 from qerl.data.answers import gsm8k_final_answer, last_boxed, normalize_number
 
@@ -114,7 +115,7 @@ def iter_jsonl(path: str | Path) -> Iterator[tuple[int, dict]]:
                 row = json.loads(line)
             except json.JSONDecodeError as exc:
                 raise ValueError(
-                    f"{path}:{lineno}: not valid JSON ({exc.msg} at column {exc.colno}); line starts "
+                    f"{path}:{lineno}: not valid JSON ({json_error(exc)}); line starts "
                     f"{_preview(line.strip())}"
                 ) from None
             if not isinstance(row, dict):

@@ -49,7 +49,8 @@ import torch
 import torch.distributed as dist
 
 __all__ = ["DistContext", "init_distributed", "shutdown", "shard_range", "all_reduce", "reduce_sum",
-           "reduce_max", "all_reduce_grads", "broadcast_params", "barrier", "claim_gpus", "main"]
+           "reduce_max", "all_gather_cat", "all_gather_list", "all_reduce_grads", "broadcast_params", "barrier",
+           "claim_gpus", "main"]
 
 _ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
 _BUCKET_BYTES = 256 * 2**20  # gradient all-reduce bucket: few launches, bounded extra memory for full fine-tuning
@@ -186,6 +187,15 @@ def all_gather_cat(ctx: DistContext, tensor: torch.Tensor) -> torch.Tensor:
     parts: list = [None] * ctx.world_size
     torch.distributed.all_gather_object(parts, tensor.detach().cpu())
     return torch.cat(parts)
+
+
+def all_gather_list(ctx: DistContext, items: list) -> list:
+    """The (picklable) lists of every rank concatenated in rank order; the list itself alone."""
+    if not ctx.distributed:
+        return items
+    parts: list = [None] * ctx.world_size
+    torch.distributed.all_gather_object(parts, items)
+    return [x for part in parts for x in part]
 
 
 def all_reduce_grads(ctx: DistContext, params: list[torch.nn.Parameter]) -> None:

@@ -42,6 +42,7 @@ from qerl.rl.losses import dapo_loss, dynamic_sampling_mask, grpo_loss, group_ad
 from qerl.rl.mismatch import importance_ratios, mismatch_stats, tis_weights
 from qerl.rl.rewards import compute_rewards
 from qerl.rl.rollout import sample, sequence_logprobs
+from qerl.rl.rollout_log import step_samples
 from qerl.rl.settings import RunSettings, lr_schedule, make_optimizer
 
 __all__ = ["Learner", "make_learner", "StepBatch", "UpdateBatch", "policy_update", "rollout_seed", "rl_step"]
@@ -94,6 +95,8 @@ class StepBatch:
         golds: their reference answers, one per prompt.
         row_offset: global index of this rank's first row (rows = prompts x group_size, ranks contiguous).
         global_rows: rows of the whole step over all ranks (None: this rank's alone).
+        prompt_ids: the problems' ids, one per prompt (named in the rollout samples; None: "prompt<k>", k the
+            prompt's index in the step's global batch).
     """
 
     step: int
@@ -101,6 +104,7 @@ class StepBatch:
     golds: list[str]
     row_offset: int = 0
     global_rows: int | None = None
+    prompt_ids: list[str] | None = None
 
 
 @dataclass
@@ -252,7 +256,7 @@ def _reference(learner: Learner):
 
 
 def rl_step(learner: Learner, batch: StepBatch, s: RunSettings, ctx: DistContext = DistContext(), *,
-            reward_fn=None) -> MetricsRow:
+            reward_fn=None, samples: list | None = None) -> MetricsRow:
     """Run one training step on this rank's prompts (module docstring) and return its metrics.
 
     Args:
@@ -262,6 +266,8 @@ def rl_step(learner: Learner, batch: StepBatch, s: RunSettings, ctx: DistContext
         ctx: the distributed context (default: one process).
         reward_fn: (texts, golds, format_weight=...) -> objects with .reward and .correct (default:
             qerl.rl.rewards.compute_rewards); the profilers pass seeded random rewards.
+        samples: when a list, this rank's rollout rows are appended to it as RolloutSample records
+            (qerl.rl.rollout_log.step_samples), in row order.
 
     Returns:
         The step's MetricsRow (over every rank's rows when distributed); skipped_updates counts the updates a
@@ -284,6 +290,11 @@ def rl_step(learner: Learner, batch: StepBatch, s: RunSettings, ctx: DistContext
     ids, attn, P = rb.input_ids, rb.attention_mask, rb.prompt_len
     sampled = rb.completion_mask[:, P:]  # [n, L] every sampled completion token
     mask = sampled.float()  # [n, L] those the loss counts
+    if samples is not None:
+        first = batch.row_offset // G
+        names = batch.prompt_ids or [f"prompt{first + i}" for i in range(len(batch.prompts))]
+        samples += step_samples(batch.step, names, batch.golds, G, rb.texts, results, rb.lengths, rb.truncated,
+                                rb.sample_logp, rb.entropy, sampled, float(sigma))
     if s.dynamic_sampling:
         mask = mask * dynamic_sampling_mask(rewards, G).to(device).float().unsqueeze(1)
     if s.overlong_filter:

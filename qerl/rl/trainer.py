@@ -7,7 +7,9 @@ weights and format, its LoRA adapters or every weight, AQN), its optimizer and s
      the paper's prompt of each;
   2. runs `rl_step` (qerl/rl/step.py): G samples per prompt under the step's AQN noise, rewards, group-normalised
      advantages, log-probs and `updates_per_rollout` optimizer steps; it returns the step's metrics;
-  3. appends them to metrics.jsonl (one qerl.contract.records.MetricsRow per line); every `checkpoint_every` steps
+  3. appends them to metrics.jsonl (one qerl.contract.records.MetricsRow per line) and to the trackers of
+     train.report_to (qerl/rl/trackers.py); on the steps train.rollout_samples keeps, writes the completions of a
+     share of the prompts to rollouts/step<k>.jsonl.gz (qerl/rl/rollout_log.py); every `checkpoint_every` steps
      writes a resumable checkpoint (qerl/rl/resume.py).
 Methods (qerl/contract/methods.py): full (all weights trainable), lora (BF16 base), qlora (bitsandbytes NF4 base),
 mxfp4_lora, nvfp4_lora (QeRL without AQN), qerl (NVFP4 + AQN). Variants (qerl/contract/variants.py): default,
@@ -17,7 +19,8 @@ log-probs (AQN noise, engine rounding) are from the clean policy's that the upda
 
 Resume: sampling, data order and AQN noise are seeded by (seed, step), and the checkpoint holds the trainable
 weights, optimizer and scheduler state and the metrics history, so a killed run continues identically and rewrites
-metrics.jsonl in full (qerl/rl/resume.py says when a checkpoint is ignored). A NaN/Inf loss skips its update;
+metrics.jsonl in full (qerl/rl/resume.py says when a checkpoint is ignored), drops the rollout chunks of the steps
+it runs again, and logs the history to fresh trackers. A NaN/Inf loss skips its update;
 `max_bad_steps` in a row abort with a clear message.
 
 Data parallelism (qerl/rl/distributed.py): under `torchrun --nproc_per_node N` or `accelerate launch` each rank
@@ -37,6 +40,7 @@ Run: `qerl train ...` (qerl/commands/train.py: this loop, then the evaluation of
 from __future__ import annotations
 
 import itertools
+import json
 import random
 import shutil
 from dataclasses import asdict
@@ -45,15 +49,18 @@ from pathlib import Path
 import torch
 
 from qerl.contract.paths import ADAPTER_DIR, CHECKPOINT_FILE, FULL_MODEL_DIR, METRICS_FILE, RUN_INFO_FILE, tiny_split
-from qerl.contract.paths import root_of
+from qerl.contract.paths import root_of, run_name
+from qerl.contract.records import MetricsRow
 from qerl.data.prompts import build_prompt
 from qerl.io import write_json
 from qerl.provenance import provenance
 from qerl.readout import Readout
-from qerl.rl.distributed import DistContext, barrier, init_distributed, shard_range
+from qerl.rl.distributed import DistContext, all_gather_list, barrier, init_distributed, shard_range
 from qerl.rl.resume import resume, run_identity, save_checkpoint
+from qerl.rl.rollout_log import drop_from, rollout_keep, write_chunk
 from qerl.rl.settings import RunSettings, build_run_policy
 from qerl.rl.step import StepBatch, make_learner, rl_step
+from qerl.rl.trackers import Trackers, open_trackers
 
 __all__ = ["load_task_problems", "batch_indices", "train"]
 
@@ -147,11 +154,30 @@ def train(cfg: dict, s: RunSettings, base_dir: str | Path, out_dir: str | Path, 
     ckpt, metrics_path = out / CHECKPOINT_FILE, out / METRICS_FILE
     identity = run_identity(s, problems, base_dir, quantized_dir)
     start, bad, history = resume(ckpt, metrics_path, learner, identity, s.steps, ctx.is_main)
+    keep = rollout_keep(cfg, s.steps)
+    trackers = Trackers([])
     if ctx.is_main:
+        drop_from(out, start, keep)
         info = {"settings": s.__dict__, "provenance": provenance()}
         if ctx.distributed:
             info["distributed"] = {"world_size": ctx.world_size, "backend": ctx.backend}
         write_json(out / RUN_INFO_FILE, info, default=list)
+        trackers = open_trackers(cfg["train"]["report_to"], run_dir=out, root=root_of(cfg), scale=cfg["scale"],
+                                 run_name=run_name(s.task, cfg["model"]["name"], s.method, s.variant, s.seed),
+                                 config=cfg, info=info,
+                                 history=[MetricsRow.parse(json.loads(l), f"{ckpt}: history") for l in history])
+    try:
+        return _run_steps(s, out, policy, learner, problems, ctx, start, bad, history, identity, keep, trackers,
+                          stop_after, progress)
+    finally:
+        trackers.close()
+
+
+def _run_steps(s: RunSettings, out: Path, policy, learner, problems: list, ctx: DistContext, start: int, bad: int,
+               history: list[str], identity: dict, keep, trackers: Trackers, stop_after: int | None,
+               progress: bool) -> dict:
+    """The step loop of `train` from step `start`, then the trained weights (train's docstring)."""
+    ckpt, metrics_path = out / CHECKPOINT_FILE, out / METRICS_FILE
     G, last = s.group_size, {}
     levels = [p.level for p in problems]
     bar = Readout(s.steps, start, f"{s.task}/{s.method}/{s.variant}/seed{s.seed}", enabled=progress and ctx.is_main)
@@ -162,7 +188,13 @@ def train(cfg: dict, s: RunSettings, base_dir: str | Path, out_dir: str | Path, 
         lo, hi = shard_range(len(indices), ctx.rank, ctx.world_size) if ctx.distributed else (0, len(indices))
         chosen = [problems[i] for i in indices[lo:hi]]  # this rank's prompts: whole groups
         prompts = [build_prompt(p.question, policy.tokenizer, s.instruction) for p in chosen]
-        row = rl_step(learner, StepBatch(step, prompts, [p.answer for p in chosen], lo * G, len(indices) * G), s, ctx)
+        samples = [] if keep.keeps(step) else None
+        row = rl_step(learner, StepBatch(step, prompts, [p.answer for p in chosen], lo * G, len(indices) * G,
+                                         [p.id for p in chosen]), s, ctx, samples=samples)
+        if samples is not None:  # the first keep.prompts(...) prompts of the global batch, every rank's share
+            kept = all_gather_list(ctx, samples[:max(0, keep.prompts(len(indices)) - lo) * G])
+            if ctx.is_main:
+                write_chunk(out, step, kept)
         bad = bad + 1 if row.skipped_updates else 0
         if bad >= s.max_bad_steps:
             raise RuntimeError(f"{bad} consecutive steps had a NaN/Inf loss (last at step {step}); lower train.lr "
@@ -172,6 +204,7 @@ def train(cfg: dict, s: RunSettings, base_dir: str | Path, out_dir: str | Path, 
         if ctx.is_main:
             with open(metrics_path, "a") as f:
                 f.write(history[-1] + "\n")
+            trackers.log(row)
         bar.step(reward=row.reward, entropy=row.entropy, length=row.response_length, mixed=row.mixed_groups,
                  **({"sigma": row.sigma} if s.aqn else {}))
         if ((step + 1) % s.checkpoint_every == 0 or step + 1 == s.steps) and ctx.is_main:

@@ -14,7 +14,8 @@ import torch
 import yaml
 
 from qerl.config import validate_config
-from qerl.contract.records import METRIC_FIELDS, WALL_CLOCK_FIELDS, read_metrics_rows
+from qerl.contract.paths import rollout_chunks
+from qerl.contract.records import METRIC_FIELDS, WALL_CLOCK_FIELDS, read_metrics_rows, read_rollouts
 from qerl.contract.variants import canonical_variant, parse_variant
 from qerl.data.tiny import write_splits
 from qerl.models.pretrain import encode_examples, pretrain
@@ -114,9 +115,34 @@ def test_resume_is_exact(setup, tmp_path, loss, capsys):
     assert [r["step"] for r in rows] == [0, 1, 2, 3]
     assert (dir_b / "metrics.jsonl").read_text().startswith(written)  # the history before the kill, byte for byte
     assert _strip(_metrics(dir_a)) == _strip(rows)
+    chunks = [(k, p.read_bytes()) for k, p in rollout_chunks(dir_a / "rollouts")]
+    assert [k for k, _ in chunks] == [0, 3]  # the defaults keep step 0 and the last step
+    assert [(k, p.read_bytes()) for k, p in rollout_chunks(dir_b / "rollouts")] == chunks  # byte for byte
     pa = {n: p for n, p in full["model"].named_parameters() if p.requires_grad}
     pb = {n: p for n, p in resumed["model"].named_parameters() if p.requires_grad}
     assert pa.keys() == pb.keys() and all(torch.equal(pa[n], pb[n]) for n in pa)
+
+
+def test_rollout_samples_agree_with_metrics(setup, tmp_path):
+    """Every completion of every step kept: the samples' means are the step's metrics."""
+    cfg, root = setup
+    cfg = {**cfg, "train": {**cfg["train"], "rollout_samples": {"every": 1, "share": 1.0}}}
+    s = resolve_settings(cfg, "t", "qerl", "default", seed=0)
+    T.train(cfg, s, root / "base", tmp_path, data_dir=root / "data", progress=False)
+    samples = read_rollouts(tmp_path / "rollouts")
+    rows = read_metrics_rows(tmp_path / "metrics.jsonl")
+    assert len(samples) == 4 * 2 * 4  # steps x prompts x group_size
+    for row in rows:
+        mine = [x for x in samples if x.step == row.step]
+        assert [x.sample for x in mine] == [0, 1, 2, 3] * 2 and len({x.prompt_id for x in mine}) == 2
+        assert sum(x.reward for x in mine) / len(mine) == pytest.approx(row.reward)
+        assert sum(x.correct for x in mine) / len(mine) == pytest.approx(row.accuracy)
+        assert sum(x.length for x in mine) / len(mine) == pytest.approx(row.response_length)
+        assert sum(x.truncated for x in mine) / len(mine) == pytest.approx(row.truncated_fraction)
+        assert {x.sigma for x in mine} == {row.sigma}
+        assert all(x.logprob_mean <= 0 and x.entropy >= 0 for x in mine)
+        assert sum(x.entropy * x.length for x in mine) / sum(x.length for x in mine) == pytest.approx(row.entropy,
+                                                                                                     rel=1e-5)
 
 
 def test_rerun_of_a_finished_run_keeps_its_history(setup, tmp_path, capsys):
