@@ -145,6 +145,19 @@ def test_rollout_samples_agree_with_metrics(setup, tmp_path):
                                                                                                      rel=1e-5)
 
 
+def test_tensorboard_holds_the_metrics_of_a_resumed_run(setup, tmp_path):
+    """train.report_to: [tensorboard], killed after step 2 and resumed: the event files hold metrics.jsonl's rows."""
+    pytest.importorskip("tensorboard")
+    from tests.rl.test_trackers import assert_same, read_tensorboard
+
+    cfg, root = setup
+    cfg = {**cfg, "train": {**cfg["train"], "report_to": ["tensorboard"]}}
+    s = resolve_settings(cfg, "t", "lora", "default", seed=0)
+    T.train(cfg, s, root / "base", tmp_path, data_dir=root / "data", progress=False, stop_after=2)
+    T.train(cfg, s, root / "base", tmp_path, data_dir=root / "data", progress=False)
+    assert_same(read_tensorboard(tmp_path / "tensorboard"), read_metrics_rows(tmp_path / "metrics.jsonl"))
+
+
 def test_rerun_of_a_finished_run_keeps_its_history(setup, tmp_path, capsys):
     """Killed in its in-job evaluation: the checkpoint is at the last step; Snakemake deletes metrics.jsonl."""
     _, run_dir = _run(setup, tmp_path, "lora")
