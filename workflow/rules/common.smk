@@ -7,10 +7,9 @@ import os
 
 import yaml
 
-from qerl.config import task_methods
+from qerl.config import training_runs
 from qerl.contract import paths
 from qerl.contract.methods import get_method
-from qerl.contract.variants import canonical_variant, lr_variant, tis_variant
 from qerl.io import write_text
 
 # `config` was validated, and its defaults filled in, by the Snakefile (qerl.config.validate_config, the check the
@@ -66,25 +65,8 @@ RUN_PATTERN = paths.run_dir(R, "{task}", "{model}", "{method}", "{variant}", "{s
 
 
 def train_runs():
-    """(task, method, variant, seed) of the main runs (each task's methods) and of the ablations (their task only)."""
-    tr, ab = config["train"], config["train"]["ablations"]
-    runs = [(t, m, "default", s) for t in tr["tasks"] for m in task_methods(config, t) for s in config["seeds"]]
-    task = ab["task"] or next(iter(tr["tasks"]))
-    variants = []
-    if ab["method"] in task_methods(config, task):
-        variants += [(ab["method"], f"aqn-{k}") for k in ab["aqn_schedules"]]
-        variants += [(ab["method"], "noaqn")] if ab["noaqn"] else []
-        variants += [(ab["method"], f"rank{r}") for r in ab["ranks"]]
-    variants += [(m, lr_variant(lr)) for m in ab["lr_methods"] if m in task_methods(config, task) for lr in ab["lrs"]]
-    variants += [(ab["method"], "norms")] if ab["norms"] and ab["method"] in task_methods(config, task) else []
-    runs += [(task, m, v, s) for m, v in variants for s in ab["seeds"]
-             if canonical_variant(config, m, v) == v]  # a variant equal to the default run is that run
-    # beyond the paper, on the main seeds: AQN on methods without it, truncated importance sampling
-    main = [(m, f"aqn-{tr['aqn']['schedule']}") for m in ab["aqn_methods"] if m in task_methods(config, task)]
-    main += [(ab["method"], tis_variant(c)) for c in ab["tis_caps"] if ab["method"] in task_methods(config, task)]
-    runs += [(task, m, v, s) for m, v in main for s in config["seeds"]
-             if canonical_variant(config, m, v) == v and (task, m, v, s) not in runs]
-    return runs
+    """(task, method, variant, seed) of every training run (qerl.config.training_runs: `qerl status` lists the same)."""
+    return training_runs(config)
 
 
 # resources.train.jobs_per_gpu: how many GPU jobs may share one GPU (a 135M model leaves an H100 mostly idle)

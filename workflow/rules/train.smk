@@ -1,8 +1,8 @@
 # RL training: one job per run, R/runs/<task>/<model>/<method>/<variant>/seed<k>/ (metrics.jsonl, adapter/ or
-# model/, eval.json, run.json). The tiny scale evaluates inside the training job (no second process start).
+# model/, eval.json, run.json, rollouts/ with the kept rollout samples). The tiny scale evaluates inside the training job (no second process start).
 # resources.train.gpus = 0 runs `qerl train` on the CPU; N >= 1 claims N free GPUs for the job and launches N
 # data-parallel ranks with torchrun (qerl/rl/distributed.py); SLURM gets gpu/mem_mb/runtime as sbatch options.
-# Reruns: checkpoint.pt is deliberately not an output. Snakemake deletes the outputs of a failed or incomplete job
+# Reruns: checkpoint.pt and rollouts/ are deliberately not outputs (qerl/rl/rollout_log.py says why). Snakemake deletes the outputs of a failed or incomplete job
 # (metrics.jsonl included) before it reruns it (--rerun-incomplete, the profiles' retries); the checkpoint survives,
 # and it carries the metrics history, so the resumed job writes the same metrics.jsonl as an uninterrupted one. A
 # job rerun because its config section or an input changed finds a checkpoint written for other settings or input
@@ -36,7 +36,7 @@ rule train:
         mem_mb=config["resources"]["train"]["mem_mb"],
         runtime=config["resources"]["train"]["runtime"],
     log:
-        f"{R}/logs/train/{{task}}/{{model}}/{{method}}/{{variant}}/seed{{seed}}.log",
+        paths.train_log(R, "{task}", "{model}", "{method}", "{variant}", "{seed}"),
     benchmark:
         f"{R}/benchmarks/train/{{task}}/{{model}}/{{method}}/{{variant}}/seed{{seed}}.tsv"
     shell:
