@@ -217,6 +217,15 @@ def test_load_jsonl(tmp_path):
         load_jsonl(tmp_path / "absent.jsonl")
 
 
+def test_a_control_character_is_named_once(tmp_path):
+    """json's message "Invalid control character at" ends in "at": wrapped with the column it read "at at"."""
+    _write(tmp_path, "z.jsonl", ['{"question": "a\tb", "answer": "1"}'])
+    with pytest.raises(ValueError) as err:
+        load_jsonl(tmp_path / "z.jsonl")
+    assert "z.jsonl:1: not valid JSON (Invalid control character at column 16); line starts" in str(err.value)
+    assert "at at" not in str(err.value)
+
+
 def test_load_jsonl_problems_tiny_format(tmp_path):
     rows = [
         {"id": "t-0", "question": "Tom has 2 apples and buys 3. How many?", "answer": "2 + 3 = 5\n#### 5",
