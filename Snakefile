@@ -10,10 +10,11 @@
 #   R/data/manifest.json                             real benchmark files checked/downloaded (rule data)
 #   R/models/<model>/base/                           the base checkpoint (pretrain_tiny or prepare_model)
 #   R/quantized/<model>/<format>/                    NVFP4 / MXFP4 (AWQ-calibrated) and NF4 checkpoints
-#   R/runs/<task>/<model>/<method>/<variant>/seed<k>/  one training run (metrics.jsonl, adapter, eval)
+#   R/runs/<task>/<model>/<method>/<variant>/seed<k>/  one training run (metrics.jsonl, adapter, eval, rollouts/)
 #   R/tables/table<N>.{md,tex,csv,html}, R/figures/fig<N>.{png,pdf}
 #   R/claims.md                                       the paper's headline claims checked claim by claim
 #   R/claims.html                                     the same, as an HTML page (shown by the report)
+#   R/samples.html                                    completions per method at the first and last kept step
 #   R/config.yaml                                    the effective config every job reads (rule effective_config)
 #   R/logs/<rule>/...  and  R/benchmarks/<rule>/...  per-job logs and timings
 import os
@@ -59,6 +60,7 @@ include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/render.smk"
 include: "workflow/rules/claims.smk"
+include: "workflow/rules/samples.smk"
 include: "workflow/rules/profile.smk"
 
 

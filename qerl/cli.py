@@ -35,6 +35,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "calibrate": ("qerl.quantize.calibrate_cmd", "search AWQ per-channel scales of a base model for NVFP4 or MXFP4"),
     "profile": ("qerl.profiling.run", "rollout tokens/s, GRPO step time and memory at the paper's shapes (GPU)"),
     "quantize": ("qerl.quantize.quantize_cmd", "write a quantized checkpoint (NVFP4/MXFP4/NF4) and its layer errors"),
+    "samples": ("qerl.commands.samples", "write the report's samples page: completions per method at the first and "
+                                         "last kept step, and each reward figure's rollout files"),
     "status": ("qerl.commands.status", "where every training run of a config stands: steps, reward, pass@1, state"),
 }
 

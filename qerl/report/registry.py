@@ -50,8 +50,8 @@ from qerl.report.context import (
 )
 from qerl.report.figures import Panel
 
-__all__ = ["Artifact", "ARTIFACTS", "TABLE_FORMATS", "get_artifact", "input_files", "output_files",
-           "render_artifact"]
+__all__ = ["Artifact", "ARTIFACTS", "TABLE_FORMATS", "get_artifact", "plotted_metrics", "input_files",
+           "output_files", "render_artifact"]
 
 # The files of a table: Markdown, LaTeX, CSV to download, and the HTML page the Snakemake report displays.
 TABLE_FORMATS = ("md", "tex", "csv", "html")
@@ -180,7 +180,10 @@ def _ranks(cfg):
 
 
 def _curve_fig(panels: list[Panel], layout: str = "cols"):
-    return lambda ctx, artifact: figures.render_curves(ctx, artifact, panels, layout)
+    def render(ctx, artifact):
+        return figures.render_curves(ctx, artifact, panels, layout)
+    render.panels = tuple(panels)  # what plotted_metrics reads
+    return render
 
 
 _QUANT_VS_BF16 = ["lora", "nvfp4_lora", "mxfp4_lora", "qlora"]
@@ -310,6 +313,11 @@ def get_artifact(artifact_id: str) -> Artifact:
         return ARTIFACTS[artifact_id]
     except KeyError:
         raise ValueError(f"unknown artifact {artifact_id!r}; known: {', '.join(ARTIFACTS)}") from None
+
+
+def plotted_metrics(artifact: Artifact) -> tuple[str, ...]:
+    """The metrics.jsonl fields a curve figure plots, one per panel ("reward", "entropy", ...); () for the others."""
+    return tuple(p.metric for p in getattr(artifact.renderer, "panels", ()))
 
 
 def input_files(artifact: Artifact, cfg: dict) -> list[str]:

@@ -119,4 +119,5 @@ def final_targets():
     targets = [base_model_dir()]
     if config["data"]["benchmarks"]:
         targets.append(paths.data_manifest(R))
-    return targets + quantized_dirs(config, R, MODEL) + EVALUATE_TARGETS + train_targets() + render_targets()
+    return (targets + quantized_dirs(config, R, MODEL) + EVALUATE_TARGETS + train_targets() + render_targets()
+            + [paths.samples_page(R)])
