@@ -65,6 +65,9 @@ def test_trimmed_tiny_dag_builds_every_artifact(trimmed_dag):
     assert len(metrics) == 2
     assert (out / "runs/tiny_dapo/tiny/qerl/default/seed0/eval.json").exists()
     assert not (out / "runs/tiny_dapo/tiny/qlora").exists()  # the DAPO task trains its own methods only
+    chunks = sorted(p.name for p in (out / "runs/tiny_grpo/tiny/qerl/default/seed0/rollouts").iterdir())
+    assert chunks == ["step000000.jsonl.gz", "step000001.jsonl.gz"]  # the trimmed config keeps every step
+    assert "Rollout samples: what training changed" in (out / "samples.html").read_text()
     claims = (out / "claims.md").read_text()
     assert all(f"\n## {n}. " in claims for n in range(1, 6)), claims[:2000]
     assert "<h1>Headline claims of QeRL" in (out / "claims.html").read_text()
@@ -87,6 +90,7 @@ def test_report_embeds_every_table_and_the_claims_as_html(trimmed_dag):
         assert page["mime_type"] == "text/html", page["mime_type"]  # displayed in the report, not a download
         html = base64.b64decode(page["data_uri"].split(",", 1)[1]).decode()
         assert "<table>" in html and "<td" in html, name
+    assert by_name["samples.html"]["mime_type"] == "text/html"  # the samples page, displayed too
     for ext in ("md", "tex", "csv"):  # the downloads stay beside it
         assert f"table1.{ext}" in by_name
     assert by_name["table1.html"]["labels"] == {"table": ARTIFACTS["table1"].title, "file": "HTML, shown here"}

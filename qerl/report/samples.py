@@ -28,8 +28,8 @@ from qerl.report.tables import html_page
 
 __all__ = ["reward_figures", "samples_inputs", "render_samples"]
 
-_CSS = ("<style>.sample{white-space:pre-wrap;font-family:monospace;font-size:90%;max-width:60em}"
-        "td{vertical-align:top}</style>")
+_CSS = ("<style>td.sample{white-space:pre-wrap;font-family:monospace;text-align:left;max-width:60em}"
+        "th.sample{text-align:left} td{vertical-align:top}</style>")
 
 
 def reward_figures() -> list:
@@ -76,7 +76,8 @@ def _step_block(step: int, samples: list[RolloutSample], per_step: int, chars: i
         f"<td class=\"sample\">{esc(_cut(s.completion, chars))}</td></tr>" for s in shown)
     return (f"<p><b>step {step}</b>: mean reward {reward:.3f}, accuracy {accuracy:.3f} over its {len(samples)} kept "
             f"samples; one completion of each of the first {len(shown)} prompts:</p>\n<table><thead><tr><th>prompt"
-            f"</th><th>gold</th><th>reward</th><th>correct</th><th>tokens</th><th>completion</th></tr></thead>"
+            f"</th><th>gold</th><th>reward</th><th>correct</th><th>tokens</th><th class=\"sample\">completion</th></tr>"
+            f"</thead>"
             f"<tbody>\n{rows}\n</tbody></table>")
 
 
@@ -92,15 +93,16 @@ def render_samples(cfg: dict, per_step: int = 3, chars: int = 300) -> str:
     R = Path(paths.root_of(cfg))
     keep = cfg["train"]["rollout_samples"]
     parts = [f"<h1>Rollout samples: what training changed</h1>\n<p class=\"provenance\">scale: {esc(cfg['scale'])} | "
-             f"model: {esc(cfg['model']['name'])} | seed {cfg['seeds'][0]} | kept: every {keep['every']} step(s), "
-             f"{keep['share']:g} of the prompts (train.rollout_samples)</p>"]
+             f"model: {esc(cfg['model']['name'])} | seed {cfg['seeds'][0]} | kept (train.rollout_samples): every "
+             f"{keep['every']} step(s) and the last, {keep['share']:.4g} of each step's prompts</p>"]
     task = None
     for name, method, run in _default_runs(cfg):
         if name != task:
             task = name
             parts.append(f"<h2>Task {esc(name)}</h2>")
         samples = read_rollouts(Path(run) / paths.ROLLOUTS_DIR)
-        parts.append(f"<h3>{esc(get_method(method).label)} <small>({esc(run)})</small></h3>")
+        parts.append(f"<h3>{esc(get_method(method).label)} <small>({esc(Path(run).relative_to(R).as_posix())})"
+                     f"</small></h3>")
         if not samples:
             parts.append("<p>no rollout samples written (train.rollout_samples.every is 0, or the run predates "
                          "them)</p>")
