@@ -28,6 +28,8 @@ import pytest
 import torch
 
 from qerl.config import validate_config
+from qerl.contract.paths import rollout_chunks
+from qerl.contract.records import read_rollouts
 from qerl.data.tiny import write_splits
 from qerl.models.tiny import build_model, build_tokenizer
 from qerl.profiling import ddp
@@ -45,7 +47,7 @@ REPO = Path(__file__).resolve().parents[2]
 CONFIG = {
     "prompt": {"instruction": "none"},
     "train": {"steps": 2, "prompts_per_step": 3, "checkpoint_every": 1, "lr": 1e-3, "lr_by_method": {},
-              "kl_coef": 0.05, "lora": {"rank": 4, "alpha": 8},
+              "kl_coef": 0.05, "lora": {"rank": 4, "alpha": 8}, "rollout_samples": {"every": 1, "share": 1.0},
               "aqn": {"stages": 2, "sigma_start": 0.05, "sigma_end": 0.01},
               "tasks": {"grpo": {"source": "tiny", "algorithm": "grpo", "group_size": G, "updates_per_rollout": 2,
                                  "max_new_tokens": 6},
@@ -201,6 +203,13 @@ def test_train_equals_one_process_and_resumes(ran, tmp_path, monkeypatch):
     assert two[0]["rollout_tokens"] > 0 and 0 < two[0]["reward"] < 1
     strip = lambda rs: [{k: v for k, v in r.items() if k not in TIMING} for r in rs]
     assert strip(rows(root / "killed")) == strip(two)
+    chunks = lambda d: [(k, p.read_bytes()) for k, p in rollout_chunks(d / "rollouts")]
+    assert [k for k, _ in chunks(root / "two")] == [0, 1]
+    assert len(read_rollouts(root / "two" / "rollouts")) == 2 * 3 * G  # every rank's prompts, gathered on rank 0
+    assert chunks(root / "killed") == chunks(root / "two")  # resumed: byte for byte
+    for a, b in zip(read_rollouts(root / "two" / "rollouts"), read_rollouts(tmp_path / "one" / "rollouts")):
+        assert (a.prompt_id, a.completion, a.reward, a.length) == (b.prompt_id, b.completion, b.reward, b.length)
+        assert (a.logprob_mean, a.entropy) == pytest.approx((b.logprob_mean, b.entropy), rel=1e-5, abs=1e-7)
     saved = [torch.load(root / f"train_rank{r}.pt") for r in range(WORLD)]
     params = _trainable(one["model"])
     assert all(_close(saved[0]["full"][n], params[n]) for n in params)
