@@ -57,7 +57,7 @@ from qerl.provenance import provenance
 from qerl.readout import Readout
 from qerl.rl.distributed import DistContext, all_gather_list, barrier, init_distributed, shard_range
 from qerl.rl.resume import resume, run_identity, save_checkpoint
-from qerl.rl.rollout_log import drop_from, rollout_keep, write_chunk
+from qerl.rl.rollout_log import RolloutKeep, drop_from, rollout_keep, write_chunk
 from qerl.rl.settings import RunSettings, build_run_policy
 from qerl.rl.step import StepBatch, make_learner, rl_step
 from qerl.rl.trackers import Trackers, open_trackers
@@ -174,7 +174,7 @@ def train(cfg: dict, s: RunSettings, base_dir: str | Path, out_dir: str | Path, 
 
 
 def _run_steps(s: RunSettings, out: Path, policy, learner, problems: list, ctx: DistContext, start: int, bad: int,
-               history: list[str], identity: dict, keep, trackers: Trackers, stop_after: int | None,
+               history: list[str], identity: dict, keep: RolloutKeep, trackers: Trackers, stop_after: int | None,
                progress: bool) -> dict:
     """The step loop of `train` from step `start`, then the trained weights (train's docstring)."""
     ckpt, metrics_path = out / CHECKPOINT_FILE, out / METRICS_FILE
