@@ -1,0 +1,272 @@
+"""The NVFP4 W4A16 GEMM for decode sizes (M <= 64) in Gluon: a persistent, warp-specialized, split-K kernel.
+
+Why (issue 22): at M = 1..16 the Triton stream-K kernel (fp4_triton._fp4_gemm) reaches ~58 % of the copy bandwidth;
+its loads, decode and MMA share the same warps, so the memory pipe idles while the warps decode. Here one producer
+warp only streams the weight through a STAGES-deep shared-memory ring with TMA (packed E2M1 words and e5m3 block
+scales of the load-time layout, layout.py), and the consumer warps only decode and multiply, so loads for later
+k-steps are in flight while the current one is decoded.
+
+Shape of the kernel (y[M, N] = x[M, K] @ W[N, K]^T * out_scale (+ bias), computed as y^T = W @ x^T, "swap AB"):
+1. Work units: (BN-row tile of W, k-split). The host picks the split S so that tiles * S fills the persistent grid
+   (`num SMs * ctas_per_sm` CTAs); each CTA walks units pid, pid + grid, ... Both partitions walk the same units
+   and k-steps, so the ring's slot and phase follow from one running counter.
+2. Producer (1 warp, `_fp4_load`): per k-step (BK = 256 columns) one TMA copy of the [BN, 32] int32 word tile and
+   one of the [BN, 8] int16 scale tile, completing on the slot's `ready` barrier; it waits on the slot's `empty`
+   barrier before reusing it.
+3. Consumers (the default partition, NUM_WARPS warps, `_fp4_mma`): wait `ready`, read the slot into registers,
+   release it (`empty`), decode with the same PTX as the Triton kernels (fp4_decoder._asm: E2M1 + both scales in one
+   packed multiply) and multiply on the tensor cores with mma.sync (mma_v2, m16n8k16): the decoded weight is the A
+   operand [BN, BK] and the activations the B operand [BK, MP] (M padded to MP = 8, 16, 32 or 64).
+   Why mma_v2 and not wgmma or CUDA-core FMA: at M <= 16 the product is 2 * M FLOP per 4.5-bit weight, far below
+   either unit's limit, so the choice only has to keep the decode the bottleneck-free path: mma.sync takes A from
+   registers per warp with no warpgroup-wide synchronisation and an N of 8, so M = 1..8 wastes no MMA work on a
+   padded N of 64 (wgmma's smallest useful N for register A is 8 too, but it needs 4 warps to agree and an async
+   wait per k-step); CUDA-core FMA would cost 2 * M instructions per weight per thread (M = 16: ~4x the decode's).
+4. Split-K reduction, deterministic: S > 1 parks fp32 partial tiles in a workspace, counts arrivals per tile with a
+   gpu-scope acq_rel atomic, and the last CTA of a tile sums the parts in split order (as the Triton stream-K
+   kernel does), applies the per-row factor (and bias) and writes y. The counters reset themselves.
+
+Numerics: identical to the Triton kernels: decoded weights are exact (w * 2**-62 for bf16, w * 2**-14 for fp16),
+products accumulate in fp32, the per-row factor is applied once to the fp32 result.
+
+Limits (checked on the host with a clear error): NVFP4 single or concatenated weights (PreparedFP4, not
+SegmentedFP4, not MXFP4: MXFP4's uint8 scale rows of a 256-column step are 8 bytes, under TMA's 16-byte minimum),
+K_pad a multiple of 256 (every Qwen2.5 shape), M <= 64, fp16/bf16 activations. Not in the default dispatch
+(fp4_launch): the benchmark times it as method `nvfp4_gluon` beside cuBLAS and the Triton kernel.
+
+HAVE_GLUON: whether triton.experimental.gluon with the Hopper TMA/mbarrier modules imports (Triton >= 3.5); this
+module imports without it (CPU CI), and `fp4_gemm_gluon` then raises.
+"""
+from __future__ import annotations
+
+import torch
+
+from qerl_kernels.fp4_decoder import HAVE_TRITON
+from qerl_kernels.layout import PreparedFP4
+
+HAVE_GLUON = False
+if HAVE_TRITON:
+    try:
+        from triton.experimental import gluon
+        from triton.experimental.gluon import language as gl
+        from triton.experimental.gluon.language.nvidia.ampere import mma_v2
+        from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
+        from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+        HAVE_GLUON = True
+    except ImportError:  # pragma: no cover - older Triton: the module stays importable, the op raises
+        HAVE_GLUON = False
+
+__all__ = ["HAVE_GLUON", "BK", "fp4_gemm_gluon", "gluon_plan"]
+
+BK = 256          # k columns per pipeline step: the scale tile's rows are then 16 bytes, TMA's minimum
+MAX_M = 64
+
+if HAVE_GLUON:
+    from qerl_kernels.fp4_decoder import _asm
+
+    _BK = gl.constexpr(BK)
+    _ASM_BF16 = gl.constexpr(_asm(0, True))
+    _ASM_F16 = gl.constexpr(_asm(0, False))
+    # the CTA (partition) barrier: thread_barrier in Triton 3.5-3.6, barrier later
+    _cta_barrier = gl.thread_barrier if hasattr(gl, "thread_barrier") else gl.barrier
+
+    @gluon.jit
+    def _fp4_load(w_desc, s_desc, w_bufs, s_bufs, ready, empty, n_units, S, KPS, K_STEPS,
+                  BN: gl.constexpr, STAGES: gl.constexpr):
+        """Producer warp: TMA copies of the word and scale tiles of every k-step of this CTA's units."""
+        pid = gl.program_id(0)
+        nprog = gl.num_programs(0)
+        nbytes: gl.constexpr = w_desc.block_type.nbytes + s_desc.block_type.nbytes
+        i = 0
+        for u in range(pid, n_units, nprog):
+            row = (u // S) * BN
+            k_lo = (u % S) * KPS
+            k_hi = gl.minimum(k_lo + KPS, K_STEPS)
+            for ks in range(k_lo, k_hi):
+                slot = i % STAGES
+                phase = (i // STAGES) & 1
+                mbarrier.wait(empty.index(slot), phase ^ 1)   # barriers start with phase 1 complete
+                mbarrier.expect(ready.index(slot), nbytes)
+                tma.async_copy_global_to_shared(w_desc, [row, ks * (_BK // 8)], ready.index(slot), w_bufs.index(slot))
+                tma.async_copy_global_to_shared(s_desc, [row, ks * (_BK // 32)], ready.index(slot), s_bufs.index(slot))
+                i += 1
+
+    @gluon.jit
+    def _decode(w2, s2, BN: gl.constexpr, BF16: gl.constexpr, L4: gl.constexpr):
+        """[BN, _BK // 8] words + [BN, _BK // 32] scales -> [BN, _BK] decoded weights (see fp4_decoder._decode_tile)."""
+        NC: gl.constexpr = _BK // 128
+        w4 = gl.convert_layout(gl.reshape(w2, [BN, NC, 4, 4]), L4)                       # [n, chunk, c, b]
+        s3 = gl.convert_layout(gl.reshape(s2, [BN, NC, 4]), gl.SliceLayout(2, L4))       # [n, chunk, b]
+        s4 = gl.expand_dims(s3, 2)                                                        # [n, chunk, 1, b]
+        w4, s4 = gl.broadcast(w4, s4)
+        if BF16:
+            o0, o1, o2, o3, o4, o5, o6, o7 = gl.inline_asm_elementwise(
+                _ASM_BF16, "=h,=h,=h,=h,=h,=h,=h,=h,r,h", [w4, s4], dtype=(gl.bfloat16,) * 8, is_pure=True, pack=1)
+        else:
+            o0, o1, o2, o3, o4, o5, o6, o7 = gl.inline_asm_elementwise(
+                _ASM_F16, "=h,=h,=h,=h,=h,=h,=h,=h,r,h", [w4, s4], dtype=(gl.float16,) * 8, is_pure=True, pack=1)
+        w = gl.join(gl.join(gl.join(o0, o1), gl.join(o2, o3)), gl.join(gl.join(o4, o5), gl.join(o6, o7)))
+        # dims [n, chunk, c, b, r, q0, q1] -> [n, chunk, b, q1, q0, c, r]: column 32b + 8q + 2c + r
+        w = gl.permute(w, (0, 1, 3, 6, 5, 2, 4))
+        return gl.reshape(w, [BN, _BK])
+
+    @gluon.jit
+    def _store_tile(acc, os_ptr, bias_ptr, y_ptr, rn, rm, M, N, stride_ym, HAS_BIAS: gl.constexpr):
+        out = acc * gl.expand_dims(gl.load(os_ptr + rn, mask=rn < N, other=0.0), 1)
+        if HAS_BIAS:
+            out += gl.expand_dims(gl.load(bias_ptr + rn, mask=rn < N, other=0.0).to(gl.float32), 1)
+        mask = gl.expand_dims(rn < N, 1) & gl.expand_dims(rm < M, 0)
+        ptrs = y_ptr + gl.expand_dims(rm, 0) * stride_ym + gl.expand_dims(rn, 1)
+        gl.store(ptrs, out.to(y_ptr.dtype.element_ty), mask=mask)
+
+    @gluon.jit
+    def _fp4_mma(x_ptr, os_ptr, bias_ptr, y_ptr, ws_ptr, cnt_ptr, w_bufs, s_bufs, ready, empty,
+                 M, N, K, n_units, S, KPS, K_STEPS, stride_xm, stride_ym,
+                 BN: gl.constexpr, MP: gl.constexpr, STAGES: gl.constexpr, BF16: gl.constexpr,
+                 HAS_BIAS: gl.constexpr, NUM_WARPS: gl.constexpr):
+        """Consumer warps: decode each ring slot and accumulate W_tile @ x^T with mma.sync; split-K epilogue."""
+        mma: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[NUM_WARPS, 1],
+                                                      instr_shape=[16, 8])
+        a_l: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
+        b_l: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=mma, k_width=2)
+        # one thread: the 4 words (b = 0..3) of one (row, chunk, lane quad c); lanes: 8 rows x 4 quads
+        w_l: gl.constexpr = gl.BlockedLayout([1, 4], [8, 4], [NUM_WARPS, 1], [1, 0])
+        s_l: gl.constexpr = gl.BlockedLayout([1, 4], [8, 4], [NUM_WARPS, 1], [1, 0])
+        L4: gl.constexpr = gl.BlockedLayout([1, 1, 1, 4], [8, 1, 4, 1], [NUM_WARPS, 1, 1, 1], [3, 2, 1, 0])
+        # activations x^T tile [BK, MP]: 8 consecutive k per thread (16-byte loads)
+        x_l: gl.constexpr = gl.BlockedLayout([8, 1], [32 // MP if MP < 32 else 1, MP if MP < 32 else 32],
+                                             [NUM_WARPS, 1], [0, 1])
+        pid = gl.program_id(0)
+        nprog = gl.num_programs(0)
+        rk = gl.arange(0, _BK, layout=gl.SliceLayout(1, x_l))
+        rmx = gl.arange(0, MP, layout=gl.SliceLayout(0, x_l))
+        m_ok = gl.expand_dims(rmx < M, 0)
+        x_cols = x_ptr + gl.expand_dims(rmx, 0) * stride_xm
+        rbn = gl.arange(0, BN, layout=gl.SliceLayout(1, mma))
+        rm = gl.arange(0, MP, layout=gl.SliceLayout(0, mma))
+        ws_tile = gl.expand_dims(rbn, 1) * MP + gl.expand_dims(rm, 0)
+        i = 0
+        for u in range(pid, n_units, nprog):
+            tile = u // S
+            k_lo = (u % S) * KPS
+            k_hi = gl.minimum(k_lo + KPS, K_STEPS)
+            acc = gl.zeros([BN, MP], gl.float32, mma)
+            for ks in range(k_lo, k_hi):
+                k0 = ks * _BK
+                xt = gl.load(x_cols + gl.expand_dims(k0 + rk, 1), mask=m_ok & gl.expand_dims(k0 + rk < K, 1),
+                             other=0.0)
+                slot = i % STAGES
+                phase = (i // STAGES) & 1
+                mbarrier.wait(ready.index(slot), phase)
+                w2 = w_bufs.index(slot).load(w_l)
+                s2 = s_bufs.index(slot).load(s_l)
+                fence_async_shared()            # order the shared reads before the producer's next TMA write
+                mbarrier.arrive(empty.index(slot), count=1)
+                a = gl.convert_layout(_decode(w2, s2, BN, BF16, L4), a_l)
+                acc = mma_v2(a, gl.convert_layout(xt, b_l), acc)
+                i += 1
+            rn = tile * BN + rbn
+            if S == 1:
+                _store_tile(acc, os_ptr, bias_ptr, y_ptr, rn, rm, M, N, stride_ym, HAS_BIAS)
+            else:
+                gl.store(ws_ptr + u * (BN * MP) + ws_tile, acc)
+                _cta_barrier()
+                arrived = gl.atomic_add(cnt_ptr + tile, 1, sem="acq_rel", scope="gpu")
+                if arrived == S - 1:
+                    tot = gl.zeros([BN, MP], gl.float32, mma)
+                    for p in range(0, S):
+                        tot += gl.load(ws_ptr + (tile * S + p) * (BN * MP) + ws_tile, cache_modifier=".cg")
+                    _store_tile(tot, os_ptr, bias_ptr, y_ptr, rn, rm, M, N, stride_ym, HAS_BIAS)
+                    gl.atomic_xchg(cnt_ptr + tile, 0)
+
+    @gluon.jit
+    def _fp4_gemm_ws(w_desc, s_desc, x_ptr, os_ptr, bias_ptr, y_ptr, ws_ptr, cnt_ptr,
+                     M, N, K, n_units, S, KPS, K_STEPS, stride_xm, stride_ym,
+                     BN: gl.constexpr, MP: gl.constexpr, STAGES: gl.constexpr, BF16: gl.constexpr,
+                     HAS_BIAS: gl.constexpr, NUM_WARPS: gl.constexpr, LOAD_REGS: gl.constexpr):
+        w_bufs = gl.allocate_shared_memory(gl.int32, [STAGES, BN, _BK // 8], w_desc.layout)
+        s_bufs = gl.allocate_shared_memory(gl.int16, [STAGES, BN, _BK // 32], s_desc.layout)
+        ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        for j in gl.static_range(STAGES):
+            mbarrier.init(ready.index(j), count=1)
+            mbarrier.init(empty.index(j), count=1)
+        gl.warp_specialize([
+            (_fp4_mma, (x_ptr, os_ptr, bias_ptr, y_ptr, ws_ptr, cnt_ptr, w_bufs, s_bufs, ready, empty,
+                        M, N, K, n_units, S, KPS, K_STEPS, stride_xm, stride_ym,
+                        BN, MP, STAGES, BF16, HAS_BIAS, NUM_WARPS)),
+            (_fp4_load, (w_desc, s_desc, w_bufs, s_bufs, ready, empty, n_units, S, KPS, K_STEPS, BN, STAGES)),
+        ], [1], [LOAD_REGS])
+
+
+def gluon_plan(n_pad: int, k_pad: int, m: int, sms: int, bn: int = 64, ctas_per_sm: int = 2) -> dict:
+    """Split and grid of one launch (pure arithmetic, testable on CPU).
+
+    Returns {MP, tiles, K_STEPS, S, KPS, units, grid}: S k-splits so that tiles * S is about sms * ctas_per_sm,
+    every split non-empty; the persistent grid is min(units, sms * ctas_per_sm).
+
+    Raises:
+        ValueError: K_pad not a multiple of BK, N_pad not a multiple of bn, or M outside 1..MAX_M.
+    """
+    if k_pad % BK or n_pad % bn or not 1 <= m <= MAX_M:
+        raise ValueError(f"fp4_gemm_gluon: needs K_pad % {BK} == 0, N_pad % {bn} == 0 and 1 <= M <= {MAX_M}; got "
+                         f"K_pad={k_pad}, N_pad={n_pad}, M={m}")
+    mp = max(8, 1 << (m - 1).bit_length())
+    tiles, k_steps = n_pad // bn, k_pad // BK
+    target = sms * ctas_per_sm
+    s = max(1, min(k_steps, round(target / tiles)))
+    kps = -(-k_steps // s)
+    s = -(-k_steps // kps)
+    units = tiles * s
+    return dict(MP=mp, tiles=tiles, K_STEPS=k_steps, S=s, KPS=kps, units=units, grid=min(units, target))
+
+
+_WORKSPACE: dict = {}
+
+
+def _workspace(device, floats: int, tiles: int):
+    """fp32 partial tiles and zeroed self-resetting arrival counters, grown on demand, one pair per device."""
+    ws, cnt = _WORKSPACE.get(device, (None, None))
+    if ws is None or ws.numel() < floats:
+        ws = torch.empty(max(floats, 1 << 20), dtype=torch.float32, device=device)
+    if cnt is None or cnt.numel() < tiles:
+        cnt = torch.zeros(max(tiles, 4096), dtype=torch.int32, device=device)
+    _WORKSPACE[device] = (ws, cnt)
+    return ws, cnt
+
+
+def fp4_gemm_gluon(x: torch.Tensor, w: PreparedFP4, bias: torch.Tensor | None = None, *, bn: int = 64,
+                   stages: int = 4, ctas_per_sm: int = 2, num_warps: int = 4, load_regs: int = 40) -> torch.Tensor:
+    """y = x @ W^T (+ bias) for a prepared NVFP4 weight and x [M, K] fp16/bf16 on a Hopper GPU, M <= 64.
+
+    Raises:
+        RuntimeError: Gluon is not available (Triton without triton.experimental.gluon's Hopper modules).
+        ValueError: unsupported weight (MXFP4, SegmentedFP4), shape or dtype (the message names it).
+    """
+    if not HAVE_GLUON:
+        raise RuntimeError("fp4_gemm_gluon: triton.experimental.gluon (Hopper TMA / mbarrier) is not available")
+    if not isinstance(w, PreparedFP4) or w.scale_kind != 0:
+        raise ValueError(f"fp4_gemm_gluon: expects a PreparedFP4 NVFP4 weight, got {type(w).__name__} "
+                         f"scale_kind={getattr(w, 'scale_kind', None)}")
+    if x.dim() != 2 or x.shape[1] != w.k or x.dtype not in (torch.float16, torch.bfloat16) or not x.is_cuda:
+        raise ValueError(f"fp4_gemm_gluon: x must be CUDA fp16/bf16 [M, {w.k}], got {x.dtype} {tuple(x.shape)} "
+                         f"on {x.device}")
+    x = x.contiguous()
+    m = x.shape[0]
+    n_pad, k_pad = w.words.shape[0], w.words.shape[1] * 8
+    sms = torch.cuda.get_device_properties(x.device).multi_processor_count
+    plan = gluon_plan(n_pad, k_pad, m, sms, bn, ctas_per_sm)
+    y = torch.empty(m, w.n, device=x.device, dtype=x.dtype)
+    ws, cnt = _workspace(x.device, plan["units"] * bn * plan["MP"], plan["tiles"])
+    w_desc = TensorDescriptor.from_tensor(w.words, [bn, BK // 8],
+                                          gl.NVMMASharedLayout.get_default_for([bn, BK // 8], gl.int32))
+    s_desc = TensorDescriptor.from_tensor(w.scales, [bn, BK // 32],
+                                          gl.NVMMASharedLayout.get_default_for([bn, BK // 32], gl.int16))
+    bf16 = x.dtype == torch.bfloat16
+    os_row = w.out_scales[int(bf16)]
+    _fp4_gemm_ws[(plan["grid"],)](
+        w_desc, s_desc, x, os_row, bias if bias is not None else os_row, y, ws, cnt,
+        m, w.n, w.k, plan["units"], plan["S"], plan["KPS"], plan["K_STEPS"], x.stride(0), y.stride(0),
+        BN=bn, MP=plan["MP"], STAGES=stages, BF16=bf16, HAS_BIAS=bias is not None, NUM_WARPS=num_warps,
+        LOAD_REGS=load_regs, num_warps=num_warps, maxnreg=128 if ctas_per_sm >= 2 else 256)
+    return y
