@@ -69,6 +69,8 @@ if HAVE_GLUON:
     _ASM_F16 = gl.constexpr(_asm(0, False))
     # the CTA (partition) barrier: thread_barrier in Triton 3.5-3.6, barrier later
     _cta_barrier = gl.thread_barrier if hasattr(gl, "thread_barrier") else gl.barrier
+    # the TMA tile load: async_copy_global_to_shared in Triton 3.5-3.6, async_load later (same arguments)
+    _tma_load = tma.async_load if hasattr(tma, "async_load") else tma.async_copy_global_to_shared
 
     @gluon.jit
     def _fp4_load(w_desc, s_desc, w_bufs, s_bufs, ready, empty, n_units, S, KPS, K_STEPS,
@@ -87,16 +89,16 @@ if HAVE_GLUON:
                 phase = (i // STAGES) & 1
                 mbarrier.wait(empty.index(slot), phase ^ 1)   # barriers start with phase 1 complete
                 mbarrier.expect(ready.index(slot), nbytes)
-                tma.async_copy_global_to_shared(w_desc, [row, ks * (_BK // 8)], ready.index(slot), w_bufs.index(slot))
-                tma.async_copy_global_to_shared(s_desc, [row, ks * (_BK // 32)], ready.index(slot), s_bufs.index(slot))
+                _tma_load(w_desc, [row, ks * (_BK // 8)], ready.index(slot), w_bufs.index(slot))
+                _tma_load(s_desc, [row, ks * (_BK // 32)], ready.index(slot), s_bufs.index(slot))
                 i += 1
 
     @gluon.jit
-    def _decode(w2, s2, BN: gl.constexpr, BF16: gl.constexpr, L4: gl.constexpr):
-        """[BN, _BK // 8] words + [BN, _BK // 32] scales -> [BN, _BK] decoded weights (see fp4_decoder._decode_tile)."""
+    def _decode(w2, s2, BN: gl.constexpr, BF16: gl.constexpr):
+        """[BN, BK // 8] words + [BN, BK // 32] scales -> [BN, BK] decoded weights (see fp4_decoder._decode_tile)."""
         NC: gl.constexpr = _BK // 128
-        w4 = gl.convert_layout(gl.reshape(w2, [BN, NC, 4, 4]), L4)                       # [n, chunk, c, b]
-        s3 = gl.convert_layout(gl.reshape(s2, [BN, NC, 4]), gl.SliceLayout(2, L4))       # [n, chunk, b]
+        w4 = gl.reshape(w2, [BN, NC, 4, 4])                                               # [n, chunk, c, b]
+        s3 = gl.convert_layout(gl.reshape(s2, [BN, NC, 4]), gl.SliceLayout(2, w4.type.layout))  # [n, chunk, b]
         s4 = gl.expand_dims(s3, 2)                                                        # [n, chunk, 1, b]
         w4, s4 = gl.broadcast(w4, s4)
         if BF16:
@@ -129,17 +131,15 @@ if HAVE_GLUON:
                                                       instr_shape=[16, 8])
         a_l: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
         b_l: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=mma, k_width=2)
-        # one thread: the 4 words (b = 0..3) of one (row, chunk, lane quad c); lanes: 8 rows x 4 quads
-        w_l: gl.constexpr = gl.BlockedLayout([1, 4], [8, 4], [NUM_WARPS, 1], [1, 0])
+        # words [BN, 32] int32 as an 8-bit-style A operand (k_width 4): a thread holds words 4c..4c+3 of both
+        # 16-word chunks for rows g and g + 8 (lane 4g + c), so after the decode its bf16 pairs sit where the
+        # k_width-2 A fragment wants them (the conversion to a_l can then stay in registers)
+        w_l: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=4)
         s_l: gl.constexpr = gl.BlockedLayout([1, 4], [8, 4], [NUM_WARPS, 1], [1, 0])
-        L4: gl.constexpr = gl.BlockedLayout([1, 1, 1, 4], [8, 1, 4, 1], [NUM_WARPS, 1, 1, 1], [3, 2, 1, 0])
-        # activations x^T tile [BK, MP]: 8 consecutive k per thread (16-byte loads)
-        x_l: gl.constexpr = gl.BlockedLayout([8, 1], [32 // MP if MP < 32 else 1, MP if MP < 32 else 32],
-                                             [NUM_WARPS, 1], [0, 1])
         pid = gl.program_id(0)
         nprog = gl.num_programs(0)
-        rk = gl.arange(0, _BK, layout=gl.SliceLayout(1, x_l))
-        rmx = gl.arange(0, MP, layout=gl.SliceLayout(0, x_l))
+        rk = gl.arange(0, _BK, layout=gl.SliceLayout(1, b_l))  # x^T tile [BK, MP] loaded as the B operand
+        rmx = gl.arange(0, MP, layout=gl.SliceLayout(0, b_l))
         m_ok = gl.expand_dims(rmx < M, 0)
         x_cols = x_ptr + gl.expand_dims(rmx, 0) * stride_xm
         rbn = gl.arange(0, BN, layout=gl.SliceLayout(1, mma))
@@ -162,8 +162,8 @@ if HAVE_GLUON:
                 s2 = s_bufs.index(slot).load(s_l)
                 fence_async_shared()            # order the shared reads before the producer's next TMA write
                 mbarrier.arrive(empty.index(slot), count=1)
-                a = gl.convert_layout(_decode(w2, s2, BN, BF16, L4), a_l)
-                acc = mma_v2(a, gl.convert_layout(xt, b_l), acc)
+                a = gl.convert_layout(_decode(w2, s2, BN, BF16), a_l)
+                acc = mma_v2(a, xt, acc)
                 i += 1
             rn = tile * BN + rbn
             if S == 1:
@@ -236,8 +236,13 @@ def _workspace(device, floats: int, tiles: int):
 
 
 def fp4_gemm_gluon(x: torch.Tensor, w: PreparedFP4, bias: torch.Tensor | None = None, *, bn: int = 64,
-                   stages: int = 4, ctas_per_sm: int = 2, num_warps: int = 4, load_regs: int = 40) -> torch.Tensor:
+                   stages: int = 4, ctas_per_sm: int | None = None, num_warps: int = 4,
+                   load_regs: int = 40) -> torch.Tensor:
     """y = x @ W^T (+ bias) for a prepared NVFP4 weight and x [M, K] fp16/bf16 on a Hopper GPU, M <= 64.
+
+    bn: weight rows per tile (a multiple of 16 * num_warps); stages: ring depth; ctas_per_sm: persistent CTAs per SM
+    (default 2 for M <= 16, else 1 with a larger register budget: at M = 32-64 the x^T operand alone is 64 registers
+    per thread); load_regs: the producer warp's registers.
 
     Raises:
         RuntimeError: Gluon is not available (Triton without triton.experimental.gluon's Hopper modules).
@@ -255,6 +260,8 @@ def fp4_gemm_gluon(x: torch.Tensor, w: PreparedFP4, bias: torch.Tensor | None = 
     m = x.shape[0]
     n_pad, k_pad = w.words.shape[0], w.words.shape[1] * 8
     sms = torch.cuda.get_device_properties(x.device).multi_processor_count
+    if ctas_per_sm is None:
+        ctas_per_sm = 2 if m <= 16 else 1
     plan = gluon_plan(n_pad, k_pad, m, sms, bn, ctas_per_sm)
     y = torch.empty(m, w.n, device=x.device, dtype=x.dtype)
     ws, cnt = _workspace(x.device, plan["units"] * bn * plan["MP"], plan["tiles"])
@@ -268,5 +275,5 @@ def fp4_gemm_gluon(x: torch.Tensor, w: PreparedFP4, bias: torch.Tensor | None = 
         w_desc, s_desc, x, os_row, bias if bias is not None else os_row, y, ws, cnt,
         m, w.n, w.k, plan["units"], plan["S"], plan["KPS"], plan["K_STEPS"], x.stride(0), y.stride(0),
         BN=bn, MP=plan["MP"], STAGES=stages, BF16=bf16, HAS_BIAS=bias is not None, NUM_WARPS=num_warps,
-        LOAD_REGS=load_regs, num_warps=num_warps, maxnreg=128 if ctas_per_sm >= 2 else 256)
+        LOAD_REGS=load_regs, num_warps=num_warps, maxnreg=128 if ctas_per_sm >= 2 else 232)
     return y
