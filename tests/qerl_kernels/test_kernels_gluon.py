@@ -1,0 +1,130 @@
+"""The Gluon NVFP4 kernel (qerl_kernels.fp4_gluon, issue 22) against the torch reference.
+
+CPU: the split/grid plan, the input checks, and (where this Triton has Gluon and its CUDA backend) that the kernel
+compiles for sm_90a. GPU (Hopper or newer): the 7B shapes, a q/k/v group and random shapes against the reference,
+fp16 and bf16, M = 1..64, with and without bias.
+"""
+import pytest
+import torch
+
+triton = pytest.importorskip("triton")
+
+import qerl_kernels  # noqa: E402
+from qerl_kernels import fp4_gluon, layout  # noqa: E402
+from qerl_kernels import reference as R  # noqa: E402
+
+CUDA = torch.cuda.is_available()
+HOPPER = CUDA and torch.cuda.get_device_capability()[0] >= 9
+
+
+def _tol(dtype):
+    # one rounding of the fp32 result to the output dtype (bf16: 2**-8), plus summation-order noise
+    return 4e-3 if dtype == torch.bfloat16 else 1e-3
+
+
+@pytest.mark.parametrize("n_pad,k_pad,m,sms", [(3584, 3584, 1, 132), (512, 3584, 16, 132), (37888, 3584, 8, 132),
+                                               (3584, 18944, 1, 132), (128, 256, 64, 8)])
+def test_plan_fills_grid_and_covers_k(n_pad, k_pad, m, sms):
+    p = fp4_gluon.gluon_plan(n_pad, k_pad, m, sms)
+    assert p["MP"] >= m and p["MP"] in (8, 16, 32, 64)
+    assert p["tiles"] * 64 == n_pad and p["K_STEPS"] * fp4_gluon.BK == k_pad
+    # every split non-empty, all k-steps covered exactly once
+    assert (p["S"] - 1) * p["KPS"] < p["K_STEPS"] <= p["S"] * p["KPS"]
+    assert p["units"] == p["tiles"] * p["S"] and p["grid"] == min(p["units"], 2 * sms)
+    if p["tiles"] < 2 * sms:  # skinny shapes are split over K to fill the GPU
+        assert p["units"] >= min(2 * sms, p["tiles"] * p["K_STEPS"]) // 2
+
+
+@pytest.mark.parametrize("n_pad,k_pad,m", [(128, 128 * 3, 1), (100, 256, 1), (128, 256, 0), (128, 256, 65)])
+def test_plan_rejects_unsupported(n_pad, k_pad, m):
+    with pytest.raises(ValueError, match="fp4_gemm_gluon"):
+        fp4_gluon.gluon_plan(n_pad, k_pad, m, 132)
+
+
+@pytest.mark.skipif(not fp4_gluon.HAVE_GLUON, reason="no triton.experimental.gluon")
+def test_rejects_mxfp4_and_cpu_inputs():
+    mx, _, _ = qerl_kernels.random_prepared("mxfp4", 128, 256, seed=0)
+    nv, _, _ = qerl_kernels.random_prepared("nvfp4", 128, 256, seed=0)
+    x = torch.randn(2, 256, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="NVFP4"):
+        fp4_gluon.fp4_gemm_gluon(x, mx)
+    with pytest.raises(ValueError, match="CUDA"):
+        fp4_gluon.fp4_gemm_gluon(x, nv)
+
+
+def test_compiles_for_sm90():
+    """Compile (no launch) for sm_90a: TTGIR -> PTX -> cubin with the bundled ptxas, so a Gluon API or layout error
+    shows on the CPU machine, not on the GPU."""
+    if not fp4_gluon.HAVE_GLUON:
+        pytest.skip("no triton.experimental.gluon")
+    try:
+        from triton.backends.compiler import GPUTarget
+        from triton.experimental.gluon import language as gl
+        from triton.experimental.gluon._runtime import GluonASTSource
+        from triton.runtime.jit import mangle_type
+    except ImportError as e:
+        pytest.skip(f"Triton internals for an offline compile are missing: {e}")
+    bn, mp = 64, 16
+    words = torch.zeros(256, 3584 // 8, dtype=torch.int32)
+    scales = torch.zeros(256, 3584 // 32, dtype=torch.int16)
+    wd = fp4_gluon.TensorDescriptor.from_tensor(words, [bn, 32], gl.NVMMASharedLayout.get_default_for([bn, 32],
+                                                                                                      gl.int32))
+    sd = fp4_gluon.TensorDescriptor.from_tensor(scales, [bn, 8], gl.NVMMASharedLayout.get_default_for([bn, 8],
+                                                                                                     gl.int16))
+    sig = dict(w_desc=mangle_type(wd), s_desc=mangle_type(sd), x_ptr="*bf16", os_ptr="*fp32", bias_ptr="*fp32",
+               y_ptr="*bf16", ws_ptr="*fp32", cnt_ptr="*i32")
+    sig.update({k: "i32" for k in ("M", "N", "K", "n_units", "S", "KPS", "K_STEPS", "stride_xm", "stride_ym")})
+    const = dict(BN=bn, MP=mp, STAGES=4, BF16=True, HAS_BIAS=True, NUM_WARPS=4, LOAD_REGS=40)
+    sig.update({k: "constexpr" for k in const})
+    names = list(sig)
+    src = GluonASTSource(fp4_gluon._fp4_gemm_ws, sig, {(names.index(k),): v for k, v in const.items()})
+    try:
+        compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4, maxnreg=128))
+    except RuntimeError as e:
+        if "ptxas" in str(e).lower() and "not found" in str(e).lower():
+            pytest.skip(f"no ptxas: {e}")
+        raise
+    ptx = compiled.asm["ptx"]
+    assert "cp.async.bulk.tensor" in ptx and "mma.sync" in ptx and "mbarrier" in ptx
+    assert len(compiled.asm["cubin"]) > 0
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# GPU (Hopper): against the reference
+# ---------------------------------------------------------------------------------------------------------------
+def _check(prepared, ref_w, k, dtype, ms, bias=None):
+    for m in ms:
+        x = torch.randn(m, k, device="cuda", dtype=dtype)
+        y = fp4_gluon.fp4_gemm_gluon(x, prepared, bias)
+        ref = R._linear(x, ref_w, bias)
+        err = R.rel_error(y, ref)
+        assert err < _tol(dtype), (prepared.n, k, m, dtype, err)
+        y2 = fp4_gluon.fp4_gemm_gluon(x, prepared, bias)
+        assert torch.equal(y, y2), "split-K reduction must be deterministic"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HOPPER or not fp4_gluon.HAVE_GLUON, reason="needs Gluon on a Hopper (sm_90+) GPU")
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("n,k", [(3584, 3584), (512, 3584), (18944, 3584), (3584, 18944)])
+def test_gpu_7b_shapes(n, k, dtype):
+    prepared, ref_w, _ = qerl_kernels.random_prepared("nvfp4", n, k, seed=n + k, device="cuda")
+    _check(prepared, ref_w, k, dtype, (1, 4, 8, 16, 64))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HOPPER or not fp4_gluon.HAVE_GLUON, reason="needs Gluon on a Hopper (sm_90+) GPU")
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+def test_gpu_random_shapes_bias_and_group(dtype):
+    gen = torch.Generator().manual_seed(22)
+    for trial in range(4):
+        n = int(torch.randint(1, 60, (1,), generator=gen)) * 16 + int(trial % 2)   # rows padded to 128
+        k = int(torch.randint(1, 30, (1,), generator=gen)) * 256
+        prepared, ref_w, _ = qerl_kernels.random_prepared("nvfp4", n, k, seed=trial, device="cuda")
+        bias = torch.randn(n, device="cuda", dtype=dtype) if trial % 2 else None
+        _check(prepared, ref_w, k, dtype, (1, 3, 9, 16, 33), bias)
+    members = [qerl_kernels.random_prepared("nvfp4", rows, 512, seed=7 + rows, scale=2.0 ** i, device="cuda")
+               for i, rows in enumerate((384, 64, 64))]
+    group = layout.concat_prepared([p for p, _, _ in members])
+    ref = torch.cat([torch.nn.functional.pad(w, (0, 0, 0, p.words.shape[0] - p.n)) for p, w, _ in members])
+    _check(group, ref[:group.n], 512, dtype, (1, 16))
