@@ -1,4 +1,4 @@
-"""The NVFP4 W4A16 GEMM for decode sizes (M <= 64) in Gluon: a persistent, warp-specialized, split-K kernel.
+"""The NVFP4 W4A16 GEMM for decode sizes (M <= 64) in Gluon: a persistent, warp-specialized, stream-K kernel.
 
 Why (issue 22): at M = 1..16 the Triton stream-K kernel (fp4_triton._fp4_gemm) reaches ~58 % of the copy bandwidth;
 its loads, decode and MMA share the same warps, so the memory pipe idles while the warps decode. Here one producer
@@ -7,9 +7,11 @@ scales of the load-time layout, layout.py), and the consumer warps only decode a
 k-steps are in flight while the current one is decoded.
 
 Shape of the kernel (y[M, N] = x[M, K] @ W[N, K]^T * out_scale (+ bias), computed as y^T = W @ x^T, "swap AB"):
-1. Work units: (BN-row tile of W, k-split). The host picks the split S so that tiles * S fills the persistent grid
-   (`num SMs * ctas_per_sm` CTAs); each CTA walks units pid, pid + grid, ... Both partitions walk the same units
-   and k-steps, so the ring's slot and phase follow from one running counter.
+1. Stream-K work split (`gluon_plan`): the (BN-row tile, BK-column k-step) iterations, tile-major, are cut into
+   one contiguous range per CTA of a persistent grid of about `num SMs * ctas_per_sm` CTAs, so every CTA streams
+   the same weight bytes (+- one k-step) whatever the shape (a split by whole units leaves a tail: 592 tiles of the
+   7B gate/up group on 264 CTAs would run 3 rounds for 2.24 rounds of work). Both partitions walk the same range,
+   so the ring's slot and phase follow from the iteration index.
 2. Producer (1 warp, `_fp4_load`): per k-step (BK = 256 columns) one TMA copy of the [BN, 32] int32 word tile and
    one of the [BN, 8] int16 scale tile, completing on the slot's `ready` barrier; it waits on the slot's `empty`
    barrier before reusing it.
@@ -22,9 +24,10 @@ Shape of the kernel (y[M, N] = x[M, K] @ W[N, K]^T * out_scale (+ bias), compute
    registers per warp with no warpgroup-wide synchronisation and an N of 8, so M = 1..8 wastes no MMA work on a
    padded N of 64 (wgmma's smallest useful N for register A is 8 too, but it needs 4 warps to agree and an async
    wait per k-step); CUDA-core FMA would cost 2 * M instructions per weight per thread (M = 16: ~4x the decode's).
-4. Split-K reduction, deterministic: S > 1 parks fp32 partial tiles in a workspace, counts arrivals per tile with a
-   gpu-scope acq_rel atomic, and the last CTA of a tile sums the parts in split order (as the Triton stream-K
-   kernel does), applies the per-row factor (and bias) and writes y. The counters reset themselves.
+4. Tiles cut by a range boundary, deterministic: the CTA parks its fp32 partial tile in a workspace (two slots per
+   CTA: its first and last tile), counts arrivals per tile with a gpu-scope acq_rel atomic, and the last CTA to
+   arrive sums the parts in CTA order (as the Triton stream-K kernel does), applies the per-row factor (and bias)
+   and writes y; tiles a CTA covers whole are written directly. The counters reset themselves.
 
 Numerics: identical to the Triton kernels: decoded weights are exact (w * 2**-62 for bf16, w * 2**-14 for fp16),
 products accumulate in fp32, the per-row factor is applied once to the fp32 result.
@@ -73,25 +76,22 @@ if HAVE_GLUON:
     _tma_load = tma.async_load if hasattr(tma, "async_load") else tma.async_copy_global_to_shared
 
     @gluon.jit
-    def _fp4_load(w_desc, s_desc, w_bufs, s_bufs, ready, empty, n_units, S, KPS, K_STEPS,
+    def _fp4_load(w_desc, s_desc, w_bufs, s_bufs, ready, empty, TOTAL, PER, K_STEPS,
                   BN: gl.constexpr, STAGES: gl.constexpr):
-        """Producer warp: TMA copies of the word and scale tiles of every k-step of this CTA's units."""
-        pid = gl.program_id(0)
-        nprog = gl.num_programs(0)
+        """Producer warp: TMA copies of the word and scale tiles of this CTA's (tile, k-step) iterations."""
+        u0 = gl.program_id(0) * PER
+        u1 = gl.minimum(u0 + PER, TOTAL)
         nbytes: gl.constexpr = w_desc.block_type.nbytes + s_desc.block_type.nbytes
-        i = 0
-        for u in range(pid, n_units, nprog):
-            row = (u // S) * BN
-            k_lo = (u % S) * KPS
-            k_hi = gl.minimum(k_lo + KPS, K_STEPS)
-            for ks in range(k_lo, k_hi):
-                slot = i % STAGES
-                phase = (i // STAGES) & 1
-                mbarrier.wait(empty.index(slot), phase ^ 1)   # barriers start with phase 1 complete
-                mbarrier.expect(ready.index(slot), nbytes)
-                _tma_load(w_desc, [row, ks * (_BK // 8)], ready.index(slot), w_bufs.index(slot))
-                _tma_load(s_desc, [row, ks * (_BK // 32)], ready.index(slot), s_bufs.index(slot))
-                i += 1
+        for it in range(u0, u1):
+            tile = it // K_STEPS
+            ks = it - tile * K_STEPS
+            i = it - u0
+            slot = i % STAGES
+            phase = (i // STAGES) & 1
+            mbarrier.wait(empty.index(slot), phase ^ 1)   # barriers start with phase 1 complete
+            mbarrier.expect(ready.index(slot), nbytes)
+            _tma_load(w_desc, [tile * BN, ks * (_BK // 8)], ready.index(slot), w_bufs.index(slot))
+            _tma_load(s_desc, [tile * BN, ks * (_BK // 32)], ready.index(slot), s_bufs.index(slot))
 
     @gluon.jit
     def _decode(w2, s2, BN: gl.constexpr, BF16: gl.constexpr):
@@ -122,22 +122,47 @@ if HAVE_GLUON:
         gl.store(ptrs, out.to(y_ptr.dtype.element_ty), mask=mask)
 
     @gluon.jit
+    def _flush(acc, tile, u0, u1, t_first, PER, K_STEPS, os_ptr, bias_ptr, y_ptr, ws_ptr, cnt_ptr, rbn, rm, ws_tile,
+               M, N, stride_ym, BN: gl.constexpr, MP: gl.constexpr, HAS_BIAS: gl.constexpr):
+        """A tile's accumulator at the end of its k-steps in this CTA: written out if this CTA did all of them,
+        else parked as a partial (slot 0: the CTA's first tile, 1: its last) and, by the last CTA to arrive,
+        summed in CTA order (deterministic), scaled and written; the tile's counter is then reset."""
+        rn = tile * BN + rbn
+        if (tile * K_STEPS >= u0) & ((tile + 1) * K_STEPS <= u1):
+            _store_tile(acc, os_ptr, bias_ptr, y_ptr, rn, rm, M, N, stride_ym, HAS_BIAS)
+        else:
+            slot = gl.program_id(0) * 2 + (tile != t_first).to(gl.int32)
+            gl.store(ws_ptr + slot * (BN * MP) + ws_tile, acc)
+            _cta_barrier()
+            arrived = gl.atomic_add(cnt_ptr + tile, 1, sem="acq_rel", scope="gpu")
+            first_cta = (tile * K_STEPS) // PER
+            last_cta = ((tile + 1) * K_STEPS - 1) // PER
+            if arrived == last_cta - first_cta:
+                tot = gl.zeros_like(acc)
+                for p in range(first_cta, last_cta + 1):
+                    p_slot = p * 2 + (tile != (p * PER) // K_STEPS).to(gl.int32)
+                    tot += gl.load(ws_ptr + p_slot * (BN * MP) + ws_tile, cache_modifier=".cg")
+                _store_tile(tot, os_ptr, bias_ptr, y_ptr, rn, rm, M, N, stride_ym, HAS_BIAS)
+                gl.atomic_xchg(cnt_ptr + tile, 0)
+
+    @gluon.jit
     def _fp4_mma(x_ptr, os_ptr, bias_ptr, y_ptr, ws_ptr, cnt_ptr, w_bufs, s_bufs, ready, empty,
-                 M, N, K, n_units, S, KPS, K_STEPS, stride_xm, stride_ym,
+                 M, N, K, TOTAL, PER, K_STEPS, stride_xm, stride_ym,
                  BN: gl.constexpr, MP: gl.constexpr, STAGES: gl.constexpr, BF16: gl.constexpr,
                  HAS_BIAS: gl.constexpr, NUM_WARPS: gl.constexpr):
-        """Consumer warps: decode each ring slot and accumulate W_tile @ x^T with mma.sync; split-K epilogue."""
+        """Consumer warps: decode each ring slot and accumulate W_tile @ x^T with mma.sync; flush at tile ends."""
         mma: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[NUM_WARPS, 1],
                                                       instr_shape=[16, 8])
         a_l: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
         b_l: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=mma, k_width=2)
         # words [BN, 32] int32 as an 8-bit-style A operand (k_width 4): a thread holds words 4c..4c+3 of both
         # 16-word chunks for rows g and g + 8 (lane 4g + c), so after the decode its bf16 pairs sit where the
-        # k_width-2 A fragment wants them (the conversion to a_l can then stay in registers)
+        # k_width-2 A fragment wants them (the conversion to a_l then stays in registers)
         w_l: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=4)
         s_l: gl.constexpr = gl.BlockedLayout([1, 4], [8, 4], [NUM_WARPS, 1], [1, 0])
-        pid = gl.program_id(0)
-        nprog = gl.num_programs(0)
+        u0 = gl.program_id(0) * PER
+        u1 = gl.minimum(u0 + PER, TOTAL)
+        t_first = u0 // K_STEPS
         rk = gl.arange(0, _BK, layout=gl.SliceLayout(1, b_l))  # x^T tile [BK, MP] loaded as the B operand
         rmx = gl.arange(0, MP, layout=gl.SliceLayout(0, b_l))
         m_ok = gl.expand_dims(rmx < M, 0)
@@ -145,43 +170,30 @@ if HAVE_GLUON:
         rbn = gl.arange(0, BN, layout=gl.SliceLayout(1, mma))
         rm = gl.arange(0, MP, layout=gl.SliceLayout(0, mma))
         ws_tile = gl.expand_dims(rbn, 1) * MP + gl.expand_dims(rm, 0)
-        i = 0
-        for u in range(pid, n_units, nprog):
-            tile = u // S
-            k_lo = (u % S) * KPS
-            k_hi = gl.minimum(k_lo + KPS, K_STEPS)
-            acc = gl.zeros([BN, MP], gl.float32, mma)
-            for ks in range(k_lo, k_hi):
-                k0 = ks * _BK
-                xt = gl.load(x_cols + gl.expand_dims(k0 + rk, 1), mask=m_ok & gl.expand_dims(k0 + rk < K, 1),
-                             other=0.0)
-                slot = i % STAGES
-                phase = (i // STAGES) & 1
-                mbarrier.wait(ready.index(slot), phase)
-                w2 = w_bufs.index(slot).load(w_l)
-                s2 = s_bufs.index(slot).load(s_l)
-                fence_async_shared()            # order the shared reads before the producer's next TMA write
-                mbarrier.arrive(empty.index(slot), count=1)
-                a = gl.convert_layout(_decode(w2, s2, BN, BF16), a_l)
-                acc = mma_v2(a, xt, acc)
-                i += 1
-            rn = tile * BN + rbn
-            if S == 1:
-                _store_tile(acc, os_ptr, bias_ptr, y_ptr, rn, rm, M, N, stride_ym, HAS_BIAS)
-            else:
-                gl.store(ws_ptr + u * (BN * MP) + ws_tile, acc)
-                _cta_barrier()
-                arrived = gl.atomic_add(cnt_ptr + tile, 1, sem="acq_rel", scope="gpu")
-                if arrived == S - 1:
-                    tot = gl.zeros([BN, MP], gl.float32, mma)
-                    for p in range(0, S):
-                        tot += gl.load(ws_ptr + (tile * S + p) * (BN * MP) + ws_tile, cache_modifier=".cg")
-                    _store_tile(tot, os_ptr, bias_ptr, y_ptr, rn, rm, M, N, stride_ym, HAS_BIAS)
-                    gl.atomic_xchg(cnt_ptr + tile, 0)
+        acc = gl.zeros([BN, MP], gl.float32, mma)
+        for it in range(u0, u1):
+            tile = it // K_STEPS
+            ks = it - tile * K_STEPS
+            k0 = ks * _BK
+            xt = gl.load(x_cols + gl.expand_dims(k0 + rk, 1), mask=m_ok & gl.expand_dims(k0 + rk < K, 1), other=0.0)
+            i = it - u0
+            slot = i % STAGES
+            phase = (i // STAGES) & 1
+            mbarrier.wait(ready.index(slot), phase)
+            w2 = w_bufs.index(slot).load(w_l)
+            s2 = s_bufs.index(slot).load(s_l)
+            fence_async_shared()            # order the shared reads before the producer's next TMA write
+            mbarrier.arrive(empty.index(slot), count=1)
+            a = gl.convert_layout(_decode(w2, s2, BN, BF16), a_l)
+            acc = mma_v2(a, xt, acc)
+            if (ks == K_STEPS - 1) | (it == u1 - 1):
+                _flush(acc, tile, u0, u1, t_first, PER, K_STEPS, os_ptr, bias_ptr, y_ptr, ws_ptr, cnt_ptr, rbn, rm,
+                       ws_tile, M, N, stride_ym, BN, MP, HAS_BIAS)
+                acc = gl.zeros([BN, MP], gl.float32, mma)
 
     @gluon.jit
     def _fp4_gemm_ws(w_desc, s_desc, x_ptr, os_ptr, bias_ptr, y_ptr, ws_ptr, cnt_ptr,
-                     M, N, K, n_units, S, KPS, K_STEPS, stride_xm, stride_ym,
+                     M, N, K, TOTAL, PER, K_STEPS, stride_xm, stride_ym,
                      BN: gl.constexpr, MP: gl.constexpr, STAGES: gl.constexpr, BF16: gl.constexpr,
                      HAS_BIAS: gl.constexpr, NUM_WARPS: gl.constexpr, LOAD_REGS: gl.constexpr):
         w_bufs = gl.allocate_shared_memory(gl.int32, [STAGES, BN, _BK // 8], w_desc.layout)
@@ -193,17 +205,18 @@ if HAVE_GLUON:
             mbarrier.init(empty.index(j), count=1)
         gl.warp_specialize([
             (_fp4_mma, (x_ptr, os_ptr, bias_ptr, y_ptr, ws_ptr, cnt_ptr, w_bufs, s_bufs, ready, empty,
-                        M, N, K, n_units, S, KPS, K_STEPS, stride_xm, stride_ym,
+                        M, N, K, TOTAL, PER, K_STEPS, stride_xm, stride_ym,
                         BN, MP, STAGES, BF16, HAS_BIAS, NUM_WARPS)),
-            (_fp4_load, (w_desc, s_desc, w_bufs, s_bufs, ready, empty, n_units, S, KPS, K_STEPS, BN, STAGES)),
+            (_fp4_load, (w_desc, s_desc, w_bufs, s_bufs, ready, empty, TOTAL, PER, K_STEPS, BN, STAGES)),
         ], [1], [LOAD_REGS])
 
 
 def gluon_plan(n_pad: int, k_pad: int, m: int, sms: int, bn: int = 64, ctas_per_sm: int = 2) -> dict:
-    """Split and grid of one launch (pure arithmetic, testable on CPU).
+    """Stream-K split of one launch (pure arithmetic, testable on CPU).
 
-    Returns {MP, tiles, K_STEPS, S, KPS, units, grid}: S k-splits so that tiles * S is about sms * ctas_per_sm,
-    every split non-empty; the persistent grid is min(units, sms * ctas_per_sm).
+    The (tile, k-step) iterations, tile-major, are cut into `grid` contiguous ranges of PER (the last may be
+    shorter), grid = about sms * ctas_per_sm and every CTA non-empty, so every CTA streams the same number of
+    weight bytes (+- one k-step) whatever the shape. Returns {MP, tiles, K_STEPS, TOTAL, PER, grid}.
 
     Raises:
         ValueError: K_pad not a multiple of BK, N_pad not a multiple of bn, or M outside 1..MAX_M.
@@ -213,12 +226,9 @@ def gluon_plan(n_pad: int, k_pad: int, m: int, sms: int, bn: int = 64, ctas_per_
                          f"K_pad={k_pad}, N_pad={n_pad}, M={m}")
     mp = max(8, 1 << (m - 1).bit_length())
     tiles, k_steps = n_pad // bn, k_pad // BK
-    target = sms * ctas_per_sm
-    s = max(1, min(k_steps, round(target / tiles)))
-    kps = -(-k_steps // s)
-    s = -(-k_steps // kps)
-    units = tiles * s
-    return dict(MP=mp, tiles=tiles, K_STEPS=k_steps, S=s, KPS=kps, units=units, grid=min(units, target))
+    total = tiles * k_steps
+    per = -(-total // min(total, sms * ctas_per_sm))
+    return dict(MP=mp, tiles=tiles, K_STEPS=k_steps, TOTAL=total, PER=per, grid=-(-total // per))
 
 
 _WORKSPACE: dict = {}
@@ -264,7 +274,7 @@ def fp4_gemm_gluon(x: torch.Tensor, w: PreparedFP4, bias: torch.Tensor | None = 
         ctas_per_sm = 2 if m <= 16 else 1
     plan = gluon_plan(n_pad, k_pad, m, sms, bn, ctas_per_sm)
     y = torch.empty(m, w.n, device=x.device, dtype=x.dtype)
-    ws, cnt = _workspace(x.device, plan["units"] * bn * plan["MP"], plan["tiles"])
+    ws, cnt = _workspace(x.device, 2 * plan["grid"] * bn * plan["MP"], plan["tiles"])
     w_desc = TensorDescriptor.from_tensor(w.words, [bn, BK // 8],
                                           gl.NVMMASharedLayout.get_default_for([bn, BK // 8], gl.int32))
     s_desc = TensorDescriptor.from_tensor(w.scales, [bn, BK // 32],
@@ -273,7 +283,7 @@ def fp4_gemm_gluon(x: torch.Tensor, w: PreparedFP4, bias: torch.Tensor | None = 
     os_row = w.out_scales[int(bf16)]
     _fp4_gemm_ws[(plan["grid"],)](
         w_desc, s_desc, x, os_row, bias if bias is not None else os_row, y, ws, cnt,
-        m, w.n, w.k, plan["units"], plan["S"], plan["KPS"], plan["K_STEPS"], x.stride(0), y.stride(0),
+        m, w.n, w.k, plan["TOTAL"], plan["PER"], plan["K_STEPS"], x.stride(0), y.stride(0),
         BN=bn, MP=plan["MP"], STAGES=stages, BF16=bf16, HAS_BIAS=bias is not None, NUM_WARPS=num_warps,
         LOAD_REGS=load_regs, num_warps=num_warps, maxnreg=128 if ctas_per_sm >= 2 else 232)
     return y

@@ -23,16 +23,15 @@ def _tol(dtype):
 
 
 @pytest.mark.parametrize("n_pad,k_pad,m,sms", [(3584, 3584, 1, 132), (512, 3584, 16, 132), (37888, 3584, 8, 132),
-                                               (3584, 18944, 1, 132), (128, 256, 64, 8)])
-def test_plan_fills_grid_and_covers_k(n_pad, k_pad, m, sms):
+                                               (3584, 18944, 1, 132), (128, 256, 64, 8), (128, 256 * 5, 3, 100)])
+def test_plan_balances_stream_k(n_pad, k_pad, m, sms):
     p = fp4_gluon.gluon_plan(n_pad, k_pad, m, sms)
     assert p["MP"] >= m and p["MP"] in (8, 16, 32, 64)
     assert p["tiles"] * 64 == n_pad and p["K_STEPS"] * fp4_gluon.BK == k_pad
-    # every split non-empty, all k-steps covered exactly once
-    assert (p["S"] - 1) * p["KPS"] < p["K_STEPS"] <= p["S"] * p["KPS"]
-    assert p["units"] == p["tiles"] * p["S"] and p["grid"] == min(p["units"], 2 * sms)
-    if p["tiles"] < 2 * sms:  # skinny shapes are split over K to fill the GPU
-        assert p["units"] >= min(2 * sms, p["tiles"] * p["K_STEPS"]) // 2
+    assert p["TOTAL"] == p["tiles"] * p["K_STEPS"]
+    # every CTA non-empty, all iterations covered once, no CTA more than one iteration above the mean
+    assert (p["grid"] - 1) * p["PER"] < p["TOTAL"] <= p["grid"] * p["PER"]
+    assert p["grid"] <= 2 * sms and p["PER"] <= p["TOTAL"] / p["grid"] + 1
 
 
 @pytest.mark.parametrize("n_pad,k_pad,m", [(128, 128 * 3, 1), (100, 256, 1), (128, 256, 0), (128, 256, 65)])
@@ -73,7 +72,7 @@ def test_compiles_for_sm90():
                                                                                                      gl.int16))
     sig = dict(w_desc=mangle_type(wd), s_desc=mangle_type(sd), x_ptr="*bf16", os_ptr="*fp32", bias_ptr="*fp32",
                y_ptr="*bf16", ws_ptr="*fp32", cnt_ptr="*i32")
-    sig.update({k: "i32" for k in ("M", "N", "K", "n_units", "S", "KPS", "K_STEPS", "stride_xm", "stride_ym")})
+    sig.update({k: "i32" for k in ("M", "N", "K", "TOTAL", "PER", "K_STEPS", "stride_xm", "stride_ym")})
     const = dict(BN=bn, MP=mp, STAGES=4, BF16=True, HAS_BIAS=True, NUM_WARPS=4, LOAD_REGS=40)
     sig.update({k: "constexpr" for k in const})
     names = list(sig)
