@@ -320,11 +320,12 @@ def _state_bytes(state) -> int:
     return total
 
 
-def check_correctness(shapes, out_lines: list[str], groups=()) -> bool:
+def check_correctness(shapes, out_lines: list[str], groups=(), gluon: bool = True) -> bool:
     """Every kernel against the float32 reference on every benchmark shape (fresh random weights and inputs).
 
     Forward (fused kernel), backward input gradient (fused transposed kernel), dequantize (bit-exact), both
-    formats, fp16 and bf16; then the q/k/v and gate/up groups of the first model (forward and backward)."""
+    formats, fp16 and bf16 (NVFP4 forward also through the Gluon kernel unless `gluon` is False); then the q/k/v and
+    gate/up groups of the first model (forward and backward)."""
     from qerl_kernels.fp4_launch import fp4_dequantize, fp4_gemm, fp4_gemm_t
     from qerl_kernels.layout import concat_prepared
     from qerl_kernels.reference import (mxfp4_dequantize_reference, mxfp4_quantize_reference,
@@ -356,18 +357,28 @@ def check_correctness(shapes, out_lines: list[str], groups=()) -> bool:
                     errs.append(rel(fp4_gemm(x, p, path="tc"), (x.float() @ ref.t()).to(dtype).float()))
                     g = torch.randn(m, n, device="cuda", dtype=dtype)
                     berrs.append(rel(fp4_gemm_t(g, p, path="tc"), (g.float() @ ref).to(dtype)))
-                if fmt == "nvfp4":  # the Gluon kernel (issue 22), where this Triton has Gluon
-                    from qerl_kernels.fp4_gluon import HAVE_GLUON, fp4_gemm_gluon
-                    if HAVE_GLUON:
-                        for m in (1, 5, 16, 40, 64):
-                            x = torch.randn(m, k, device="cuda", dtype=dtype)
-                            errs.append(rel(fp4_gemm_gluon(x, p), (x.float() @ ref.t()).to(dtype).float()))
                 tol = 4e-3 if dtype == torch.bfloat16 else 1e-3
                 good = exact and max(errs + berrs) < tol and all(math.isfinite(e) for e in errs + berrs)
                 ok &= good
                 out_lines.append(f"check {fmt} {str(dtype)[6:]} N={n} K={k}: dequant exact={exact} "
                                  f"max rel err fwd={max(errs):.2e} bwd={max(berrs):.2e} {'OK' if good else 'FAIL'}")
                 print(out_lines[-1], flush=True)
+                if fmt == "nvfp4" and gluon:  # the Gluon kernel (issue 22), where this Triton has Gluon
+                    from qerl_kernels.fp4_gluon import HAVE_GLUON, fp4_gemm_gluon
+                    if HAVE_GLUON:
+                        gerrs = []
+                        try:
+                            for m in (1, 5, 16, 40, 64):
+                                x = torch.randn(m, k, device="cuda", dtype=dtype)
+                                gerrs.append(rel(fp4_gemm_gluon(x, p), (x.float() @ ref.t()).to(dtype).float()))
+                            gok = max(gerrs) < tol and all(math.isfinite(e) for e in gerrs)
+                            msg = f"max rel err fwd={max(gerrs):.2e}"
+                        except Exception as e:  # noqa: BLE001 - report and go on: the other kernels still get timed
+                            gok, msg = False, f"{type(e).__name__}: {str(e)[:300]}"
+                        ok &= gok
+                        out_lines.append(f"check nvfp4_gluon {str(dtype)[6:]} N={n} K={k}: {msg} "
+                                         f"{'OK' if gok else 'FAIL'}")
+                        print(out_lines[-1], flush=True)
     for members in groups:
         k = members[0][1]
         ws = [torch.randn(mn, k, device="cuda") * torch.exp(torch.randn(1, device="cuda") * 2) for mn, _ in members]
@@ -447,6 +458,8 @@ def main(argv=None) -> int:
     ap.add_argument("--commit", default=None)
     ap.add_argument("--command", default=None, help="the command line to record in kernels.provenance.md")
     ap.add_argument("--no-check", action="store_true")
+    ap.add_argument("--skip", nargs="*", default=[], help="methods not to time (e.g. nvfp4_gluon where its smoke "
+                    "test failed); nvfp4_gluon also leaves the correctness checks")
     ap.add_argument("--budget-s", type=float, default=1e9, help="stop measuring new shapes after this many seconds")
     ap.add_argument("--prewarm", type=int, default=0, help="compile all kernel variants first in N processes")
     ap.add_argument("--prewarm-only", action="store_true")
@@ -491,7 +504,8 @@ def main(argv=None) -> int:
     if not args.no_check:
         first = {key for key, users in shapes.items() if any(mdl == args.models[0] for mdl, _ in users)}
         check_ok = check_correctness([(n, k) for n, k, mem in shapes if mem is None and (n, k, mem) in first], lines,
-                                     [mem for n, k, mem in shapes if mem is not None and (n, k, mem) in first])
+                                     [mem for n, k, mem in shapes if mem is not None and (n, k, mem) in first],
+                                     gluon="nvfp4_gluon" not in args.skip)
 
     rows = []
     methods_all = ["bf16", "nvfp4", "mxfp4", "nf4", "bf16_bwd", "nvfp4_bwd"]
@@ -515,6 +529,8 @@ def main(argv=None) -> int:
             if 16 < m <= 256:
                 meths += ["nvfp4_bwd_fused", "nvfp4_bwd_deq_cublas"]
             for meth in meths:
+                if meth in args.skip:
+                    continue
                 r = sb.run(meth, m)
                 if r is not None:
                     measured[(meth, m)] = r

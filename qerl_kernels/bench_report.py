@@ -106,7 +106,9 @@ def bandwidth_table(rows, ceiling_gbs, model) -> list[str]:
     out = [f"## Qwen2.5-{model}, 7 GEMMs summed: effective bandwidth (weights + activations / time) vs the "
            f"measured ceiling {ceiling_gbs:.0f} GB/s", "",
            "| M | bf16 us | bf16 % ceiling | nvfp4 (default) us | x bf16 | % ceiling | nvfp4_gluon us | x bf16 | "
-           "x default | % ceiling |", "|---|---|---|---|---|---|---|---|---|---|"]
+           "x default | % ceiling | gluon 4 launches us | x bf16 (7) | x default (4) |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    g4, n4 = layer_sums(rows, model, "nvfp4_gluon", GROUPED_LAYERS), layer_sums(rows, model, "nvfp4", GROUPED_LAYERS)
     for m in sorted(sums["nvfp4_gluon"]):
         cells = [str(m)]
         for meth in meths:
@@ -119,6 +121,9 @@ def bandwidth_table(rows, ceiling_gbs, model) -> list[str]:
             if meth == "nvfp4_gluon":
                 cells.append(f"{sums['nvfp4'][m] / t:.2f}" if t and m in sums["nvfp4"] else "-")
             cells.append(pct)
+        g = g4.get(m)
+        cells += [f"{g * 1e3:.1f}" if g else "-", f"{sums['bf16'][m] / g:.2f}" if g and m in sums["bf16"] else "-",
+                  f"{n4[m] / g:.2f}" if g and m in n4 else "-"]
         out.append("| " + " | ".join(cells) + " |")
     return out + [""]
 
