@@ -4,6 +4,8 @@ Public API (CUDA tensors run the Triton kernels, CPU tensors the torch reference
     fp4_linear(x, codes, scales, global_scale, bias, fmt)      y = x @ W^T + bias, W in the storage layout
     fp4_linear_grad_input(grad_y, codes, scales, global_scale, fmt)   grad_y @ W (fused kernel at small M)
     fp4_launch.fp4_gemm_tc(a, p, forward=...)                 tensor-core tiles for M >= 64 (opt-in, see fp4_launch)
+    fp4_gluon.fp4_gemm_gluon(x, p, bias)                      Gluon warp-specialized kernel, NVFP4, M <= 64, Hopper
+                                                              (benchmarked, not in the default dispatch; issue 22)
     fp4_dequantize_weight(codes, scales, global_scale, fmt, dtype)
     prepare(codes, scales, global_scale, fmt) -> PreparedFP4   the kernels' layout, once per weight
     concat_prepared([p_q, p_k, p_v]) -> group                  several weights of one K as one launch
@@ -15,7 +17,8 @@ Public API (CUDA tensors run the Triton kernels, CPU tensors the torch reference
     reference.*         the plain-torch specification
 How the kernels work: layout.py (the load-time weight layout and its torch references), fp4_decoder.py (the
 E2M1 decoder), fp4_triton.py (the Triton kernels), fp4_tuning.py (their autotuning), fp4_launch.py (launchers and
-dispatch by M); bench.py for how they are measured.
+dispatch by M), fp4_gluon.py (the Gluon kernel and its launcher); bench.py for how they are measured,
+kernels.notes.md for what each GPU call measured.
 """
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """What a qerl_kernels.bench run writes from its measurements: kernels.summary.md (per model and M, the GEMMs of one
-decoder layer summed and set against bf16, NF4 and the measured bandwidth ceiling (bench.read_ceiling); issue 15's targets; q/k/v and gate/up
-grouped), kernels.png (speedup over bf16 per M) and the provenance table of kernels.provenance.md.
+decoder layer summed and set against bf16, NF4 and the measured bandwidth ceiling (bench.read_ceiling); issue 15's
+targets; issue 22's effective-bandwidth table with the Gluon kernel; q/k/v and gate/up grouped), kernels.png
+(speedup over bf16 per M) and the provenance table of kernels.provenance.md.
 
 Rows are kernels.csv's (one per model, layer, M, method; bench.py measures them). Layer sums are over the 7
 GEMMs of a decoder layer (LAYERS) or, with q/k/v and gate/up each one launch, over 4 launches (GROUPED_LAYERS), and
@@ -16,8 +17,8 @@ import sys
 
 import torch
 
-__all__ = ["LAYERS", "GROUPED_LAYERS", "TARGETS", "BWD_TARGET", "layer_sums", "bandwidth_table", "grouped_table", "targets_table",
-           "summarize", "plot", "provenance"]
+__all__ = ["LAYERS", "GROUPED_LAYERS", "TARGETS", "BWD_TARGET", "layer_sums", "bandwidth_table", "grouped_table",
+           "targets_table", "summarize", "plot", "provenance"]
 
 LAYERS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 GROUPED_LAYERS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")  # one layer with q/k/v and gate/up fused
