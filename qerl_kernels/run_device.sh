@@ -1,14 +1,15 @@
 #!/bin/bash
 # One call on a GPU machine (the device tool), <= 8 minutes on one H100, in this order: install carried wheels (.whl/:
 # bitsandbytes, optional), compile every Triton kernel variant in parallel, run the Gluon kernel's tests (issue 22)
-# in their own process with a short timeout (a failure or hang there drops nvfp4_gluon from the rest, nothing else),
-# the benchmark (bandwidth ceiling = best of several streaming kernels; correctness checks on the first model's
-# shapes; timings at M in $MS with nvfp4_gluon beside cuBLAS and the Triton kernels), the other GPU kernel tests
-# and, with NCU=1, ncu of the Gluon and Triton kernels on the 7B gate/up group at M = 1 and 16.
+# in their own process with a short timeout (a failure or hang there drops the Gluon kernel from the rest, nothing
+# else), the benchmark (bandwidth ceiling = best of several streaming kernels; correctness checks on the first
+# model's shapes; timings at M in $MS with nvfp4_gluon beside cuBLAS and the Triton kernels), with NCU=1 ncu of the
+# Gluon and Triton kernels on the 7B gate/up group at M = 1 and 16, a sweep of the Gluon kernel's configs
+# (tune.py --gluon), and last the other GPU kernel tests.
 # Writes to $OUT (<= 8 files, each copied as soon as its stage ends, so a call cut short still returns them):
-# gluon-smoke.log, bench.log, kernels.summary.md, pytest.log, ncu.log (NCU=1) and kernels.tgz (the whole work
-# folder: kernels.csv and kernels.provenance.md included). Stage timeouts (s): SMOKE_S 90, BENCH_S 220, PYTEST_S 80,
-# NCU_S 60; BUDGET 120 stops the benchmark from starting new shapes.
+# gluon-smoke.log, bench.log, kernels.summary.md, ncu.log (NCU=1), tune-gluon.log, pytest.log and kernels.tgz (the
+# whole work folder: kernels.csv and kernels.provenance.md included). Stage timeouts (s): SMOKE_S 90, BENCH_S 220,
+# NCU_S 60, TUNE_S 60 (0: skip), PYTEST_S 80; BUDGET 120 stops the benchmark from starting new shapes.
 # Usage: COMMIT=$(git rev-parse HEAD) NCU=1 bash qerl_kernels/run_device.sh
 set -o pipefail
 export PYTHONUNBUFFERED=1 TRITON_DEFAULT_FP_FUSION=1
@@ -41,37 +42,27 @@ timeout "${BENCH_S:-220}" python3 -m qerl_kernels.bench --models ${MODELS:-7B} -
   --budget-s "${BUDGET:-120}" --commit "${COMMIT:-unknown}" --command "$CMD" ${SKIP:+--skip $SKIP} 2>&1 \
   | tee -a "$W/bench.log" | grep -v "^check\|^N=" | tail -60
 cp "$W/kernels.summary.md" "$W/bench.log" "$OUT/" 2>/dev/null
-stamp "kernel tests (the Gluon file ran above)"
-timeout "${PYTEST_S:-80}" python3 -m pytest tests/qerl_kernels -q -rfE -p no:cacheprovider \
-  --ignore=tests/qerl_kernels/test_kernels_gluon.py ${PYTEST_K:+-k "$PYTEST_K"} 2>&1 | tee "$W/pytest.log" | tail -15
-cp "$W/pytest.log" "$OUT/"
 if [ -n "$NCU" ] && command -v ncu >/dev/null && [ -z "$SKIP" ]; then
   stamp ncu
   timeout "${NCU_S:-60}" ncu --clock-control none --profile-from-start off --kernel-name regex:"_fp4_gemm" \
     --section SpeedOfLight --section SchedulerStats --section WarpStateStats --section LaunchStats \
     --section Occupancy --metrics dram__bytes_read.sum \
-    python3 -c "
-import torch, qerl_kernels
-from qerl_kernels import layout
-from qerl_kernels.fp4_gluon import fp4_gemm_gluon
-from qerl_kernels.fp4_launch import fp4_gemm
-g = layout.concat_prepared([qerl_kernels.random_prepared('nvfp4', 18944, 3584, seed=s, device='cuda')[0]
-                            for s in (0, 1)])
-xs = [torch.randn(m, 3584, device='cuda', dtype=torch.bfloat16) for m in (1, 16)]
-for x in xs:  # compile and autotune outside the profiled range
-    for _ in range(3):
-        fp4_gemm_gluon(x, g); fp4_gemm(x, g, fused=True)
-torch.cuda.synchronize()
-torch.cuda.profiler.start()
-for x in xs:
-    fp4_gemm_gluon(x, g); fp4_gemm(x, g, fused=True)
-torch.cuda.synchronize()
-torch.cuda.profiler.stop()
-" > "$W/ncu.log" 2>&1
+    python3 -m qerl_kernels.tune --shapes 37888x3584 --m 1 16 --profile --gluon > "$W/ncu.log" 2>&1
   grep -E "_fp4_gemm|Duration|DRAM Throughput|dram__|Compute \(SM\)|Issued Warp|Registers Per|Achieved Active" \
     "$W/ncu.log" | head -60
   cp "$W/ncu.log" "$OUT/"
 fi
+if [ -z "$SKIP" ] && [ "${TUNE_S:-60}" -gt 0 ]; then
+  stamp "Gluon config sweep"
+  timeout "${TUNE_S:-60}" python3 -m qerl_kernels.tune --gluon --shapes 37888x3584 3584x18944 --m 1 16 \
+    > "$W/tune-gluon.log" 2>&1
+  grep "gluon best" "$W/tune-gluon.log"
+  cp "$W/tune-gluon.log" "$OUT/"
+fi
+stamp "kernel tests (the Gluon file ran above)"
+timeout "${PYTEST_S:-80}" python3 -m pytest tests/qerl_kernels -q -rfE -p no:cacheprovider \
+  --ignore=tests/qerl_kernels/test_kernels_gluon.py ${PYTEST_K:+-k "$PYTEST_K"} 2>&1 | tee "$W/pytest.log" | tail -15
+cp "$W/pytest.log" "$OUT/"
 stamp done
 cp "$W/bench.log" "$OUT/"
 tar czf "$OUT/kernels.tgz" -C "$W" .

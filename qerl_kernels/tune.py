@@ -9,6 +9,8 @@ Run:  python -m qerl_kernels.tune --shapes 18944x3584 3584x3584 --m 1 16 64
       ncu --profile-from-start off ... python -m qerl_kernels.tune --shapes 37888x3584 --m 1 --profile
           (autotunes the forward and the backward kernel first, then brackets one call of each with
           cudaProfilerStart/Stop, so ncu sees exactly the two tuned kernels)
+      python -m qerl_kernels.tune --gluon --shapes 37888x3584 3584x18944 --m 1 16   # the Gluon kernel's sweep
+          (GLUON_SWEEP: rows per tile with warps, ring stages, CTAs per SM; --profile --gluon adds one Gluon call)
 """
 from __future__ import annotations
 
@@ -28,6 +30,10 @@ DEFAULT_SWEEP = [  # BN, BK, num_warps, num_stages, CPS (grid = SMs * CPS; > res
     for ns in (3, 4, 6) for cps in (2, 4, 8)
     if not (bk == 256 and ns == 6)
 ]
+
+
+GLUON_SWEEP = [  # BN, consumer warps, ring stages, CTAs per SM (fp4_gluon.fp4_gemm_gluon's knobs)
+    (bn, nw, st, cps) for (bn, nw) in ((64, 4), (128, 8)) for st in (3, 4, 6) for cps in (1, 2, 3)]
 
 
 def parse_cfg(s: str):
@@ -52,9 +58,12 @@ def main(argv=None) -> int:
                     help="--profile: force this GEMM path (default: the dispatch's choice)")
     ap.add_argument("--profile", action="store_true", help="one tuned forward + backward call per shape/M, "
                     "between cudaProfilerStart/Stop (for ncu --profile-from-start off)")
+    ap.add_argument("--gluon", action="store_true", help="sweep GLUON_SWEEP for fp4_gluon.fp4_gemm_gluon instead")
     args = ap.parse_args(argv)
     if args.profile:
         return profile(args)
+    if args.gluon:
+        return sweep_gluon(args)
     dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     configs = [parse_cfg(c) for c in args.configs] if args.configs else DEFAULT_SWEEP
@@ -110,6 +119,38 @@ def main(argv=None) -> int:
     return 0
 
 
+def sweep_gluon(args) -> int:
+    """Time every GLUON_SWEEP config of the Gluon kernel (rotating weight copies, as the benchmark) per shape and M."""
+    from qerl_kernels.fp4_gluon import fp4_gemm_gluon
+    dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    for shape in args.shapes:
+        n, k = (int(v) for v in shape.split("x"))
+        p = nvfp4.prepare(*nvfp4_quantize_reference(torch.randn(n, k, device="cuda") * 0.02))
+        copies = [_clone_prepared(p) for _ in range(copies_for(p.nbytes, l2))]
+        for m in args.m:
+            x = torch.randn(m, k, device="cuda", dtype=dtype)
+            ref = x.float() @ fp4_launch.fp4_dequantize(p, dtype).float().t()
+            best = []
+            for bn, nw, st, cps in GLUON_SWEEP:
+                kw = dict(bn=bn, num_warps=nw, stages=st, ctas_per_sm=cps)
+                try:
+                    y = fp4_gemm_gluon(x, p, **kw)
+                    err = ((y.float() - ref).norm() / ref.norm()).item()
+                    t, _ = time_calls([lambda q=q: fp4_gemm_gluon(x, q, **kw) for q in copies])
+                except Exception as e:  # noqa: BLE001 - out of resources etc.
+                    print(f"gluon {shape} M={m} {kw}: {type(e).__name__} {str(e)[:160]}", flush=True)
+                    continue
+                best.append((t, bn, nw, st, cps))
+                print(f"gluon {shape} M={m} bn={bn} warps={nw} stages={st} ctas/SM={cps}: {t * 1e3:7.1f} us "
+                      f"{p.nbytes / t / 1e6:6.0f} GB/s err {err:.1e}", flush=True)
+            if best:
+                top = "; ".join(f"{c[1:]} {c[0] * 1e3:.1f}us" for c in sorted(best)[:3])
+                print(f"gluon best {shape} M={m} (bn, warps, stages, ctas/SM): {top}", flush=True)
+        del copies
+    return 0
+
+
 def profile(args) -> int:
     dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16
     for shape in args.shapes:
@@ -119,13 +160,20 @@ def profile(args) -> int:
             x = torch.randn(m, k, device="cuda", dtype=dtype)
             g = torch.randn(m, n, device="cuda", dtype=dtype)
             path = args.path if m > 64 else None
+            gluon = args.gluon and m <= 64
+            if gluon:
+                from qerl_kernels.fp4_gluon import fp4_gemm_gluon
             for _ in range(3):  # autotune + warm up
                 fp4_launch.fp4_gemm(x, p, path=path)
                 fp4_launch.fp4_gemm_t(g, p, path=path)
+                if gluon:
+                    fp4_gemm_gluon(x, p)
             torch.cuda.synchronize()
             torch.cuda.cudart().cudaProfilerStart()
             fp4_launch.fp4_gemm(x, p, path=path)
             fp4_launch.fp4_gemm_t(g, p, path=path)
+            if gluon:
+                fp4_gemm_gluon(x, p)
             torch.cuda.synchronize()
             torch.cuda.cudart().cudaProfilerStop()
             print(f"profiled {shape} M={m}", flush=True)
