@@ -8,8 +8,9 @@
 # (tune.py --gluon), and last the other GPU kernel tests.
 # Writes to $OUT (<= 8 files, each copied as soon as its stage ends, so a call cut short still returns them):
 # gluon-smoke.log, bench.log, kernels.summary.md, ncu.log (NCU=1), tune-gluon.log, pytest.log and kernels.tgz (the
-# whole work folder: kernels.csv and kernels.provenance.md included). Stage timeouts (s): SMOKE_S 90, BENCH_S 220,
-# NCU_S 60, TUNE_S 60 (0: skip), PYTEST_S 80; BUDGET 120 stops the benchmark from starting new shapes.
+# whole work folder: kernels.csv and kernels.provenance.md included). Stage timeouts (s), 465 in all: PREWARM_S 40,
+# SMOKE_S 75, BENCH_S 200, NCU_S 45, TUNE_S 45 (0: skip), PYTEST_S 60; BUDGET 120 stops the benchmark from starting
+# new shapes.
 # Usage: COMMIT=$(git rev-parse HEAD) NCU=1 bash qerl_kernels/run_device.sh
 set -o pipefail
 export PYTHONUNBUFFERED=1 TRITON_DEFAULT_FP_FUSION=1
@@ -28,23 +29,23 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" \
   | tee -a "$W/bench.log"
 stamp prewarm
-python3 -m qerl_kernels.bench --prewarm "${PREWARM:-15}" --prewarm-only 2>&1 | tail -5 | tee -a "$W/bench.log"
+timeout "${PREWARM_S:-40}" python3 -m qerl_kernels.bench --prewarm "${PREWARM:-15}" --prewarm-only 2>&1 | tail -5 | tee -a "$W/bench.log"
 stamp "gluon smoke test"
 SKIP=""
-timeout "${SMOKE_S:-90}" python3 -m pytest tests/qerl_kernels/test_kernels_gluon.py -q -rfE -p no:cacheprovider \
+timeout "${SMOKE_S:-75}" python3 -m pytest tests/qerl_kernels/test_kernels_gluon.py -q -rfE -p no:cacheprovider \
   > "$W/gluon-smoke.log" 2>&1
 rc=$?
 tail -25 "$W/gluon-smoke.log"; cp "$W/gluon-smoke.log" "$OUT/"
 if [ $rc -ne 0 ]; then SKIP="nvfp4_gluon"; stamp "gluon smoke rc=$rc: nvfp4_gluon left out of the rest"; fi
 stamp benchmark
 CMD="python -m qerl_kernels.bench --models ${MODELS:-7B} --m $MS --budget-s ${BUDGET:-120}${SKIP:+ --skip $SKIP}"
-timeout "${BENCH_S:-220}" python3 -m qerl_kernels.bench --models ${MODELS:-7B} --m $MS --out "$W" \
+timeout "${BENCH_S:-200}" python3 -m qerl_kernels.bench --models ${MODELS:-7B} --m $MS --out "$W" \
   --budget-s "${BUDGET:-120}" --commit "${COMMIT:-unknown}" --command "$CMD" ${SKIP:+--skip $SKIP} 2>&1 \
   | tee -a "$W/bench.log" | grep -v "^check\|^N=" | tail -60
 cp "$W/kernels.summary.md" "$W/bench.log" "$OUT/" 2>/dev/null
 if [ -n "$NCU" ] && command -v ncu >/dev/null && [ -z "$SKIP" ]; then
   stamp ncu
-  timeout "${NCU_S:-60}" ncu --clock-control none --profile-from-start off --kernel-name regex:"_fp4_gemm" \
+  timeout "${NCU_S:-45}" ncu --clock-control none --profile-from-start off --kernel-name regex:"_fp4_gemm" \
     --section SpeedOfLight --section SchedulerStats --section WarpStateStats --section LaunchStats \
     --section Occupancy --metrics dram__bytes_read.sum \
     python3 -m qerl_kernels.tune --shapes 37888x3584 --m 1 16 --profile --gluon > "$W/ncu.log" 2>&1
@@ -52,15 +53,15 @@ if [ -n "$NCU" ] && command -v ncu >/dev/null && [ -z "$SKIP" ]; then
     "$W/ncu.log" | head -60
   cp "$W/ncu.log" "$OUT/"
 fi
-if [ -z "$SKIP" ] && [ "${TUNE_S:-60}" -gt 0 ]; then
+if [ -z "$SKIP" ] && [ "${TUNE_S:-45}" -gt 0 ]; then
   stamp "Gluon config sweep"
-  timeout "${TUNE_S:-60}" python3 -m qerl_kernels.tune --gluon --shapes 37888x3584 3584x18944 --m 1 16 \
+  timeout "${TUNE_S:-45}" python3 -m qerl_kernels.tune --gluon --shapes 37888x3584 3584x18944 --m 1 16 \
     > "$W/tune-gluon.log" 2>&1
   grep "gluon best" "$W/tune-gluon.log"
   cp "$W/tune-gluon.log" "$OUT/"
 fi
 stamp "kernel tests (the Gluon file ran above)"
-timeout "${PYTEST_S:-80}" python3 -m pytest tests/qerl_kernels -q -rfE -p no:cacheprovider \
+timeout "${PYTEST_S:-60}" python3 -m pytest tests/qerl_kernels -q -rfE -p no:cacheprovider \
   --ignore=tests/qerl_kernels/test_kernels_gluon.py ${PYTEST_K:+-k "$PYTEST_K"} 2>&1 | tee "$W/pytest.log" | tail -15
 cp "$W/pytest.log" "$OUT/"
 stamp done
