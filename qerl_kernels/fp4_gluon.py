@@ -45,6 +45,7 @@ from __future__ import annotations
 import torch
 
 from qerl_kernels.fp4_decoder import HAVE_TRITON
+from qerl_kernels.fp4_launch import _workspace  # the stream-K workspace the Triton kernels use too
 from qerl_kernels.layout import PreparedFP4
 
 HAVE_GLUON = False
@@ -229,20 +230,6 @@ def gluon_plan(n_pad: int, k_pad: int, m: int, sms: int, bn: int = 64, ctas_per_
     total = tiles * k_steps
     per = -(-total // min(total, sms * ctas_per_sm))
     return dict(MP=mp, tiles=tiles, K_STEPS=k_steps, TOTAL=total, PER=per, grid=-(-total // per))
-
-
-_WORKSPACE: dict = {}
-
-
-def _workspace(device, floats: int, tiles: int):
-    """fp32 partial tiles and zeroed self-resetting arrival counters, grown on demand, one pair per device."""
-    ws, cnt = _WORKSPACE.get(device, (None, None))
-    if ws is None or ws.numel() < floats:
-        ws = torch.empty(max(floats, 1 << 20), dtype=torch.float32, device=device)
-    if cnt is None or cnt.numel() < tiles:
-        cnt = torch.zeros(max(tiles, 4096), dtype=torch.int32, device=device)
-    _WORKSPACE[device] = (ws, cnt)
-    return ws, cnt
 
 
 def fp4_gemm_gluon(x: torch.Tensor, w: PreparedFP4, bias: torch.Tensor | None = None, *, bn: int = 64,
