@@ -232,6 +232,12 @@ def gluon_plan(n_pad: int, k_pad: int, m: int, sms: int, bn: int = 64, ctas_per_
     return dict(MP=mp, tiles=tiles, K_STEPS=k_steps, TOTAL=total, PER=per, grid=-(-total // per))
 
 
+def _max_regs(num_warps: int, ctas_per_sm: int) -> int:
+    """Registers per thread so that ctas_per_sm CTAs fit an SM's 64 Ki registers: each CTA holds its consumer warps
+    plus one warpgroup (4 warps) for the producer; a multiple of 8, at most 232."""
+    return min(232, 65536 // (ctas_per_sm * (num_warps + 4) * 32) // 8 * 8)
+
+
 def fp4_gemm_gluon(x: torch.Tensor, w: PreparedFP4, bias: torch.Tensor | None = None, *, bn: int = 64,
                    stages: int = 4, ctas_per_sm: int | None = None, num_warps: int = 4,
                    load_regs: int = 40) -> torch.Tensor:
@@ -272,5 +278,5 @@ def fp4_gemm_gluon(x: torch.Tensor, w: PreparedFP4, bias: torch.Tensor | None = 
         w_desc, s_desc, x, os_row, bias if bias is not None else os_row, y, ws, cnt,
         m, w.n, w.k, plan["TOTAL"], plan["PER"], plan["K_STEPS"], x.stride(0), y.stride(0),
         BN=bn, MP=plan["MP"], STAGES=stages, BF16=bf16, HAS_BIAS=bias is not None, NUM_WARPS=num_warps,
-        LOAD_REGS=load_regs, num_warps=num_warps, maxnreg=128 if ctas_per_sm >= 2 else 232)
+        LOAD_REGS=load_regs, num_warps=num_warps, maxnreg=_max_regs(num_warps, ctas_per_sm))
     return y

@@ -33,7 +33,8 @@ DEFAULT_SWEEP = [  # BN, BK, num_warps, num_stages, CPS (grid = SMs * CPS; > res
 
 
 GLUON_SWEEP = [  # BN, consumer warps, ring stages, CTAs per SM (fp4_gluon.fp4_gemm_gluon's knobs)
-    (bn, nw, st, cps) for (bn, nw) in ((64, 4), (128, 8)) for st in (3, 4, 6) for cps in (1, 2, 3)]
+    (bn, nw, st, cps) for (bn, nw) in ((64, 4), (128, 8)) for st in (3, 4, 6) for cps in (1, 2, 3)
+    if bn * cps <= 256]  # 8 consumer warps at 3 CTAs per SM would get 56 registers
 
 
 def parse_cfg(s: str):
