@@ -9,7 +9,7 @@
 # Writes to $OUT (<= 8 files, each copied as soon as its stage ends, so a call cut short still returns them):
 # gluon-smoke.log, bench.log, kernels.summary.md, ncu.log (NCU=1), tune-gluon.log, pytest.log and kernels.tgz (the
 # whole work folder: kernels.csv and kernels.provenance.md included). Stage timeouts (s), 465 in all: PREWARM_S 40,
-# SMOKE_S 75, BENCH_S 200, NCU_S 45, TUNE_S 45 (0: skip), PYTEST_S 60; BUDGET 120 stops the benchmark from starting
+# SMOKE_S 75, BENCH_S 200, NCU_S 45, TUNE_S 60 (0: skip), PYTEST_S 45; BUDGET 120 stops the benchmark from starting
 # new shapes.
 # Usage: COMMIT=$(git rev-parse HEAD) NCU=1 bash qerl_kernels/run_device.sh
 set -o pipefail
@@ -53,15 +53,15 @@ if [ -n "$NCU" ] && command -v ncu >/dev/null && [ -z "$SKIP" ]; then
     "$W/ncu.log" | head -60
   cp "$W/ncu.log" "$OUT/"
 fi
-if [ -z "$SKIP" ] && [ "${TUNE_S:-45}" -gt 0 ]; then
+if [ -z "$SKIP" ] && [ "${TUNE_S:-60}" -gt 0 ]; then
   stamp "Gluon config sweep"
-  timeout "${TUNE_S:-45}" python3 -m qerl_kernels.tune --gluon --shapes 37888x3584 3584x18944 --m 1 16 \
+  timeout "${TUNE_S:-60}" python3 -m qerl_kernels.tune --gluon --shapes 37888x3584 3584x18944 --m 1 16 \
     > "$W/tune-gluon.log" 2>&1
   grep "gluon best" "$W/tune-gluon.log"
   cp "$W/tune-gluon.log" "$OUT/"
 fi
 stamp "kernel tests (the Gluon file ran above)"
-timeout "${PYTEST_S:-60}" python3 -m pytest tests/qerl_kernels -q -rfE -p no:cacheprovider \
+timeout "${PYTEST_S:-45}" python3 -m pytest tests/qerl_kernels -q -rfE -p no:cacheprovider \
   --ignore=tests/qerl_kernels/test_kernels_gluon.py ${PYTEST_K:+-k "$PYTEST_K"} 2>&1 | tee "$W/pytest.log" | tail -15
 cp "$W/pytest.log" "$OUT/"
 stamp done
