@@ -22,12 +22,12 @@ model is built by the policy core from the run's settings, qerl/profiling/e2e.py
 Also, for reference, transformers' own `generate` (dynamic cache) at batch 1 and 8 for a short completion
 (rollout_hf.csv).
 
-Run (GPU; qerl/commands/profile.py): `qerl profile --archs 7B 3B --out WORK [--publish DIR]`; rows are appended to WORK's CSVs and a config
-already there is skipped, so a run cut by a time limit resumes where it stopped (`--budget-s` stops starting new
-configs after that many seconds); once every config is measured, --publish copies the CSVs to DIR. The DAG's rule
-`profile` writes results/<scale>/measured/<gpu>/ this way (work folder `partial/` beside it); committing a
-measurement to results/measured/<gpu>/ (what the tables read) is a separate step, `python -m qerl.profiling.commit`,
-which keeps every earlier file.
+Run (GPU; qerl/commands/profile.py): `qerl profile --archs 7B 3B --out WORK [--publish DIR]`; rows are appended to
+WORK's CSVs and a config already there is skipped, so a run cut by a time limit resumes where it stopped (`--budget-s`
+stops starting new configs after that many seconds); once every config is measured, --publish copies the CSVs to DIR.
+The DAG's rule `profile` writes results/<scale>/measured/<gpu>/ this way (work folder `partial/` beside it);
+committing a measurement to results/measured/<gpu>/ (what the tables read) is a separate step, `python -m
+qerl.profiling.commit`, which keeps every earlier file.
 
 Batch sweep: --batches defaults to 1, 2, 4, ..., 256 (the speed claim across batch sizes; the paper's rollouts run
 64-row chunks of 128 prompts x 8 samples).
@@ -43,15 +43,10 @@ from pathlib import Path
 
 import torch
 
+from qerl.contract.measured import E2E, MEASURED_CSVS, MEMORY, ROLLOUT, ROLLOUT_HF, MeasuredCsv
 
 __all__ = ["profile", "model_size_bytes", "rollout_timing", "hf_generate_timing", "publish"]
 
-ROLLOUT_COLS = ("model", "method", "rank", "batch", "tokens_per_s", "timing", "prompt_tokens", "completion_tokens",
-                "prefill_s", "decode_s", "graphs", "capture_s")
-E2E_COLS = ("model", "method", "rank", "batch", "gradient_checkpointing", "step_s", "rollout_s", "logprob_s",
-            "update_s", "peak_gb")
-MEMORY_COLS = ("model", "method", "model_size_gb", "peak_gb", "batch", "gradient_checkpointing")
-HF_COLS = ("model", "method", "rank", "batch", "tokens_per_s", "completion_tokens")
 
 
 def _now() -> float:
@@ -60,19 +55,21 @@ def _now() -> float:
 
 
 class _Csv:
-    """Append-only CSV with a resume key: rows already present are not measured again."""
+    """Append-only measured CSV (qerl.contract.measured) with its resume key: rows already there are not measured
+    again."""
 
-    def __init__(self, path: Path, cols: tuple[str, ...], key: tuple[str, ...]):
-        self.path, self.cols, self.key = path, cols, key
+    def __init__(self, folder: Path, spec: MeasuredCsv):
+        path = Path(folder) / spec.name
+        self.path, self.cols, self.key = path, spec.columns, spec.key
         self.done = set()
         if path.exists():
             with open(path) as f:
                 for r in csv.DictReader(f):
-                    self.done.add(tuple(str(r[k]) for k in key))
+                    self.done.add(tuple(str(r[k]) for k in self.key))
         else:
             path.parent.mkdir(parents=True, exist_ok=True)
             with open(path, "w", newline="") as f:
-                csv.writer(f).writerow(cols)
+                csv.writer(f).writerow(self.cols)
 
     def has(self, **kw) -> bool:
         return tuple(str(kw[k]) for k in self.key) in self.done
@@ -190,10 +187,7 @@ def profile(cfg: dict, out: str | Path, *, archs: list[str], methods: list[str],
         raise ValueError("qerl profile measures GPU throughput and memory, and no CUDA device is visible")
     task = task or default_task(cfg)
     out = Path(out)
-    rollout = _Csv(out / "rollout.csv", ROLLOUT_COLS, ("model", "method", "rank", "batch", "timing"))
-    e2e = _Csv(out / "e2e.csv", E2E_COLS, ("model", "method", "batch", "gradient_checkpointing"))
-    memory = _Csv(out / "memory.csv", MEMORY_COLS, ("model", "method"))
-    hf = _Csv(out / "rollout_hf.csv", HF_COLS, ("model", "method", "batch"))
+    rollout, e2e, memory, hf = (_Csv(out, spec) for spec in (ROLLOUT, E2E, MEMORY, ROLLOUT_HF))
     start = time.perf_counter()
     plen, comp = prompt, completion
 
@@ -300,7 +294,7 @@ def publish(work: Path, dest: Path) -> None:
     from qerl.io import atomic_file
 
     dest.mkdir(parents=True, exist_ok=True)
-    for name in ("rollout.csv", "e2e.csv", "memory.csv", "rollout_hf.csv"):
+    for name in MEASURED_CSVS:
         if (work / name).exists():
             with atomic_file(dest / name) as tmp:
                 shutil.copyfile(work / name, tmp)
