@@ -147,3 +147,21 @@ def test_the_report_reads_what_the_profiler_writes(tmp_path):
         path.write_text(",".join(c for c in spec.columns if c != spec.required[-1]) + "\n")
         with pytest.raises(ValueError, match=spec.required[-1]):
             reader(path)
+
+
+def test_variant_names_spell_and_parse_back():
+    from qerl.contract.variants import aqn_variant, rank_variant
+
+    assert aqn_variant("linear") == "aqn-linear" and parse_variant(aqn_variant("cosine"))["aqn_schedule"] == "cosine"
+    assert rank_variant(64) == "rank64" and parse_variant(rank_variant(64)) == {"lora_rank": 64}
+    with pytest.raises(ValueError, match="unknown AQN schedule 'step'"):
+        aqn_variant("step")
+
+
+def test_method_lr_and_groups():
+    from qerl.contract.methods import LEARNING_METHODS, METHODS, SPEED_METHODS, method_lr
+
+    cfg = {"train": {"lr": 1e-5, "lr_by_method": {"qerl": 3e-5}}}
+    assert method_lr(cfg, "qerl") == 3e-5 and method_lr(cfg, "lora") == 1e-5
+    assert set(SPEED_METHODS) | set(LEARNING_METHODS) <= set(METHODS)
+    assert all(METHODS[m].color and METHODS[m].speed for m in SPEED_METHODS)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from qerl.args import add_list
+from qerl.contract.methods import SPEED_METHODS
 from qerl.config import load_config
 
 __all__ = ["add_arguments", "run"]
@@ -15,7 +16,7 @@ def add_arguments(p) -> None:
     """Arguments of `qerl profile`."""
     add_list(p, "--archs", default=["7B", "3B", "14B", "32B"], metavar="ARCH",
              help="names of qerl.profiling.archs.ARCHS")
-    add_list(p, "--methods", default=["lora", "qlora", "qerl"], metavar="METHOD",
+    add_list(p, "--methods", default=list(SPEED_METHODS), metavar="METHOD",
              help="methods (qerl/contract/methods.py)")
     add_list(p, "--ranks", item_type=int, default=[16, 32, 64], metavar="R",
              help="LoRA ranks for the batch-1 rollout (Table 9)")

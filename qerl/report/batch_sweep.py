@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 
+from qerl.contract.methods import METHODS
 from qerl.report.context import Context, measured_dir
 from qerl.report.efficiency_tables import NOT_MEASURED, method_aliases
 
@@ -154,16 +155,14 @@ def render_figbatch(ctx: Context, artifact):
     ceiling_model = "7B" if "7B" in models else (models[0] if models else None)
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(11.0, 6.4))
     styles = ["-", "--", ":", "-."]
-    colors = {"qerl": "tab:green", "qlora": "tab:orange", "lora": "tab:gray"}
-    names = {"qerl": "QeRL (NVFP4)", "qlora": "QLoRA (NF4)", "lora": "BF16 LoRA"}
     for i, model in enumerate(models):
         label = model
         ls = styles[i % len(styles)]
         for method in ("qerl", "qlora"):
             s = speedups(rows, model, method)
             if s:
-                ax.plot(list(s), list(s.values()), ls, marker="o", ms=4, color=colors[method],
-                        label=f"{label} {names[method]} (measured)")
+                ax.plot(list(s), list(s.values()), ls, marker="o", ms=4, color=METHODS[method].color,
+                        label=f"{label} {METHODS[method].speed} (measured)")
         for method in ("lora", "qerl", "qlora"):
             first: dict[int, float] = {}
             for r in rows:
@@ -172,8 +171,8 @@ def render_figbatch(ctx: Context, artifact):
                     first.setdefault(r["batch"], float(r["tokens_per_s"]))
             pts = sorted(first.items())
             if pts:
-                ax2.plot([b for b, _ in pts], [v for _, v in pts], ls, marker="o", ms=4, color=colors[method],
-                         label=f"{label} {names[method]}")
+                ax2.plot([b for b, _ in pts], [v for _, v in pts], ls, marker="o", ms=4, color=METHODS[method].color,
+                         label=f"{label} {METHODS[method].speed}")
         arch = _arch(model)
         ctx_len = MEAN_CONTEXT
         if ceil and arch is not None and model == ceiling_model:
@@ -187,8 +186,8 @@ def render_figbatch(ctx: Context, artifact):
                         label=f"{label} ceiling, NVFP4 vs BF16: {what}")
             for method in ("lora", "qerl"):
                 ax2.plot(batches, [b / step_floor(arch, method, b, ctx_len, ceil["read_gbs"], ceil["tflops"])
-                                   for b in batches], "-", color=colors[method], lw=0.8, alpha=0.35,
-                         label=f"{label} {names[method]} roofline")
+                                   for b in batches], "-", color=METHODS[method].color, lw=0.8, alpha=0.35,
+                         label=f"{label} {METHODS[method].speed} roofline")
     ax.axhline(PAPER_CLAIM, color="tab:red", ls="--", lw=1, label="paper: > 1.5x")
     ax.axhline(1.0, color="0.5", lw=0.8)
     for a in (ax, ax2):

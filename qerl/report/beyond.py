@@ -15,7 +15,7 @@ Run: `qerl render --config results/tiny/config.yaml --artifact tableaqn` (the DA
 """
 from __future__ import annotations
 
-from qerl.contract.variants import tis_variant
+from qerl.contract.variants import aqn_variant, tis_variant
 from qerl.report.context import Context, Needs, RunSpec, ablation, task_name, trained_methods
 from qerl.report.inputs import Stat, summarize
 from qerl.report.tables import Column, Table, over_seeds
@@ -33,7 +33,7 @@ def aqn_variants(cfg: dict) -> list[tuple[str, str, str, tuple[int, ...] | None]
     method = ablation(cfg, "method")
     rows = [("lora", "default", "BF16, no AQN (BF16 LoRA)", None)]
     if "lora" in ablation(cfg, "aqn_methods"):
-        rows.append(("lora", f"aqn-{schedule}", f"BF16 + AQN (BF16 LoRA, aqn-{schedule})", None))
+        rows.append(("lora", aqn_variant(schedule), f"BF16 + AQN (BF16 LoRA, {aqn_variant(schedule)})", None))
     rows += [("nvfp4_lora", "default", "NVFP4, no AQN (NVFP4 LoRA)", None),
              ("qerl", "default", "NVFP4 + AQN (QeRL)", None)]
     if method == "qerl":

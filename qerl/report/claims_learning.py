@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import math
 
-from qerl.contract.methods import get_method
+from qerl.contract.methods import LEARNING_METHODS, get_method, method_lr
+from qerl.contract.variants import aqn_variant
 from qerl.report import beyond
 from qerl.report.claims_verdicts import compare, diff_text, fmt, tally_text, tracked_context
 from qerl.report.context import Context, Needs, RunSpec, ablation, role_benchmarks, task_name, trained_methods
@@ -201,7 +202,7 @@ def beyond_claim(cfg: dict, seen: list[Context]) -> tuple[list[str], str]:
     variants = beyond.aqn_variants(cfg)
     rows = {(m, v): label for m, v, label, _ in variants}
     schedule = cfg["train"]["aqn"]["schedule"]
-    bf16, bf16_aqn = ("lora", "default"), ("lora", f"aqn-{schedule}")
+    bf16, bf16_aqn = ("lora", "default"), ("lora", aqn_variant(schedule))
     nvfp4, qerl = ("nvfp4_lora", "default"), ("qerl", "default")
     if not {bf16, nvfp4, qerl} <= set(rows):
         return ["Not run in this config (needs BF16 LoRA, NVFP4 LoRA and QeRL on the GRPO task).", ""], "not run."
@@ -252,8 +253,7 @@ def beyond_claim(cfg: dict, seen: list[Context]) -> tuple[list[str], str]:
 
 
 def _rates(cfg: dict) -> str:
-    tr = cfg["train"]
-    return ", ".join(f"{m} {tr['lr_by_method'].get(m, tr['lr']):g}" for m in ("lora", "nvfp4_lora", "qerl"))
+    return ", ".join(f"{m} {method_lr(cfg, m):g}" for m in LEARNING_METHODS)
 
 
 def _std(xs: list[float]) -> float:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from qerl.contract.methods import get_method
+from qerl.contract.methods import SPEED_METHODS, get_method
 from qerl.report import paper
 from qerl.report.context import Context
 from qerl.report.inputs import summarize
@@ -129,7 +129,7 @@ def render_table3(ctx: Context, artifact) -> Table:
     models = list(dict.fromkeys(r["model"] for rows_ in data.values() for r in rows_ or []))
     ours = []
     for model in models:
-        for method in ("lora", "qlora", "qerl"):
+        for method in SPEED_METHODS:
             mem = find_row(data["memory.csv"], method, model=model)
             row = {"model": model, "method": get_method(method).short, "W#": get_method(method).wbits,
                    f"{o}: model size (GB)": mem["model_size_gb"] if mem else NOT_MEASURED,

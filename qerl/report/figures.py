@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from qerl.io import write_bytes
-from qerl.contract.methods import METHODS
+from qerl.contract.methods import METHODS, SPEED_METHODS
 from qerl.report import paper
 from qerl.report.context import Context, RunSpec, ablation, measured_dir, role_benchmarks
 from qerl.report.efficiency_tables import NOT_MEASURED, e2e_speedup, method_aliases
@@ -260,7 +260,7 @@ def _bars(ax, groups: list[str], series: list[tuple[str, dict[str, Any], dict]],
 
 _PAPER_STYLE = {"color": "0.55"}
 _OURS_STYLE = {"color": "tab:blue", "hatch": "//", "edgecolor": "white"}
-_NAMES = {m: METHODS[m].short for m in ("lora", "qlora", "qerl", "full")}  # the efficiency tables' labels
+_NAMES = {m: METHODS[m].short for m in (*SPEED_METHODS, "full")}  # the efficiency tables' labels
 
 
 def _pick_model_batch(rows: list[dict], model: str, batch: int) -> tuple[str, int] | None:
@@ -285,7 +285,7 @@ def render_fig1(ctx: Context, artifact):
     if pick:
         model, batch = pick
         where = f"{model}, batch {batch}"
-        for method in ("lora", "qlora", "qerl"):
+        for method in SPEED_METHODS:
             cand = [r for r in rollout if r["model"] == model and r["batch"] == batch
                     and r["method"] in method_aliases(method)]
             if cand:
@@ -302,7 +302,7 @@ def render_fig1(ctx: Context, artifact):
         where = f"{model}, batch {batch}"
         for gc in (False, True):  # the paper's rows are without gradient checkpointing; with it if BF16 LoRA OOMs
             ours_x = {}
-            for method in ("lora", "qlora", "qerl"):
+            for method in SPEED_METHODS:
                 v = e2e_speedup(e2e, model, method, batch, gc)
                 if v == "-":
                     v = 1.0
@@ -353,7 +353,6 @@ def render_fig11(ctx: Context, artifact):
     fig, axes = plt.subplots(1, len(models), figsize=(4.2 * len(models), 5.0), squeeze=False)
     o = ctx.measured_label()
     wname = {"lora": "BF16", "qerl": "NVFP4", "qlora": "QLoRA"}
-    colors = {"lora": "tab:gray", "qerl": "tab:green", "qlora": "tab:orange"}
     for ax, model in zip(axes.flat, models):
         ranks = sorted({r["rank"] for r in paper.TABLE9 if r["model"] == model}
                        | {r["rank"] for r in rollout or [] if r["model"] == model})
@@ -363,13 +362,13 @@ def render_fig11(ctx: Context, artifact):
             pv = {f"r{r['rank']}": r["tokens_per_s"] for r in paper.TABLE9
                   if r["model"] == model and r["method"] == method}
             if pv:
-                series.append((f"paper {wname[method]}", pv, {"color": colors[method]}))
+                series.append((f"paper {wname[method]}", pv, {"color": METHODS[method].color}))
             cand = [r for r in rollout or [] if r["model"] == model and r["method"] in method_aliases(method)]
             if cand:
                 batch = 1 if any(r["batch"] == 1 for r in cand) else min(r["batch"] for r in cand)
                 ov = {f"r{r['rank']}": r["tokens_per_s"] for r in cand if r["batch"] == batch}
                 series.append((f"{o} {wname[method]} (bs {batch})", ov,
-                               {"color": colors[method], "hatch": "//", "edgecolor": "white"}))
+                               {"color": METHODS[method].color, "hatch": "//", "edgecolor": "white"}))
         _bars(ax, groups, series, "rollout tokens/s", legend=False)
         if rollout is None or not any(r["model"] == model for r in rollout):
             ax.set_title(f"{model} (ours: {NOT_MEASURED})", fontsize=9, color="tab:red")

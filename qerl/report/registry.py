@@ -30,6 +30,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from qerl.contract import paths
+from qerl.contract.methods import LEARNING_METHODS
+from qerl.contract.variants import aqn_variant, rank_variant
 from qerl.io import write_text
 from qerl.report import accuracy_tables, batch_sweep, beyond, efficiency_tables, figures, tables
 from qerl.report.context import (
@@ -172,11 +174,11 @@ def _fig1_needs(cfg: dict) -> Needs:
 
 
 def _schedules(cfg):
-    return [f"aqn-{s}" for s in ablation(cfg, "aqn_schedules")]
+    return [aqn_variant(s) for s in ablation(cfg, "aqn_schedules")]
 
 
 def _ranks(cfg):
-    return [f"rank{r}" for r in ablation(cfg, "ranks")]
+    return [rank_variant(r) for r in ablation(cfg, "ranks")]
 
 
 def _curve_fig(panels: list[Panel], layout: str = "cols"):
@@ -287,7 +289,7 @@ _ENTRIES = [
              "Same data: this is Fig. 7's plot (and Fig. 12's): one model per config stands in for each paper size."),
     Artifact("fig14", "figure", "Figure 14: policy entropy, BigMath (appendix)",
              "Paper: 14B, 600 steps. Ours: the DAPO task's NVFP4 LoRA (with and without AQN) vs BF16 LoRA.",
-             "Training dynamics", _curves([("dapo", ["lora", "nvfp4_lora", "qerl"])]), _curve_fig([_ENTROPY])),
+             "Training dynamics", _curves([("dapo", list(LEARNING_METHODS))]), _curve_fig([_ENTROPY])),
     Artifact("fig15", "figure", "Figure 15: AQN noise schedules",
              "Left: the sigma our 'aqn-<schedule>' runs used per step. Right: the paper's schedules (Eq. 8 and the "
              "alternatives, Table 4's range, K = 10) over the same number of steps.",
