@@ -30,9 +30,9 @@ from qerl.contract import paths
 from qerl.contract.measured import MEASURED_CSVS
 from qerl.contract.records import BenchmarkRecord
 from qerl.contract.variants import canonical_variant, lr_variant
+from qerl.provenance import Provenance
 from qerl.report import inputs
 from qerl.report.paper import TABLE2_BENCHMARKS
-from qerl.report.provenance import Provenance
 
 __all__ = [
     "RunSpec",
