@@ -3,14 +3,13 @@
 The Snakefile and every `qerl` subcommand validate through the same schema, so an unknown key, a wrong type, an
 unknown method or a missing data file fails at once with the key and the value seen, before any compute is spent.
 
-Run: `python -m qerl.config config/config.yaml` prints the config with every default filled in.
+Run: `qerl check-config --config config/config.yaml` prints the config with every default filled in.
 """
 from __future__ import annotations
 
 import copy
 import difflib
 import re
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -224,7 +223,3 @@ def training_runs(cfg: dict) -> list[tuple[str, str, str, int]]:
     runs += [(task, m, v, s) for m, v in main for s in cfg["seeds"]
              if canonical_variant(cfg, m, v) == v and (task, m, v, s) not in runs]
     return runs
-
-
-if __name__ == "__main__":  # pragma: no cover
-    yaml.safe_dump(load_config(sys.argv[1]), sys.stdout, sort_keys=False)
