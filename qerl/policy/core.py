@@ -222,11 +222,11 @@ def load_adapter(model: nn.Module, adapter_dir: str | Path):
 def set_gradient_checkpointing(model: nn.Module, on: bool) -> None:
     """Recompute activations in the backward pass (on) or keep them (off); non-reentrant, inputs require grad."""
     if on:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
         if hasattr(model, "enable_input_require_grads"):
             model.enable_input_require_grads()
     else:
-        model.gradient_checkpointing_disable()
+        model.activation_checkpointing_disable()
 
 
 def _add_lora(model: nn.Module, lora: LoraSpec):

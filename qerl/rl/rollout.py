@@ -172,7 +172,7 @@ def sample(model, tokenizer, prompts: list[str], *, group_size: int, max_new_tok
     position = attn.long().cumsum(-1) - 1  # [N, P]
     position.masked_fill_(attn == 0, 1)
     out = model(input_ids=prompt_ids, attention_mask=attn, position_ids=position, use_cache=True)
-    cache, logits = out.past_key_values, out.logits[:, -1, :].float()  # [A, V]
+    cache, logits = out.cache, out.logits[:, -1, :].float()  # [A, V]
     next_pos = position[:, -1:] + 1  # [A, 1]
     for t in range(max_new_tokens):
         if temperature > 0:
@@ -202,9 +202,9 @@ def sample(model, tokenizer, prompts: list[str], *, group_size: int, max_new_tok
             cache.batch_select_indices(keep)
             alive, tok, attn, next_pos = alive[keep], tok[keep], attn[keep], next_pos[keep]
         attn = torch.cat([attn, attn.new_ones(attn.shape[0], 1)], dim=1)  # [A, P + t + 1]
-        out = model(input_ids=tok.unsqueeze(1), attention_mask=attn, position_ids=next_pos, past_key_values=cache,
+        out = model(input_ids=tok.unsqueeze(1), attention_mask=attn, position_ids=next_pos, cache=cache,
                     use_cache=True)
-        cache, logits = out.past_key_values, out.logits[:, -1, :].float()
+        cache, logits = out.cache, out.logits[:, -1, :].float()
         next_pos = next_pos + 1
     width = int(lengths.max())
     tokens, entropy, sample_logp = tokens[:, :width], entropy[:, :width], sample_logp[:, :width]
