@@ -25,7 +25,7 @@ import json
 
 from qerl.contract.methods import METHODS
 from qerl.report.context import Context, measured_dir
-from qerl.report.efficiency_tables import NOT_MEASURED, method_aliases
+from qerl.report.speed import NOT_MEASURED, method_aliases
 
 __all__ = ["REGIMES", "PAPER_CLAIM", "MEAN_CONTEXT", "ceilings", "step_floor", "speedups", "regime_verdicts",
            "sweep_claim_lines", "render_figbatch"]

@@ -30,7 +30,7 @@ from qerl.io import write_bytes
 from qerl.contract.methods import METHODS, SPEED_METHODS
 from qerl.report import paper
 from qerl.report.context import Context, RunSpec, ablation, measured_dir, role_benchmarks
-from qerl.report.efficiency_tables import NOT_MEASURED, e2e_speedup, method_aliases
+from qerl.report.speed import NOT_MEASURED, e2e_speedup, method_aliases
 
 __all__ = [
     "Panel", "ema_span", "seed_band", "render_curves", "draw_paper_schedules", "render_fig1", "render_fig11",
