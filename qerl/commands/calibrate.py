@@ -8,22 +8,27 @@ import sys
 from qerl.config import load_config
 from qerl.quantize.stage import search_scales
 
-__all__ = ["RENAMED", "add_arguments", "run"]
+__all__ = ["RENAMED", "add_stage_arguments", "add_arguments", "run"]
 
 RENAMED = {"--model-dir": "--base", "--data": "--calib"}  # old spellings still work (qerl.args.parse_args)
 
 
-def add_arguments(parser) -> None:
-    """Arguments of `qerl calibrate`."""
+def add_stage_arguments(parser, formats: list[str], out_help: str, calib_help: str) -> None:
+    """The arguments `qerl calibrate` and `qerl quantize` share (the quantization stage's two steps)."""
     parser.add_argument("--config", required=True, help="YAML config file (validated against the schema)")
     parser.add_argument("--base", required=True, metavar="DIR",
                         help="base checkpoint folder (config.json, weights, tokenizer)")
-    parser.add_argument("--format", required=True, choices=["nvfp4", "mxfp4"], help="format the search targets")
-    parser.add_argument("--out", required=True, help="scales file to write (.safetensors)")
-    parser.add_argument("--calib", default=None, metavar="FILE",
-                        help="JSONL of problems to calibrate on (default: the file quantize.calibration.source names)")
+    parser.add_argument("--format", required=True, choices=formats, help="the 4-bit format")
+    parser.add_argument("--out", required=True, help=out_help)
+    parser.add_argument("--calib", default=None, metavar="FILE", help=calib_help)
     parser.add_argument("--no-data-check", action="store_true", help="do not require benchmark files to exist")
     parser.add_argument("--device", default="cpu", help="torch device of the search (default cpu; a 7B needs cuda)")
+
+
+def add_arguments(parser) -> None:
+    """Arguments of `qerl calibrate`."""
+    add_stage_arguments(parser, ["nvfp4", "mxfp4"], "scales file to write (.safetensors)",
+                        "JSONL of problems to calibrate on (default: the file quantize.calibration.source names)")
 
 
 def run(args) -> int:

@@ -6,26 +6,19 @@ from __future__ import annotations
 import json
 import sys
 
+from qerl.commands.calibrate import RENAMED, add_stage_arguments
 from qerl.config import load_config
 from qerl.quantize.stage import write_quantized
 
 __all__ = ["RENAMED", "add_arguments", "run"]
 
-RENAMED = {"--model-dir": "--base", "--data": "--calib"}  # old spellings still work (qerl.args.parse_args)
-
 
 def add_arguments(parser) -> None:
     """Arguments of `qerl quantize`."""
-    parser.add_argument("--config", required=True, help="YAML config file (validated against the schema)")
-    parser.add_argument("--base", required=True, metavar="DIR",
-                        help="base checkpoint folder (config.json, weights, tokenizer)")
-    parser.add_argument("--format", required=True, choices=["nvfp4", "mxfp4", "nf4"])
-    parser.add_argument("--out", required=True, help="output folder")
+    add_stage_arguments(parser, ["nvfp4", "mxfp4", "nf4"], "output folder",
+                        "JSONL of problems the held-out sequences of layer_errors.json come from (default: the file "
+                        "quantize.calibration.source names, as for `qerl calibrate`)")
     parser.add_argument("--scales", default=None, help="AWQ scales from `qerl calibrate` (nvfp4/mxfp4)")
-    parser.add_argument("--calib", default=None, metavar="FILE",
-                        help="JSONL of problems the held-out sequences of layer_errors.json come from (default: the "
-                             "file quantize.calibration.source names, as for `qerl calibrate`)")
-    parser.add_argument("--no-data-check", action="store_true", help="do not require benchmark files to exist")
 
 
 def run(args) -> int:
