@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 
+from qerl.contract import paths
 from qerl.contract.methods import LEARNING_METHODS, get_method, method_lr
 from qerl.contract.variants import aqn_variant
 from qerl.report import beyond
@@ -209,7 +210,7 @@ def beyond_claim(cfg: dict, seen: list[Context]) -> tuple[list[str], str]:
     artifact = ARTIFACTS["tableaqn"]
     ctx = tracked_context(cfg, artifact.needs(cfg), seen)
     bench = role_benchmarks(cfg, "grpo")[0]
-    stats = {(m, v): beyond.row_stats(ctx, RunSpec("grpo", m, v, "metrics.jsonl", label, seeds), bench)
+    stats = {(m, v): beyond.row_stats(ctx, RunSpec("grpo", m, v, paths.METRICS_FILE, label, seeds), bench)
              for m, v, label, seeds in variants}
     out, summary = ["The AQN table (tableaqn) and figure figmismatch; differences of means over seeds, verdicts as "
                     "above (higher entropy, faster reward growth, higher held-out pass@1). Entropy at step 0 cannot "

@@ -8,8 +8,8 @@ tokens/s) over the method's, same model and batch, as in the paper; QeRL rows re
 rollout_tokens / time_rollout, mean over steps, then over seeds).
 
 The speedup arithmetic (method_aliases, e2e_speedup, speedup_cell) is qerl/report/speed.py, shared with the figures,
-the batch sweep and the claims. Number formats and the files written: qerl/report/tables.py. Run: `qerl render --config config/config.yaml
---artifact table3`.
+the batch sweep and the claims. Number formats and the files written: qerl/report/tables.py.
+Run: `qerl render --config config/config.yaml --artifact table3`.
 """
 from __future__ import annotations
 

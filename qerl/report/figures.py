@@ -26,8 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from qerl.io import write_bytes
+from qerl.contract import paths
 from qerl.contract.methods import METHODS, SPEED_METHODS
+from qerl.io import write_bytes
 from qerl.report import paper
 from qerl.report.context import Context, RunSpec, ablation, measured_dir, role_benchmarks
 from qerl.report.speed import NOT_MEASURED, e2e_speedup, method_aliases
@@ -138,7 +139,7 @@ def render_curves(ctx: Context, artifact, panels: list[Panel], layout: str = "co
     """Curves of the artifact's runs, one axes per panel, mean over seeds with a min-max band.
 
     Args:
-        ctx: the render context (the runs are `ctx.needs.runs` with file "metrics.jsonl").
+        ctx: the render context (the runs are `ctx.needs.runs` with file metrics.jsonl).
         artifact: the registry entry (title, id).
         panels: what each axes shows.
         layout: "cols" (side by side) or "rows" (stacked).
@@ -151,7 +152,7 @@ def render_curves(ctx: Context, artifact, panels: list[Panel], layout: str = "co
     shape = (1, n) if layout == "cols" else (n, 1)
     size = (max(6.4, 5.2 * n), 4.8) if layout == "cols" else (6.4, 3.3 * n + 1.2)
     fig, axes = plt.subplots(*shape, figsize=size, squeeze=False)
-    specs = [s for s in ctx.needs.runs if s.file == "metrics.jsonl"]
+    specs = [s for s in ctx.needs.runs if s.file == paths.METRICS_FILE]
     cache: dict[RunSpec, list] = {}
     cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     curves = list(dict.fromkeys((s.method, s.variant) for s in specs))  # one color per curve across panels
@@ -327,7 +328,7 @@ def render_fig1(ctx: Context, artifact):
     bench = role_benchmarks(ctx.cfg, "grpo")[0]
     ours_acc = {}
     for method in ("lora", "qlora", "qerl", "full"):
-        spec = RunSpec("grpo", method, "default", "eval.json")
+        spec = RunSpec("grpo", method, "default", paths.EVAL_FILE)
         if spec in ctx.needs.runs:
             per_seed = ctx.run_evals(spec, [bench])
             if per_seed:

@@ -86,7 +86,7 @@ class Artifact:
 
 
 # ------------------------------------------------------------------------------------------------ needs helpers
-def _runs(cfg: dict, role: str, methods: list[str], variants: list[str] | None = None, file: str = "metrics.jsonl",
+def _runs(cfg: dict, role: str, methods: list[str], variants: list[str] | None = None, file: str = paths.METRICS_FILE,
           labels: dict[str, str] | None = None, seeds: list[int] | None = None) -> tuple[list[RunSpec], list[str]]:
     """Run specs of `methods` x `variants` on the role's task (on `seeds`, default the config's); methods not
     trained (or no task) go to `skipped`, one entry per reason: "mxfp4_lora, qlora (not in train.methods)"."""
@@ -152,7 +152,7 @@ def _accuracy(role: str, methods: list[str]) -> Callable[[dict], Needs]:
         untrained = [m for m in methods if m in ("bf16", "nf4", "mxfp4", "nvfp4")]
         evaluated = untrained_methods(cfg) if untrained_benchmarks(cfg, role) else []
         evals = tuple(EvalSpec(role, m) for m in untrained if m in evaluated)
-        runs, skipped = _runs(cfg, role, [m for m in methods if m not in untrained], file="eval.json")
+        runs, skipped = _runs(cfg, role, [m for m in methods if m not in untrained], file=paths.EVAL_FILE)
         absent = [m for m in untrained if m not in evaluated]
         skipped += [f"{', '.join(absent)} (not evaluated: evaluate.methods / evaluate.benchmarks)"] if absent else []
         return Needs(runs=tuple(runs), evals=evals, skipped=tuple(skipped))
@@ -169,7 +169,7 @@ def _table9_needs(cfg: dict) -> Needs:
 
 
 def _fig1_needs(cfg: dict) -> Needs:
-    runs, skipped = _runs(cfg, "grpo", ["lora", "qlora", "qerl", "full"], file="eval.json")
+    runs, skipped = _runs(cfg, "grpo", ["lora", "qlora", "qerl", "full"], file=paths.EVAL_FILE)
     return Needs(runs=tuple(runs), measured=("rollout.csv", "e2e.csv"), skipped=tuple(skipped))
 
 
