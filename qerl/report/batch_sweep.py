@@ -145,7 +145,7 @@ def render_figbatch(ctx: Context, artifact):
     the paper's 1.5x); rollout tokens/s vs batch with each method's roofline tokens/s."""
     from qerl.report import figures
 
-    plt = figures._plt()
+    plt = figures.pyplot()
     rows = ctx.measured("rollout.csv") or []
     ceil = ceilings(ctx.cfg)
     # the models with a sweep (QeRL and BF16 LoRA measured up to batch >= 64); others (batch 1-8, Tables 5-8) are
@@ -202,9 +202,9 @@ def render_figbatch(ctx: Context, artifact):
     for a in (ax, ax2):
         if a.get_legend_handles_labels()[0]:
             a.legend(fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2, frameon=False)
-    fig.suptitle(figures._title(artifact, ctx, figures._measured_line(ctx)), fontsize=10)
+    fig.suptitle(figures.figure_title(artifact, ctx, figures.measured_line(ctx)), fontsize=10)
     extra = (f"Ceilings: {ceil['source']}; read {ceil['read_gbs']:.0f} GB/s, bf16 {ceil['tflops']:.0f} TFLOP/s; "
              f"mean context {MEAN_CONTEXT:.0f} tokens (prompt 256 + completion 2048 / 2)." if ceil else "No ceilings.json: ceilings not drawn.")
-    figures._footer(fig, artifact, ctx, extra)
+    figures.figure_footer(fig, artifact, ctx, extra)
     fig.subplots_adjust(bottom=0.36, top=0.88, wspace=0.25)
     return fig
