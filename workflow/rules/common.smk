@@ -68,6 +68,10 @@ def train_runs():
     return grid.train_runs(config)
 
 
+# resources.train.jobs_per_gpu: how many GPU jobs may share one GPU (a 135M model leaves an H100 mostly idle)
+SLOTS = config["resources"]["train"]["jobs_per_gpu"]
+
+
 def train_launcher(gpus):
     """The command that runs `qerl <subcommand>` on `gpus` GPUs: plain on the CPU, else torchrun with one rank per
     GPU, after claiming a slot on that many GPUs for the job (qerl/rl/distributed.py; a no-op under SLURM). One GPU
