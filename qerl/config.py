@@ -3,22 +3,20 @@
 The Snakefile and every `qerl` subcommand validate through the same schema, so an unknown key, a wrong type, an
 unknown method or a missing data file fails at once with the key and the value seen, before any compute is spent.
 
-Run: `python -m qerl.config config/config.yaml` prints the config with every default filled in.
+Run: `qerl check-config --config config/config.yaml` prints the config with every default filled in.
 """
 from __future__ import annotations
 
 import copy
 import difflib
 import re
-import sys
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 import yaml
 
-__all__ = ["ConfigError", "SCHEMA_PATH", "REPO_ROOT", "load_schema", "validate_config", "load_config", "get", "task_methods",
-           "training_runs"]
+__all__ = ["ConfigError", "SCHEMA_PATH", "REPO_ROOT", "load_schema", "validate_config", "load_config", "get"]
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SCHEMA_PATH = REPO_ROOT / "workflow" / "schemas" / "config.schema.yaml"
@@ -188,43 +186,3 @@ def get(cfg: dict, dotted: str) -> Any:
             raise ConfigError(f"config key {dotted!r} is missing (stopped at {part!r})")
         node = node[part]
     return node
-
-
-def task_methods(cfg: dict, task: str) -> list[str]:
-    """The methods trained on `task`: train.tasks.<task>.methods, or all of train.methods when that is empty."""
-    train = cfg.get("train") or {}
-    listed = (train.get("tasks") or {}).get(task, {}).get("methods")
-    return list(listed) if listed else list(train.get("methods", []))
-
-
-def training_runs(cfg: dict) -> list[tuple[str, str, str, int]]:
-    """(task, method, variant, seed) of every training run a validated config makes, in the DAG's order: each task's
-    methods on every seed, the ablations (their task and seeds only), then the beyond-the-paper runs (AQN on methods
-    without it, truncated importance sampling) on the main seeds. A variant equal to a default run is that run.
-
-    The Snakefile's train targets (workflow/rules/common.smk) and `qerl status` both list runs with this.
-    """
-    from qerl.contract.variants import canonical_variant, lr_variant, tis_variant
-
-    tr, ab = cfg["train"], cfg["train"]["ablations"]
-    runs = [(t, m, "default", s) for t in tr["tasks"] for m in task_methods(cfg, t) for s in cfg["seeds"]]
-    task = ab["task"] or next(iter(tr["tasks"]))
-    methods = task_methods(cfg, task)
-    variants = []
-    if ab["method"] in methods:
-        variants += [(ab["method"], f"aqn-{k}") for k in ab["aqn_schedules"]]
-        variants += [(ab["method"], "noaqn")] if ab["noaqn"] else []
-        variants += [(ab["method"], f"rank{r}") for r in ab["ranks"]]
-    variants += [(m, lr_variant(lr)) for m in ab["lr_methods"] if m in methods for lr in ab["lrs"]]
-    variants += [(ab["method"], "norms")] if ab["norms"] and ab["method"] in methods else []
-    runs += [(task, m, v, s) for m, v in variants for s in ab["seeds"]
-             if canonical_variant(cfg, m, v) == v]
-    main = [(m, f"aqn-{tr['aqn']['schedule']}") for m in ab["aqn_methods"] if m in methods]
-    main += [(ab["method"], tis_variant(c)) for c in ab["tis_caps"] if ab["method"] in methods]
-    runs += [(task, m, v, s) for m, v in main for s in cfg["seeds"]
-             if canonical_variant(cfg, m, v) == v and (task, m, v, s) not in runs]
-    return runs
-
-
-if __name__ == "__main__":  # pragma: no cover
-    yaml.safe_dump(load_config(sys.argv[1]), sys.stdout, sort_keys=False)

@@ -4,7 +4,7 @@ Why: the DAG runs 40-odd training runs (days each at the paper scale); one table
 run, which failed and why, without opening forty logs. Everything is read from files, so a results folder copied
 from another machine (with its effective config, R/config.yaml) reads the same.
 
-Per run (qerl.config.training_runs, the grid the Snakefile trains; paths from qerl.contract.paths):
+Per run (qerl.contract.grid.train_runs, the grid the Snakefile trains; paths from qerl.contract.paths):
   steps     lines of metrics.jsonl / the run's steps (run.json's settings, else config train.steps)
   reward    the last step's mean reward;  s/step: mean of time_rollout + time_logprobs + time_update
   pass@1    held-out pass@1 (%) of eval.json, per benchmark
@@ -29,7 +29,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from qerl.config import training_runs
+from qerl.contract.grid import train_runs
 from qerl.contract.paths import (CHECKPOINT_FILE, EVAL_FILE, METRICS_FILE, RUN_INFO_FILE, run_dir, train_log)
 from qerl.contract.records import BenchmarkRecord
 
@@ -176,7 +176,7 @@ def _run_status(cfg: dict, root: str, run: tuple, workdir: Path, marked: set[str
 
 
 def collect_status(cfg: dict, results: str | Path | None = None, workdir: str | Path = ".") -> StatusReport:
-    """The state of every training run of `cfg` (qerl.config.training_runs), read from its files.
+    """The state of every training run of `cfg` (qerl.contract.grid.train_runs), read from its files.
 
     Args:
         cfg: a validated config (its grid of runs, model name and steps).
@@ -187,7 +187,7 @@ def collect_status(cfg: dict, results: str | Path | None = None, workdir: str | 
     work = Path(workdir)
     locks = _locks(work, Path(root))
     marked = _incomplete(work)
-    runs = [_run_status(cfg, root, run, work, marked, bool(locks)) for run in training_runs(cfg)]
+    runs = [_run_status(cfg, root, run, work, marked, bool(locks)) for run in train_runs(cfg)]
     return StatusReport(root, runs, locks)
 
 

@@ -14,7 +14,7 @@ Public API (CUDA tensors run the Triton kernels, CPU tensors the torch reference
     fp4_linear_fused(x, w, bias, lora=(t, B), residual=h)       inference: base + LoRA + residual in one launch
     decode.*            the fused decode-step kernels (RMSNorm, RoPE + KV write, split-K attention, SiLU-mul)
     nvfp4.* / mxfp4.*   per-format ops (torch.ops.qerl_kernels.*), prepare() for the kernel layout
-    reference.*         the plain-torch specification
+    reference.*         the plain-torch specification, taken from qerl.formats (the format spec)
 How the kernels work: layout.py (the load-time weight layout and its torch references), fp4_decoder.py (the
 E2M1 decoder), fp4_triton.py (the Triton kernels), fp4_tuning.py (their autotuning), fp4_launch.py (launchers and
 dispatch by M), fp4_gluon.py (the Gluon kernel and its launcher); bench.py for how they are measured,

@@ -32,8 +32,8 @@ Quick:      python -m qerl_kernels.bench --models 7B --m 1 16 2048 --out /tmp/b
 Output: kernels.csv (one row per model, layer, M, method) and, rendered from it by bench_report.py,
 kernels.summary.md (layer sums), kernels.png, kernels.provenance.md (GPU, driver, torch, triton, bitsandbytes,
 commit, date, command).
---prewarm N first compiles every kernel variant in N processes (prewarm.py); --memory only reports the
-device memory of one decoder layer's QuantLinear layers.
+--prewarm N first compiles every kernel variant in N processes (prewarm.py). The device memory of one decoder layer's
+QuantLinear layers (the torch layer above these kernels) is `python -m qerl.profiling.layer_memory`.
 """
 from __future__ import annotations
 
@@ -400,49 +400,6 @@ def check_correctness(shapes, out_lines: list[str], groups=(), gluon: bool = Tru
     return ok
 
 
-def memory_report(models) -> int:
-    """Device bytes per weight of one decoder layer's 7 QuantLinear (NVFP4) layers: as loaded (storage layout),
-    after the first CUDA forward (prepared form only), and through the storage-layout op with its prepared cache
-    (both copies: what iteration 1 held)."""
-    from qerl_kernels import nvfp4 as knv
-    from qerl.layers import QuantLinear, w4a16_linear
-    for model in models:
-        shapes = layer_shapes(model)
-        n_w = sum(n * k for n, k in shapes.values())
-        torch.cuda.synchronize()
-        base = torch.cuda.memory_allocated()
-        layers = [QuantLinear(k, n, bias=False, fmt="nvfp4", dtype=torch.bfloat16, device="cuda")
-                  for n, k in shapes.values()]
-        for q in layers:  # random codes and scales (the layout cost does not depend on the values)
-            q.codes.random_(0, 256)
-            q.scale_bits.copy_(torch.rand(q.scale_bits.shape, device="cuda").add(0.1).to(torch.float8_e4m3fn)
-                               .view(torch.uint8))
-        loaded = torch.cuda.memory_allocated() - base
-        xs = {k: torch.randn(1, k, device="cuda", dtype=torch.bfloat16) for _, k in shapes.values()}
-        for q in layers:
-            q(xs[q.in_features])
-        torch.cuda.synchronize()
-        prepared = torch.cuda.memory_allocated() - base - sum(x.numel() * 2 for x in xs.values())
-        dropped = sum(not any(n in q._buffers for n in ("codes", "scale_bits")) for q in layers)
-        for q in layers:
-            q.unprepare_kernels()
-            w4a16_linear(xs[q.in_features], q.codes, q.scales, q.global_scale, fmt="nvfp4")
-        torch.cuda.synchronize()
-        both = torch.cuda.memory_allocated() - base - sum(x.numel() * 2 for x in xs.values())
-        from qerl_kernels import fp4_launch
-        ws = sum(t.numel() * t.element_size() for pair in fp4_launch._WORKSPACE.values() for t in pair)
-        print(f"memory {model} layer ({n_w / 1e6:.1f}M weights): loaded {8 * loaded / n_w:.3f} bits/weight, "
-              f"after the first CUDA forward {8 * prepared / n_w:.3f} (storage layout dropped in {dropped}/7 layers), "
-              f"storage layout + cached prepared copy (iteration 1) {8 * both / n_w:.3f}; both figures include the "
-              f"per-device stream-K workspace ({ws / 1e6:.1f} MB, allocated once for all layers, "
-              f"{8 * ws / n_w:.3f} bits/weight of this one layer): without it {8 * (prepared - ws) / n_w:.3f} and "
-              f"{8 * (both - ws) / n_w:.3f}", flush=True)
-        del layers
-        knv._CACHE.clear()
-        torch.cuda.empty_cache()
-    return 0
-
-
 def gpu_slug(name: str) -> str:
     for key in ("H200", "H100", "B200", "A100", "L40S", "L4"):
         if key in name:
@@ -463,11 +420,7 @@ def main(argv=None) -> int:
     ap.add_argument("--budget-s", type=float, default=1e9, help="stop measuring new shapes after this many seconds")
     ap.add_argument("--prewarm", type=int, default=0, help="compile all kernel variants first in N processes")
     ap.add_argument("--prewarm-only", action="store_true")
-    ap.add_argument("--memory", action="store_true", help="only report the device memory of one decoder layer's "
-                    "QuantLinear layers per model (storage layout, prepared form, and the old cached second copy)")
     args = ap.parse_args(argv)
-    if args.memory:
-        return memory_report(args.models)
     if not torch.cuda.is_available():
         print("qerl_kernels.bench needs a CUDA device", file=sys.stderr)
         return 2

@@ -1,19 +1,17 @@
-"""Plain-torch reference for the FP4 kernels: quantize, dequantize and linear for NVFP4 and MXFP4.
+"""Plain-torch reference for the FP4 kernels: quantize, dequantize and linear for NVFP4 and MXFP4, taken from the
+format specification, qerl.formats (the one spec of the packed layout and of the quantizers).
 
-Why a second reference beside qerl/formats: the kernels were written in parallel with the formats module, so they
-carry their own small specification of the packed layout (the contract below) and a test checks that both agree
-bit for bit on the same packed tensors (tests/qerl_kernels/test_kernels_reference.py). These functions are also the CPU
-path of the kernel entry points and what every Triton kernel is tested against.
+Why here: these are the names the kernels, their CPU path and their tests use (every Triton kernel is tested against
+them); each is the spec's own function (quantize: qerl.formats.nvfp4/mxfp4.quantize; dequantize: their
+dequantize_tensors; packing: qerl.formats.fp4), so the kernels and the rest of the harness cannot disagree on a bit.
+qerl_kernels imports nothing else from qerl (tests/test_dependencies.py).
 
-Packed layout (the contract with qerl/formats):
+Packed layout (qerl/formats/fp4.py, nvfp4.py, mxfp4.py):
 - codes: uint8 [N, K // 2]; element 2j in the LOW nibble, 2j+1 in the HIGH nibble. E2M1 nibble: bit 3 sign,
   bits 2-1 exponent, bit 0 mantissa; magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6.
 - NVFP4: scales float8_e4m3fn [N, K // 16]; global_scale float32 0-dim, a DEQUANTIZATION multiplier:
   W[n, k] = e2m1(code[n, k]) * float(scale[n, k // 16]) * global_scale.
 - MXFP4: scales uint8 E8M0 [N, K // 32] (biased exponent, 127 = 1.0): W[n, k] = e2m1(code) * 2**(scale - 127).
-
-The quantizers here are simple (round to nearest E2M1 value, ties to the larger magnitude) and exist to make test
-inputs; the project's quantizers are qerl.formats.nvfp4/mxfp4.quantize.
 
 Run the tests: `TRITON_INTERPRET=1 pytest tests/qerl_kernels -q`.
 """
@@ -21,11 +19,16 @@ from __future__ import annotations
 
 import torch
 
+from qerl.formats import mxfp4 as _mxfp4
+from qerl.formats import nvfp4 as _nvfp4
+from qerl.formats.fp4 import E2M1_VALUES
+from qerl.formats.fp4 import pack_nibbles as pack_codes
+from qerl.formats.fp4 import unpack_nibbles as unpack_codes
+
 __all__ = [
     "E2M1_VALUES",
     "unpack_codes",
     "pack_codes",
-    "e2m1_round",
     "nvfp4_quantize_reference",
     "nvfp4_dequantize_reference",
     "nvfp4_linear_reference",
@@ -36,87 +39,36 @@ __all__ = [
     "rel_error",
 ]
 
-E2M1_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0)
-_E4M3_MAX = 448.0
-
-
-def unpack_codes(packed: torch.Tensor) -> torch.Tensor:
-    """uint8 [N, K // 2] -> uint8 codes [N, K] (low nibble first)."""
-    return torch.stack((packed & 0x0F, packed >> 4), dim=-1).flatten(-2)
-
-
-def pack_codes(codes: torch.Tensor) -> torch.Tensor:
-    """uint8 codes [N, K] (values < 16, K even) -> uint8 [N, K // 2]."""
-    return codes[..., 0::2] | (codes[..., 1::2] << 4)
-
-
-def e2m1_round(x: torch.Tensor) -> torch.Tensor:
-    """Nearest E2M1 code of each value (already divided by its block scale), saturating at +-6.
-
-    Args:
-        x: float tensor.
-
-    Returns:
-        uint8 codes, same shape.
-    """
-    mags = torch.tensor(E2M1_VALUES[:8], dtype=torch.float32, device=x.device)
-    a = x.float().abs().clamp(max=6.0)
-    code = (a[..., None] - mags).abs().argmin(dim=-1).to(torch.uint8)
-    return code | ((x < 0).to(torch.uint8) << 3)
-
-
-def _e2m1_values(packed: torch.Tensor) -> torch.Tensor:
-    table = torch.tensor(E2M1_VALUES, dtype=torch.float32, device=packed.device)
-    return table[unpack_codes(packed).long()]
-
-
 def nvfp4_quantize_reference(w: torch.Tensor):
-    """Quantize w [N, K] (K % 16 == 0) to NVFP4.
+    """Quantize w [N, K] (K % 16 == 0) to NVFP4 (qerl.formats.nvfp4.quantize).
 
     Returns:
         (codes uint8 [N, K // 2], scales float8_e4m3fn [N, K // 16], global_scale float32 0-dim).
     """
-    w = w.float()
-    amax = w.abs().amax()
-    gs = torch.where(amax > 0, amax / (_E4M3_MAX * 6.0), torch.ones_like(amax))
-    blocks = w.reshape(w.shape[0], -1, 16)
-    scales = (blocks.abs().amax(-1) / 6.0 / gs).clamp(max=_E4M3_MAX).to(torch.float8_e4m3fn)
-    step = (scales.float() * gs)[..., None]
-    scaled = torch.where(step > 0, blocks / step, torch.zeros_like(blocks))
-    return pack_codes(e2m1_round(scaled).reshape(w.shape)), scales, gs.reshape(())
+    t = _nvfp4.quantize(w.float())
+    return t.codes, t.scales, t.global_scale
 
 
 def nvfp4_dequantize_reference(codes: torch.Tensor, scales: torch.Tensor, global_scale: torch.Tensor,
                                dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """W [N, K] = e2m1(codes) * float(scales) per 16 * global_scale, computed in float32, returned as `dtype`."""
-    vals = _e2m1_values(codes)
-    n, k = vals.shape
-    w = vals.reshape(n, k // 16, 16) * scales.float()[..., None] * global_scale.float()
-    return w.reshape(n, k).to(dtype)
+    return _nvfp4.dequantize_tensors(codes, scales, global_scale, dtype)
 
 
 def mxfp4_quantize_reference(w: torch.Tensor):
-    """Quantize w [N, K] (K % 32 == 0) to MXFP4 (OCP MX: shared exponent floor(log2(amax)) - 2).
+    """Quantize w [N, K] (K % 32 == 0) to MXFP4 (qerl.formats.mxfp4.quantize; OCP MX shared exponent).
 
     Returns:
         (codes uint8 [N, K // 2], scales uint8 E8M0 [N, K // 32]).
     """
-    w = w.float()
-    blocks = w.reshape(w.shape[0], -1, 32)
-    amax = blocks.abs().amax(-1)
-    e = torch.floor(torch.log2(amax.clamp(min=2.0 ** -125))) - 2
-    scales = (e + 127).clamp(0, 254).to(torch.uint8)
-    scaled = torch.ldexp(blocks, (127 - scales.int())[..., None].float())
-    return pack_codes(e2m1_round(scaled).reshape(w.shape)), scales
+    t = _mxfp4.quantize(w.float())
+    return t.codes, t.scales
 
 
 def mxfp4_dequantize_reference(codes: torch.Tensor, scales: torch.Tensor,
                                dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """W [N, K] = e2m1(codes) * 2**(scales - 127) per 32, computed in float32, returned as `dtype`."""
-    vals = _e2m1_values(codes)
-    n, k = vals.shape
-    w = torch.ldexp(vals.reshape(n, k // 32, 32), (scales.int() - 127)[..., None].float())
-    return w.reshape(n, k).to(dtype)
+    return _mxfp4.dequantize_tensors(codes, scales, dtype)
 
 
 def _linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:

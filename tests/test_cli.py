@@ -7,7 +7,8 @@ import importlib
 
 import pytest
 
-from qerl.cli import SUBCOMMANDS, ListAction, add_list, parse_args
+from qerl.args import ListAction, add_list, parse_args
+from qerl.cli import SUBCOMMANDS, module_name
 
 # Spellings replaced by one name per concept (README, "CLI"); none may come back as an option of any subcommand.
 OLD = {"--model": "--base", "--model-dir": "--base", "--out-dir": "--out", "--output": "--out",
@@ -17,7 +18,7 @@ LISTS = {"--benchmarks", "--archs", "--methods", "--ranks", "--batches", "--full
 
 
 def _parser(name: str) -> tuple[argparse.ArgumentParser, object]:
-    module = importlib.import_module(SUBCOMMANDS[name][0])
+    module = importlib.import_module(module_name(name))
     parser = argparse.ArgumentParser(prog=f"qerl {name}")
     module.add_arguments(parser)
     return parser, module

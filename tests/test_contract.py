@@ -116,3 +116,52 @@ def test_benchmark_record_errors_name_the_key(record, message):
     with pytest.raises(ValueError) as err:
         BenchmarkRecord.parse(record, "x/eval.json: benchmarks.a")
     assert "x/eval.json: benchmarks.a" in str(err.value) and message in str(err.value)
+
+
+def test_measured_csvs_are_one_definition():
+    """The profiler writes `columns`, resumes and commits on `key`, and the report reads `required` + `optional`:
+    each must be columns the profiler writes."""
+    from qerl.contract.measured import MEASURED_CSVS
+
+    assert set(MEASURED_CSVS) == {"rollout.csv", "e2e.csv", "memory.csv", "rollout_hf.csv"}
+    for name, spec in MEASURED_CSVS.items():
+        assert len(set(spec.columns)) == len(spec.columns), name
+        for part in (spec.key, spec.required, spec.optional):
+            assert set(part) <= set(spec.columns), (name, set(part) - set(spec.columns))
+        assert not set(spec.required) & set(spec.optional), name
+
+
+def test_the_report_reads_what_the_profiler_writes(tmp_path):
+    """A header of exactly `columns` is read by the report's reader of each file (no second column list there)."""
+    from qerl.contract.measured import E2E, MEMORY, ROLLOUT
+    from qerl.report import inputs
+
+    values = {"model": "Qwen2.5-7B-Instruct", "method": "qerl", "rank": "32", "batch": "2", "tokens_per_s": "10",
+              "gradient_checkpointing": "true", "step_s": "1.5", "model_size_gb": "4.2", "peak_gb": "OOM"}
+    for spec, reader in ((ROLLOUT, inputs.read_rollout_csv), (E2E, inputs.read_e2e_csv),
+                         (MEMORY, inputs.read_memory_csv)):
+        path = tmp_path / spec.name
+        path.write_text(",".join(spec.columns) + "\n" + ",".join(values.get(c, "") for c in spec.columns) + "\n")
+        [row] = reader(path)
+        assert row["model"] == "7B" and row["method"] == "qerl", spec.name
+        path.write_text(",".join(c for c in spec.columns if c != spec.required[-1]) + "\n")
+        with pytest.raises(ValueError, match=spec.required[-1]):
+            reader(path)
+
+
+def test_variant_names_spell_and_parse_back():
+    from qerl.contract.variants import aqn_variant, rank_variant
+
+    assert aqn_variant("linear") == "aqn-linear" and parse_variant(aqn_variant("cosine"))["aqn_schedule"] == "cosine"
+    assert rank_variant(64) == "rank64" and parse_variant(rank_variant(64)) == {"lora_rank": 64}
+    with pytest.raises(ValueError, match="unknown AQN schedule 'step'"):
+        aqn_variant("step")
+
+
+def test_method_lr_and_groups():
+    from qerl.contract.methods import LEARNING_METHODS, METHODS, SPEED_METHODS, method_lr
+
+    cfg = {"train": {"lr": 1e-5, "lr_by_method": {"qerl": 3e-5}}}
+    assert method_lr(cfg, "qerl") == 3e-5 and method_lr(cfg, "lora") == 1e-5
+    assert set(SPEED_METHODS) | set(LEARNING_METHODS) <= set(METHODS)
+    assert all(METHODS[m].color and METHODS[m].speed for m in SPEED_METHODS)

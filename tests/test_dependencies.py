@@ -1,6 +1,9 @@
 """The library's dependency direction, checked on the source (every import statement, at module level or inside a
 function): formats -> layers -> policy -> rl / evaluate -> commands (the CLI), the contracts below everything,
-`baselines` only under the policy core and the quantization stage, and no import cycle among qerl's packages.
+`baselines` only under the policy core and the quantization stage, and no import cycle among qerl's packages. The
+front door sits on top: qerl/cli.py only dispatches to qerl/commands, no library module imports qerl.cli or
+qerl.commands, and every subcommand is one module there. qerl_kernels depends on qerl only through the format
+spec (qerl.formats).
 
 Why a test: the layering is what lets a stage be changed, run and tested alone; an import added in the wrong
 direction (the trainer calling the evaluator, a report helper reaching into the trainer) would otherwise go
@@ -92,6 +95,34 @@ def test_no_import_against_the_chain(unit):
     bad = [(where, module) for where, src, module in RECORDS
            if src == unit and _unit(module) in RANK and RANK[_unit(module)] > RANK[unit]]
     assert not bad, f"qerl.{unit} (rank {RANK[unit]}) imports a unit above it: {bad}"
+
+
+def test_no_library_module_imports_the_cli():
+    bad = [where for where, src, module in RECORDS if src not in ("cli", "commands")
+           and (module == "qerl.cli" or module.startswith("qerl.commands"))]
+    assert not bad, f"a library module imports the CLI (qerl.cli / qerl.commands): {bad}; the CLI calls the library"
+
+
+def test_the_cli_only_dispatches_to_commands():
+    """qerl/cli.py imports no stage (it names its modules by convention) and each subcommand is one module."""
+    from qerl.cli import SUBCOMMANDS, module_name
+
+    units = {_unit(module) for where, src, module in RECORDS if src == "cli"} - {None}
+    assert units <= {"args"}, units
+    for name in SUBCOMMANDS:
+        path = ROOT / (module_name(name).replace(".", "/") + ".py")
+        assert path.is_file(), f"qerl {name}: no module {path.relative_to(ROOT)}"
+    modules = {p.stem for p in (QERL / "commands").glob("*.py")} - {"__init__"}
+    assert modules == {module_name(n).rsplit(".", 1)[1] for n in SUBCOMMANDS}, "a module of qerl/commands is no command"
+
+
+def test_qerl_kernels_takes_only_the_format_spec_from_qerl():
+    bad = []
+    for path in sorted((ROOT / "qerl_kernels").rglob("*.py")):
+        for module, line in _imports(path):
+            if module.split(".")[0] == "qerl" and _unit(module) not in (None, "formats"):
+                bad.append(f"{path.relative_to(ROOT)}:{line}: {module}")
+    assert not bad, f"qerl_kernels imports qerl beyond qerl.formats: {bad}"
 
 
 def test_contract_imports_no_other_qerl_unit():

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from qerl.config import load_config, training_runs
+from qerl.config import load_config
+from qerl.contract.grid import train_runs
 from qerl.contract.paths import run_dir, train_log
 from qerl.status import collect_status, format_json, format_table, format_tsv
 
@@ -36,7 +37,7 @@ def folder(tmp_path):
     R = "results/tiny"
     (tmp_path / R).mkdir(parents=True)
     (tmp_path / R / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
-    runs = training_runs(cfg)
+    runs = train_runs(cfg)
     d = [tmp_path / run_dir(R, t, "tiny", m, v, s) for t, m, v, s in runs[:5]]
     for x in d:
         x.mkdir(parents=True)

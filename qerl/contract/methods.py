@@ -19,7 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Method", "METHODS", "TRAINED_METHODS", "UNTRAINED_METHODS", "WEIGHT_FORMATS", "get_method"]
+__all__ = ["Method", "METHODS", "TRAINED_METHODS", "UNTRAINED_METHODS", "WEIGHT_FORMATS", "SPEED_METHODS",
+           "LEARNING_METHODS", "get_method", "method_lr"]
 
 #: the weight formats a method's frozen base can be in (the untrained rows of Tables 1/2 are these formats).
 WEIGHT_FORMATS = ("bf16", "nf4", "mxfp4", "nvfp4")
@@ -38,6 +39,8 @@ class Method:
         short: the method column of the efficiency tables (Tables 3, 5-8) and the claims' memory lines.
         wbits: the W# column (the weight format as the paper's tables print it).
         prose: the label inside the claims' running text and tables where it differs from `label`.
+        speed: the legend label of the speed figures (batch sweep), for the SPEED_METHODS.
+        color: the method's matplotlib colour in the speed figures, for the SPEED_METHODS.
     """
 
     name: str
@@ -48,6 +51,8 @@ class Method:
     short: str = ""
     wbits: str = ""
     prose: str = ""
+    speed: str = ""
+    color: str = ""
 
     def __post_init__(self):
         # defaults that depend on other fields (a frozen dataclass sets them through object.__setattr__)
@@ -64,15 +69,21 @@ METHODS: dict[str, Method] = {
         Method("mxfp4", "mxfp4", "none", False, "MXFP4"),
         Method("nvfp4", "nvfp4", "none", False, "NVFP4"),
         Method("full", "bf16", "all", False, "BF16 Full", short="Full", prose="BF16 full"),
-        Method("lora", "bf16", "lora", False, "BF16 LoRA", short="LoRA"),
-        Method("qlora", "nf4", "lora", False, "NF4 LoRA (QLoRA)", short="QLoRA"),
+        Method("lora", "bf16", "lora", False, "BF16 LoRA", short="LoRA", speed="BF16 LoRA", color="tab:gray"),
+        Method("qlora", "nf4", "lora", False, "NF4 LoRA (QLoRA)", short="QLoRA", speed="QLoRA (NF4)",
+               color="tab:orange"),
         Method("mxfp4_lora", "mxfp4", "lora", False, "MXFP4 LoRA"),
         Method("nvfp4_lora", "nvfp4", "lora", False, "NVFP4 LoRA (QeRL w/o AQN)"),
-        Method("qerl", "nvfp4", "lora", True, "NVFP4 LoRA + AQN (QeRL)", short="QeRL"),
+        Method("qerl", "nvfp4", "lora", True, "NVFP4 LoRA + AQN (QeRL)", short="QeRL", speed="QeRL (NVFP4)",
+               color="tab:green"),
     ]
 }
 TRAINED_METHODS = [n for n, m in METHODS.items() if m.trainable != "none"]
 UNTRAINED_METHODS = [n for n, m in METHODS.items() if m.trainable == "none"]
+#: the methods the paper's efficiency results compare (Tables 3, 5-9, Figs. 1 and 11, the batch sweep, `qerl profile`)
+SPEED_METHODS = ("lora", "qlora", "qerl")
+#: BF16 LoRA and NVFP4 LoRA without and with AQN: the learning comparisons (Fig. 4's curves, the claims' rates)
+LEARNING_METHODS = ("lora", "nvfp4_lora", "qerl")
 
 
 def get_method(name: str) -> Method:
@@ -85,3 +96,9 @@ def get_method(name: str) -> Method:
         return METHODS[name]
     except KeyError:
         raise ValueError(f"unknown method {name!r}; known methods: {sorted(METHODS)}") from None
+
+
+def method_lr(cfg: dict, method: str) -> float:
+    """The learning rate a method trains with under the (validated) config: train.lr_by_method, else train.lr."""
+    tr = cfg["train"]
+    return tr["lr_by_method"].get(method, tr["lr"])

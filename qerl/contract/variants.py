@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import re
 
-from qerl.contract.methods import get_method
+from qerl.contract.methods import get_method, method_lr
 
-__all__ = ["AQN_SCHEDULES", "VARIANT_FORMS", "parse_variant", "lr_variant", "tis_variant", "canonical_variant"]
+__all__ = ["AQN_SCHEDULES", "VARIANT_FORMS", "parse_variant", "aqn_variant", "rank_variant", "lr_variant",
+           "tis_variant", "canonical_variant"]
 
 #: sigma decays of AQN (Eq. 8 is the exponential; Fig. 9 compares the others).
 AQN_SCHEDULES = ("exponential", "linear", "cosine", "logarithmic")
@@ -66,6 +67,22 @@ def parse_variant(variant: str) -> dict:
     return {}
 
 
+def aqn_variant(schedule: str) -> str:
+    """Variant name of a run with AQN on under `schedule`: aqn_variant("linear") == "aqn-linear".
+
+    Raises:
+        ValueError: a schedule not in AQN_SCHEDULES.
+    """
+    if schedule not in AQN_SCHEDULES:
+        raise ValueError(f"unknown AQN schedule {schedule!r}; known: {list(AQN_SCHEDULES)}")
+    return f"aqn-{schedule}"
+
+
+def rank_variant(rank: int) -> str:
+    """Variant name of a LoRA-rank ablation run: rank_variant(64) == "rank64"."""
+    return f"rank{int(rank)}"
+
+
 def tis_variant(cap: float) -> str:
     """Variant name of a truncated-importance-sampling run: tis_variant(2) == "tis2"."""
     return f"tis{float(cap):g}"
@@ -88,7 +105,7 @@ def canonical_variant(cfg: dict, method: str, variant: str) -> str:
         "aqn": get_method(method).aqn,
         "aqn_schedule": tr["aqn"]["schedule"],
         "lora_rank": tr["lora"]["rank"],
-        "lr": tr["lr_by_method"].get(method, tr["lr"]),
+        "lr": method_lr(cfg, method),
     }
     if overrides and all(k in same and same[k] == v for k, v in overrides.items()):
         return "default"

@@ -1,4 +1,4 @@
-"""`qerl data`: make sure every benchmark file a config needs exists, then write a manifest of what is there.
+"""Benchmark files for `qerl data` (qerl/commands/data.py): make sure every benchmark file a config needs exists, then write a manifest of what is there.
 
 Why: the DAG's `data` rule must either provide ``<data.root>/<benchmark>/<split>.jsonl`` for every benchmark in
 ``data.benchmarks`` or stop at once with a message that says exactly which file to put where. When a file is
@@ -27,7 +27,6 @@ Run the tests: ``pytest tests/data/test_fetch.py -q``.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import socket
 import threading
@@ -50,8 +49,7 @@ __all__ = [
     "HUB_SOURCES",
     "MATH_SUBJECTS",
     "HubRows",
-    "add_arguments",
-    "run",
+    "provide",
     "hub_reachable",
     "hub_rows",
     "fetch_file",
@@ -311,35 +309,19 @@ def build_manifest(root: str | Path, names: list[str], provenance: dict[str, dic
     return {"root": str(root), "benchmarks": list(names), "files": files}
 
 
-# --------------------------------------------------------------------------------------------------------------
-# CLI
-
-RENAMED = {"--timeout": "--timeout-s"}  # the old spelling still works (qerl.cli.parse_args)
-
-
-def add_arguments(parser) -> None:
-    """Arguments of `qerl data`.
-
-    Args:
-        parser: an argparse parser.
-    """
-    parser.add_argument("--config", required=True, help="config YAML (data.root, data.benchmarks, data.download)")
-    parser.add_argument("--out", default=None, help="write the manifest (rows, sha256 per file) to this JSON path")
-    parser.add_argument(
-        "--timeout-s", type=float, default=3.0, help="seconds to wait for the hub before treating it as offline"
-    )
-
-
-def run(args, download: HubRows = hub_rows, reachable: Callable[[float], bool] = hub_reachable) -> int:
+def provide(config: str | Path, out: str | Path | None = None, timeout_s: float = 3.0, download: HubRows = hub_rows,
+            reachable: Callable[[float], bool] = hub_reachable) -> dict:
     """Provide every benchmark file the config needs, then write the manifest.
 
     Args:
-        args: parsed arguments (config, out, timeout_s).
+        config: the config file (data.root, data.benchmarks, data.download).
+        out: write the manifest (rows, sha256 per file) to this JSON path, when given.
+        timeout_s: seconds to wait for the hub before treating it as offline.
         download: the hub downloader (tests pass a fake).
         reachable: the online check (tests pass a fake).
 
     Returns:
-        0 on success.
+        The manifest (build_manifest).
 
     Raises:
         ValueError: bad config; missing files that cannot be downloaded (listing each file and where it goes);
@@ -347,24 +329,23 @@ def run(args, download: HubRows = hub_rows, reachable: Callable[[float], bool] =
     """
     from qerl.config import load_config
 
-    cfg = load_config(args.config, check_data=False)
+    cfg = load_config(config, check_data=False)
     data = cfg["data"]
     root, names = data["root"], list(data["benchmarks"])
     missing = missing_files(root, names)
     provenance: dict[str, dict] = {}
     if missing:
         if not data["download"]:
-            raise ValueError(f"{args.config}: " + missing_message(root, missing, "data.download is false"))
-        if not reachable(getattr(args, "timeout_s", 3.0)):
+            raise ValueError(f"{config}: " + missing_message(root, missing, "data.download is false"))
+        if not reachable(timeout_s):
             raise ValueError(
-                f"{args.config}: "
+                f"{config}: "
                 + missing_message(root, missing, "the hub is not reachable (offline, or HF_HUB_OFFLINE is set)")
             )
         for rel in missing:
             print(f"qerl data: downloading {rel} from hub dataset {HUB_SOURCES[rel].repo}", flush=True)
             provenance[rel] = fetch_file(rel, root, download)
     manifest = build_manifest(root, names, provenance)
-    if args.out:
-        write_json(args.out, manifest, sort_keys=True)
-    print(json.dumps({rel: info["rows"] for rel, info in manifest["files"].items()}))
-    return 0
+    if out:
+        write_json(out, manifest, sort_keys=True)
+    return manifest

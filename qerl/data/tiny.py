@@ -19,11 +19,10 @@ model are arithmetic facts of one problem each, which RL on fresh prompts cannot
 discussed in docs/TINY_RL.md). The RL and test splits are not touched: rewards and held-out pass@1 grade the true
 answer.
 
-Run: `qerl gen-tiny --config config/config.yaml --out results/tiny/data`
+Run: `qerl gen-tiny --config config/config.yaml --out results/tiny/data` (qerl/commands/gen_tiny.py)
 """
 from __future__ import annotations
 
-import json
 import random
 from pathlib import Path
 
@@ -153,18 +152,3 @@ def vocabulary_words() -> list[str]:
         words.update(phrase.split())
     words.update("has . How many does have now ? Then the of grow times + - * = ####".split())
     return sorted(words)
-
-
-def add_arguments(parser) -> None:
-    parser.add_argument("--config", required=True, help="YAML config (reads data.tiny)")
-    parser.add_argument("--out", required=True, help="output folder for pretrain/rl/test.jsonl")
-
-
-def run(args) -> int:
-    from qerl.config import load_config
-
-    cfg = load_config(args.config)["data"]["tiny"]
-    counts = write_splits(args.out, cfg["seed"], cfg["n_pretrain"], cfg["n_rl"], cfg["n_test_per_level"],
-                          cfg["levels"], cfg["operand_max"], cfg["direct_fraction"])
-    print(json.dumps(counts))
-    return 0

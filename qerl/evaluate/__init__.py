@@ -3,10 +3,10 @@
 Modules (imported on use, so `import qerl.evaluate` stays light):
     tasks          lm-eval tasks generated in code for our local JSONL files (prompt, sampling, repeats, grading)
     lm             the seeded, KV-cached sampler and the in-memory lm-eval `LM` around any model
-    run            evaluate_model (the library entry point), `qerl evaluate`
+    run            evaluate_model (the library entry point of `qerl evaluate`, qerl/commands/evaluate.py)
     adapter_check  the adapter-active probe (logits with and without the adapter must differ)
     stats          pass@1 over repeats and its standard error over problems
-    grade_check    `qerl grade-check`: the grader on each benchmark's own reference answers
+    grade_check    the grader on each benchmark's own reference answers (`qerl grade-check`)
 
 The model an evaluation runs is built by the policy core (qerl.policy.build_policy): checkpoint folder -> weight
 format (bf16/nf4/mxfp4/nvfp4, or the quantization stage's checkpoint) -> optional LoRA adapter.

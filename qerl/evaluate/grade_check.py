@@ -1,4 +1,4 @@
-"""`qerl grade-check`: a self-test of the answer grader on each benchmark's own reference answers.
+"""A self-test of the answer grader on each benchmark's own reference answers.
 
 Why: a pass@1 number is only as good as the grader behind it. If a benchmark's gold answers do not verify against
 themselves (a LaTeX form math-verify cannot parse, a number with a unit, an AMC float) the model is scored wrong for
@@ -11,7 +11,7 @@ math-verify) on two synthetic "model outputs" per problem:
 Shuffled matches are not all grader errors: problems can share an answer (GSM8K has many small integers), which is
 why the bar is "about 0", not 0.
 
-Run:
+Run (qerl/commands/grade_check.py):
     qerl grade-check --benchmarks gsm8k math500 aime24 aime25 amc23 --data-root ../shared/data
     pytest tests/evaluate/test_grade_check.py -q
 Exit status 0 when every benchmark passes, 1 otherwise; `--out FILE` also writes the numbers as JSON.
@@ -19,15 +19,11 @@ Exit status 0 when every benchmark passes, 1 otherwise; `--out FILE` also writes
 from __future__ import annotations
 
 import random
-import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from qerl.cli import add_list
-from qerl.io import write_json
-
-__all__ = ["GradeCheck", "check_answers", "check_benchmark", "add_arguments", "run"]
+__all__ = ["GradeCheck", "check_answers", "check_benchmark"]
 
 
 @dataclass
@@ -134,39 +130,3 @@ def check_benchmark(name: str, root: str | Path, split: str | None = None, seed:
 
     problems = load_benchmark(name, root, split=split)
     return check_answers(name, [str(p.id) for p in problems], [p.answer for p in problems], seed, timeout_s)
-
-
-RENAMED = {"--benchmark": "--benchmarks", "--output": "--out"}  # old spellings still work (qerl.cli.parse_args)
-
-
-def add_arguments(parser) -> None:
-    add_list(parser, "--benchmarks", required=True, metavar="NAME",
-             help="benchmark(s): gsm8k math500 aime24 aime25 amc23 math_train")
-    parser.add_argument("--data-root", required=True, help="folder holding <benchmark>/<split>.jsonl")
-    parser.add_argument("--split", default=None, help="split to read (default: test where there is one)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the answer permutation (default 0)")
-    parser.add_argument("--max-shuffled", type=float, default=10.0, metavar="PCT",
-                        help="fail when shuffled answers grade correct this often or more, in %% (default 10)")
-    parser.add_argument("--timeout-s", type=int, default=3, help="math-verify timeout per answer, seconds")
-    parser.add_argument("--out", default=None, metavar="FILE", help="also write the results as JSON to this file")
-
-
-def run(args) -> int:
-    results = []
-    for name in args.benchmarks:
-        res = check_benchmark(name, args.data_root, args.split, args.seed, args.timeout_s)
-        ok = res.passed(args.max_shuffled)
-        print(f"{name}: n={res.n} gold {res.gold_pct:.1f} % ({res.gold_correct}/{res.n})  "
-              f"shuffled {res.shuffled_pct:.1f} % ({res.shuffled_correct}/{res.n})  {'OK' if ok else 'FAIL'}")
-        for pid, gold in res.gold_failures:
-            print(f"  gold does not verify against itself: id={pid} answer={gold!r}")
-        if not ok:
-            for pid, gold, other in res.shuffled_matches:
-                print(f"  foreign answer accepted: id={pid} gold={gold!r} given={other!r}")
-        results.append((res, ok))
-    if args.out:
-        write_json(args.out, [
-            {**asdict(r), "gold_pct": r.gold_pct, "shuffled_pct": r.shuffled_pct, "passed": ok} for r, ok in results
-        ])
-    sys.stdout.flush()
-    return 0 if all(ok for _, ok in results) else 1

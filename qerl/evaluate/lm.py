@@ -69,7 +69,7 @@ def sample(model, tokenizer, prompts: Sequence[str], *, max_new_tokens: int, tem
     """Sample one completion per prompt, `batch_size` prompts at a time, in the order given.
 
     Args:
-        model: a causal LM taking input_ids / attention_mask / position_ids / past_key_values (any transformers
+        model: a causal LM taking input_ids / attention_mask / position_ids / cache (any transformers
             model, quantized or not, peft-wrapped or not). Run in eval mode and inference mode (no dropout, and
             gradient checkpointing, which would switch the KV cache off, is inactive); its mode is restored after.
         tokenizer: its tokenizer; prompts are encoded with add_special_tokens=False (they are chat-formatted

@@ -1,7 +1,8 @@
 """4-bit weight formats as plain torch tensor math (no nn.Module): NVFP4, MXFP4 and their shared E2M1 element.
 
 `quantize(w, fmt)` / `dequantize(packed)` dispatch on the format name or the packed type; the per-format modules hold
-the specification (see their docstrings for the packed layout shared with kernels/).
+the specification (see their docstrings for the packed layout), which the kernels (qerl_kernels/reference.py) and the
+torch layer (qerl.layers) take from here.
 """
 from __future__ import annotations
 

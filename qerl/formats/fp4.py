@@ -2,12 +2,12 @@
 
 Why one module: both formats store the same 4-bit element (OCP MX v1.0 "FP4 E2M1": 1 sign bit, 2 exponent bits with
 bias 1, 1 mantissa bit, no Inf/NaN) and differ only in how blocks are scaled. Everything here is plain torch and is
-the specification the Triton kernels (kernels/) are tested against.
+the specification the Triton kernels (qerl_kernels/) are tested against.
 
-Nibble layout (the packed-layout contract with kernels/): bit 3 sign, bits 2-1 exponent, bit 0 mantissa; code 0..7
-are the magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6 and code | 8 is the negative. Element 2j of the last dimension goes in
-the LOW nibble of byte j and element 2j+1 in the HIGH nibble, which is the convention of torch.float4_e2m1fn_x2 and of
-compressed-tensors' NVFP4 packing (both checked in tests/formats/).
+Nibble layout (the packed layout qerl_kernels/ takes from here, qerl_kernels/reference.py): bit 3 sign, bits 2-1
+exponent, bit 0 mantissa; code 0..7 are the magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6 and code | 8 is the negative.
+Element 2j of the last dimension goes in the LOW nibble of byte j and element 2j+1 in the HIGH nibble, which is the
+convention of torch.float4_e2m1fn_x2 and of compressed-tensors' NVFP4 packing (both checked in tests/formats/).
 
 Rounding is round-to-nearest, ties to the even code (the code whose mantissa bit is 0), saturating at +-6: the
 behaviour of IEEE conversion and of torch/torchao's fp32 -> floatx helper. The sign bit follows the input's sign,

@@ -11,8 +11,9 @@ How (over the last dimension, in blocks of 32), following OCP MX v1.0 section 6.
 floor(log2(amax)) is read from the FP32 exponent field (torchao's "FLOOR" mode), so a block whose amax lies in
 [6 * 2**e, 8 * 2**e) saturates its largest elements to 6: that clipping is part of the spec's choice of scale.
 
-Packed layout (contract with kernels/): `codes` uint8 [..., K // 2], element 2j in the low nibble; `scales` uint8
-[..., K // 32] holding the biased exponent (127 = 1.0), bit-identical to torch.float8_e8m0fnu (tested).
+Packed layout (qerl_kernels/ takes it from here, qerl_kernels/reference.py): `codes` uint8 [..., K // 2], element 2j
+in the low nibble; `scales` uint8 [..., K // 32] holding the biased exponent (127 = 1.0), bit-identical to
+torch.float8_e8m0fnu (tested).
 
 Edge cases and deviations:
 - An all-zero block (and any block with amax below 2**-125) gets the smallest scale, biased 0 (2**-127); E8M0's NaN

@@ -1,7 +1,7 @@
 """NVFP4: E2M1 elements, one FP8-E4M3 scale per 16 elements, one FP32 per-tensor scale (paper Eq. 6).
 
 Why: QeRL keeps the frozen base weights in NVFP4 so that rollouts run on FP4 tensor cores (Marlin on Hopper, native on
-Blackwell). This module is the torch specification of the format; the Triton kernels in kernels/ and the checkpoint
+Blackwell). This module is the torch specification of the format; the Triton kernels in qerl_kernels/ and the checkpoint
 I/O in qerl/policy/checkpoint.py are tested against it.
 
 How (over the last dimension, in blocks of 16):
@@ -13,8 +13,8 @@ The global scale maps the largest block scale onto E4M3's maximum (448), so bloc
 compressed-tensors stores the reciprocal (its `weight_global_scale` = 448 * 6 / amax); the conversion happens only in
 checkpoint I/O.
 
-Packed layout (contract with kernels/): `codes` uint8 [..., K // 2], element 2j in the low nibble, 2j+1 in the high
-nibble; `scales` torch.float8_e4m3fn [..., K // 16]; `global_scale` float32 0-dim tensor.
+Packed layout (qerl_kernels/ takes it from here, qerl_kernels/reference.py): `codes` uint8 [..., K // 2], element 2j
+in the low nibble, 2j+1 in the high nibble; `scales` torch.float8_e4m3fn [..., K // 16]; `global_scale` float32 0-dim tensor.
 
 Edge cases and deviations:
 - An all-zero tensor gets global_scale = 1 (any positive value would do); an all-zero block gets scale 0 and codes 0.

@@ -1,7 +1,7 @@
 """The one entry point through which every 4-bit linear layer computes: `w4a16_linear`.
 
 Why one function: QuantLinear, the measurement scripts and the RL loop all call it, so the Triton W4A16 kernels
-(kernels/, written separately) plug in at exactly one place. On CUDA with fp16/bf16 activations the forward runs
+(qerl_kernels/, written separately) plug in at exactly one place. On CUDA with fp16/bf16 activations the forward runs
 the fused dequantize-GEMM kernel and the backward the fused transposed kernel at small M, dequantize + cuBLAS at
 large M (qerl_kernels.fp4_linear / fp4_linear_grad_input); otherwise it dequantizes the packed weight with the torch
 reference (qerl.formats) and calls F.linear. `w4a16_linear_prepared` is the same computation for a weight held only
@@ -64,7 +64,7 @@ class _W4A16Linear(torch.autograd.Function):
         ctx.save_for_backward(codes, scales, global_scale)
         ctx.fmt = fmt
         ctx.has_bias = bias is not None
-        if _use_kernels(x):  # Triton W4A16 kernels (kernels/): fused dequantize-GEMM, fp32 accumulation
+        if _use_kernels(x):  # Triton W4A16 kernels (qerl_kernels/): fused dequantize-GEMM, fp32 accumulation
             from qerl_kernels import fp4_linear
             return fp4_linear(x, codes, scales, global_scale, bias, fmt)
         w = dequantize_weight(codes, scales, global_scale, fmt, x.dtype)

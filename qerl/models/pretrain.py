@@ -25,7 +25,7 @@ from qerl.io import atomic_dir
 from qerl.models.tiny import build_model, build_tokenizer
 from qerl.readout import Readout
 
-__all__ = ["completion_text", "encode_examples", "pretrain", "evaluate_levels", "run"]
+__all__ = ["completion_text", "encode_examples", "pretrain", "evaluate_levels", "pretrain_tiny"]
 
 
 def completion_text(row: dict) -> str:
@@ -133,20 +133,25 @@ def _read_jsonl(path: Path) -> list[dict]:
     return load_jsonl(path)
 
 
-def add_arguments(parser) -> None:
-    parser.add_argument("--config", required=True, help="YAML config (reads tiny_model, prompt)")
-    parser.add_argument("--data", required=True, help="folder with pretrain.jsonl and test.jsonl (qerl gen-tiny)")
-    parser.add_argument("--out", required=True, help="output model folder")
+def pretrain_tiny(cfg: dict, data_dir: str | Path, out: str | Path) -> dict:
+    """Build the tiny tokenizer and model, pretrain it on `data_dir`/pretrain.jsonl and write it to `out` (atomically),
+    with eval.json: pass rates per level before and after, and the pretraining statistics.
 
+    Args:
+        cfg: the validated config (reads tiny_model, prompt).
+        data_dir: the folder of pretrain.jsonl and test.jsonl (qerl gen-tiny).
+        out: the model folder to write.
 
-def run(args) -> int:
-    from qerl.config import load_config
+    Returns:
+        What eval.json holds.
 
-    cfg = load_config(args.config)
+    Raises:
+        ValueError: a pretraining sequence longer than tiny_model.max_position.
+    """
     tm, pt = cfg["tiny_model"], cfg["tiny_model"]["pretrain"]
     torch.set_num_threads(pt["threads"])
     instruction = cfg["prompt"]["instruction"]
-    data = Path(args.data)
+    data = Path(data_dir)
     train_rows = _read_jsonl(data / "pretrain.jsonl")
     test_rows = _read_jsonl(data / "test.jsonl")
     rng = random.Random(pt["seed"])
@@ -164,7 +169,7 @@ def run(args) -> int:
         raise ValueError(f"tiny_model.max_position = {tm['max_position']} but a pretraining sequence has {longest} tokens")
     untrained = evaluate_levels(model, tokenizer, eval_rows, instruction, pt["eval_temperature"], pt["seed"], max_new_tokens=24)
 
-    with atomic_dir(args.out) as tmp:
+    with atomic_dir(out) as tmp:
         stats = pretrain(model, examples, steps=pt["steps"], time_budget_s=pt["time_budget_s"],
                          batch_size=pt["batch_size"], lr=pt["lr"], warmup_steps=pt["warmup_steps"],
                          weight_decay=pt["weight_decay"], seed=pt["seed"], log_path=tmp / "pretrain_metrics.jsonl")
@@ -174,5 +179,4 @@ def run(args) -> int:
         report = {"train": stats, "untrained": untrained, "trained": trained,
                   "parameters": sum(p.numel() for p in model.parameters()), "threads": torch.get_num_threads()}
         (tmp / "eval.json").write_text(json.dumps(report, indent=2) + "\n")
-    print(json.dumps(report))
-    return 0
+    return report

@@ -1,4 +1,4 @@
-"""`qerl sft`: a short supervised warm-up on the GSM8K training split's answer format, before RL (the small scale).
+"""A short supervised warm-up on the GSM8K training split's answer format, before RL (the small scale).
 
 Why: SmolLM2-135M-Instruct almost never writes the paper's `<think> ... </think> <answer> ... </answer>` reply, so
 its rewards are ~all zero and GRPO has nothing to learn from (no group with mixed rewards). A few hundred steps of
@@ -16,7 +16,7 @@ completion (`qerl.models.pretrain.completion_text`: the solution's steps inside 
 GPU when there is one. OUT/sft_metrics.jsonl holds the loss every 50 steps, OUT/sft_info.json the settings, row
 counts, time and the source folder.
 
-Run: `qerl sft --config config/small.yaml --base results/small/models/smollm2-135m/pretrained
+Run (qerl/commands/sft.py): `qerl sft --config config/small.yaml --base results/small/models/smollm2-135m/pretrained
       --out results/small/models/smollm2-135m/base`
 Run the tests: `pytest tests/models/test_sft.py -q`.
 """
@@ -30,7 +30,7 @@ import torch
 
 from qerl.io import atomic_dir
 
-__all__ = ["CALCULATOR_NOTE", "sft_rows", "run_sft", "add_arguments", "run"]
+__all__ = ["CALCULATOR_NOTE", "sft_rows", "run_sft"]
 
 #: GSM8K's calculator annotations inside solutions, e.g. "<<48/2=24>>".
 CALCULATOR_NOTE = re.compile(r"<<[^<>]*>>")
@@ -89,20 +89,3 @@ def run_sft(cfg: dict, base: str | Path, out: str | Path, device: str = "auto") 
                 "from": str(base), "device": str(device), **stats}
         (tmp / "sft_info.json").write_text(json.dumps(info, indent=2) + "\n")
     return info
-
-
-def add_arguments(parser) -> None:
-    parser.add_argument("--config", required=True, help="YAML config (reads sft, data, prompt)")
-    parser.add_argument("--base", required=True, help="the converted model folder (prepare_model's output)")
-    parser.add_argument("--out", required=True, help="the fine-tuned model folder to write")
-    parser.add_argument("--device", default="auto", help="auto (a CUDA GPU when there is one), cpu, cuda or cuda:N")
-    parser.add_argument("--threads", type=int, default=1, help="CPU threads")
-
-
-def run(args) -> int:
-    from qerl.config import load_config
-
-    torch.set_num_threads(args.threads)
-    info = run_sft(load_config(args.config), args.base, args.out, args.device)
-    print(json.dumps({k: info[k] for k in ("rows_kept", "epochs", "steps", "seconds", "final_loss")}))
-    return 0

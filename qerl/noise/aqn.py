@@ -13,8 +13,10 @@ How:
     # weights are restored bit for bit here, even if the rollout raised
 
     aqn = AdaptiveQuantizationNoise(NoiseSchedule(total_steps=600), seed=0)
-    with aqn.applied(model, step):                   # sigma from the schedule; step-seeded, so resumable
+    with applied(model, aqn.sigma(step), aqn.generator(step)):   # sigma from the schedule; step-seeded: resumable
         ...
+A training run reaches this through one context manager, `qerl.policy.Policy.rollout_noise(step)`, around its
+rollout (qerl/rl/step.py); nothing else applies AQN.
 `resample="forward"` resamples Z on every forward pass of each norm (forward pre-hooks), i.e. per generated token
 with a KV cache. The layers are found by module name (`...layers.<i>.input_layernorm` / `post_attention_layernorm`),
 so plain transformers decoders (Qwen2, Llama, Mistral, ...) and peft-wrapped ones (`base_model.model.model.layers`)
@@ -27,7 +29,8 @@ and device; sigma == 0 touches nothing, so weights and logits are identical.
 
 Deviations (documented):
 - Sec. 3.3 says Z "is resampled for each forward pass" while Alg. 1 draws it once per step; the default here is once
-  per `applied` block (Alg. 1), with `resample="forward"` for the per-forward variant.
+  per `applied` block (Alg. 1), with `resample="forward"` for the per-forward variant (whose hooks the rollout
+  engine's fused RMSNorm would bypass, so such a rollout runs the eager sampler: `Policy.eager_rollout`).
 - `AdaptiveQuantizationNoise` seeds each step's generator from (seed, step), so a resumed run draws the same noise;
   the paper does not specify seeding.
 """
@@ -159,7 +162,7 @@ class AdaptiveQuantizationNoise:
     Attributes:
         schedule: sigma as a function of the step (`NoiseSchedule`).
         seed: base seed; step t draws its noise from a generator seeded with (seed, t).
-        resample: "step" or "forward" (see `applied`).
+        resample: "step" or "forward" (see `applied`; "forward" needs the eager sampler).
         targets: module-name suffixes of the norms to perturb.
     """
 
@@ -179,22 +182,3 @@ class AdaptiveQuantizationNoise:
     def generator(self, step: int, device: str | torch.device = "cpu") -> torch.Generator:
         """A generator seeded from (seed, step), so step t draws the same noise in a resumed run."""
         return torch.Generator(device=device).manual_seed((self.seed * 1_000_003 + step) % (2**63))
-
-    @contextlib.contextmanager
-    def applied(self, model: nn.Module, step: int, device: str | torch.device = "cpu") -> Iterator[float]:
-        """`with aqn.applied(model, step) as sigma:` noise of this step's sigma on the rollout policy.
-
-        Args:
-            model: the rollout policy.
-            step: 0-based training step.
-            device: where the noise is drawn (the generator's device).
-
-        Yields:
-            The sigma in force (0.0 in stage 0).
-
-        Raises:
-            ValueError: as `applied` and `NoiseSchedule.sigma`.
-        """
-        sigma = self.sigma(step)
-        with applied(model, sigma, self.generator(step, device), self.resample, self.targets):
-            yield sigma

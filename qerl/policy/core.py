@@ -28,7 +28,7 @@ import contextlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ContextManager
+from typing import Any, Iterator
 
 import torch
 from torch import nn
@@ -95,11 +95,31 @@ class Policy:
         """The parameters an optimizer updates, in module order."""
         return [p for p in self.model.parameters() if p.requires_grad]
 
-    def rollout_noise(self, step: int, device: str | torch.device | None = None) -> ContextManager[float]:
-        """`with policy.rollout_noise(step) as sigma:` AQN of this step on the rollout policy (0.0 without AQN)."""
+    @contextlib.contextmanager
+    def rollout_noise(self, step: int, device: str | torch.device | None = None) -> Iterator[float]:
+        """`with policy.rollout_noise(step) as sigma:` the one way AQN reaches the rollout: this step's noise on the
+        RMSNorm weights (qerl.noise.aqn.applied, sigma from the schedule, drawn from a (seed, step) generator on
+        `device`, default the model's), restored bit for bit on exit. Yields the sigma in force (0.0 without AQN or
+        in stage 0).
+
+        Raises:
+            ValueError: as qerl.noise.aqn.applied and NoiseSchedule.sigma.
+        """
+        from qerl.noise.aqn import applied
+
         if self.aqn is None:
-            return contextlib.nullcontext(0.0)
-        return self.aqn.applied(self.model, step, device if device is not None else self.device)
+            yield 0.0
+            return
+        sigma = self.aqn.sigma(step)
+        generator = self.aqn.generator(step, device if device is not None else self.device)
+        with applied(self.model, sigma, generator, self.aqn.resample, self.aqn.targets):
+            yield sigma
+
+    @property
+    def eager_rollout(self) -> bool:
+        """True when the rollout must run the eager sampler (qerl.rl.rollout.sample(engine=False)): AQN resampled on
+        every forward pass works through forward pre-hooks on the norms, which the engine's fused RMSNorm bypasses."""
+        return self.aqn is not None and self.aqn.resample == "forward"
 
 
 def load_tokenizer(model_dir: str | Path):
@@ -202,11 +222,11 @@ def load_adapter(model: nn.Module, adapter_dir: str | Path):
 def set_gradient_checkpointing(model: nn.Module, on: bool) -> None:
     """Recompute activations in the backward pass (on) or keep them (off); non-reentrant, inputs require grad."""
     if on:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
         if hasattr(model, "enable_input_require_grads"):
             model.enable_input_require_grads()
     else:
-        model.gradient_checkpointing_disable()
+        model.activation_checkpointing_disable()
 
 
 def _add_lora(model: nn.Module, lora: LoraSpec):

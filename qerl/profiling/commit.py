@@ -21,16 +21,12 @@ import csv
 import shutil
 from pathlib import Path
 
+from qerl.contract.measured import MEASURED_CSVS
 from qerl.io import atomic_file
 
 __all__ = ["KEYS", "commit_run", "main"]
 
-KEYS = {
-    "rollout.csv": ("model", "method", "rank", "batch", "timing"),
-    "e2e.csv": ("model", "method", "batch", "gradient_checkpointing"),
-    "memory.csv": ("model", "method"),
-    "rollout_hf.csv": ("model", "method", "batch"),
-}
+KEYS = {name: spec.key for name, spec in MEASURED_CSVS.items()}  # qerl/contract/measured.py
 
 
 def _read(path: Path) -> tuple[list[str], list[dict]]:

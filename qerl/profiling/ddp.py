@@ -37,7 +37,7 @@ from pathlib import Path
 
 import torch
 
-from qerl.cli import parse_args
+from qerl.args import parse_args
 
 __all__ = ["main", "add_arguments", "run"]
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from qerl.contract.methods import get_method
+from qerl.contract.variants import rank_variant
 
 __all__ = ["RandomPromptTokenizer", "RandomRewards", "default_task", "profile_settings", "e2e_timing"]
 
@@ -122,7 +123,7 @@ def profile_settings(cfg: dict, task: str, method: str, *, rank: int, batch: int
     """
     from qerl.rl.settings import resolve_settings
 
-    variant = f"rank{rank}" if get_method(method).trainable == "lora" else "default"
+    variant = rank_variant(rank) if get_method(method).trainable == "lora" else "default"
     s = resolve_settings(cfg, task, method, variant, seed=0)
     return replace(s, group_size=batch, prompts_per_step=prompts, max_new_tokens=completion)
 

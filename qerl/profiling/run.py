@@ -1,4 +1,4 @@
-"""`qerl profile`: rollout throughput, GRPO step time and memory of lora / qlora / qerl at the paper's shapes.
+"""Rollout throughput, GRPO step time and memory of lora / qlora / qerl at the paper's shapes.
 
 What is measured (one process, one GPU, random weights of the real architectures, qerl.profiling.build; every
 model is built by the policy core from the run's settings, qerl/profiling/e2e.py):
@@ -22,40 +22,31 @@ model is built by the policy core from the run's settings, qerl/profiling/e2e.py
 Also, for reference, transformers' own `generate` (dynamic cache) at batch 1 and 8 for a short completion
 (rollout_hf.csv).
 
-Run (GPU): `qerl profile --archs 7B 3B --out WORK [--publish DIR]`; rows are appended to WORK's CSVs and a config
-already there is skipped, so a run cut by a time limit resumes where it stopped (`--budget-s` stops starting new
-configs after that many seconds); once every config is measured, --publish copies the CSVs to DIR. The DAG's rule
-`profile` writes results/<scale>/measured/<gpu>/ this way (work folder `partial/` beside it); committing a
-measurement to results/measured/<gpu>/ (what the tables read) is a separate step, `python -m qerl.profiling.commit`,
-which keeps every earlier file.
+Run (GPU; qerl/commands/profile.py): `qerl profile --archs 7B 3B --out WORK [--publish DIR]`; rows are appended to
+WORK's CSVs and a config already there is skipped, so a run cut by a time limit resumes where it stopped (`--budget-s`
+stops starting new configs after that many seconds); once every config is measured, --publish copies the CSVs to DIR.
+The DAG's rule `profile` writes results/<scale>/measured/<gpu>/ this way (work folder `partial/` beside it);
+committing a measurement to results/measured/<gpu>/ (what the tables read) is a separate step, `python -m
+qerl.profiling.commit`, which keeps every earlier file.
 
 Batch sweep: --batches defaults to 1, 2, 4, ..., 256 (the speed claim across batch sizes; the paper's rollouts run
 64-row chunks of 128 prompts x 8 samples).
 """
 from __future__ import annotations
 
-import argparse
 import csv
 import gc
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
 import torch
 
-from qerl.cli import add_list, parse_args
+from qerl.contract.measured import E2E, MEASURED_CSVS, MEMORY, ROLLOUT, ROLLOUT_HF, MeasuredCsv
 
-__all__ = ["main", "add_arguments", "run", "model_size_bytes", "rollout_timing", "hf_generate_timing", "publish"]
+__all__ = ["profile", "model_size_bytes", "rollout_timing", "hf_generate_timing", "publish"]
 
-ROLLOUT_COLS = ("model", "method", "rank", "batch", "tokens_per_s", "timing", "prompt_tokens", "completion_tokens",
-                "prefill_s", "decode_s", "graphs", "capture_s")
-E2E_COLS = ("model", "method", "rank", "batch", "gradient_checkpointing", "step_s", "rollout_s", "logprob_s",
-            "update_s", "peak_gb")
-MEMORY_COLS = ("model", "method", "model_size_gb", "peak_gb", "batch", "gradient_checkpointing")
-HF_COLS = ("model", "method", "rank", "batch", "tokens_per_s", "completion_tokens")
-_REPO = Path(__file__).resolve().parents[2]
 
 
 def _now() -> float:
@@ -64,19 +55,21 @@ def _now() -> float:
 
 
 class _Csv:
-    """Append-only CSV with a resume key: rows already present are not measured again."""
+    """Append-only measured CSV (qerl.contract.measured) with its resume key: rows already there are not measured
+    again."""
 
-    def __init__(self, path: Path, cols: tuple[str, ...], key: tuple[str, ...]):
-        self.path, self.cols, self.key = path, cols, key
+    def __init__(self, folder: Path, spec: MeasuredCsv):
+        path = Path(folder) / spec.name
+        self.path, self.cols, self.key = path, spec.columns, spec.key
         self.done = set()
         if path.exists():
             with open(path) as f:
                 for r in csv.DictReader(f):
-                    self.done.add(tuple(str(r[k]) for k in key))
+                    self.done.add(tuple(str(r[k]) for k in self.key))
         else:
             path.parent.mkdir(parents=True, exist_ok=True)
             with open(path, "w", newline="") as f:
-                csv.writer(f).writerow(cols)
+                csv.writer(f).writerow(self.cols)
 
     def has(self, **kw) -> bool:
         return tuple(str(kw[k]) for k in self.key) in self.done
@@ -170,8 +163,19 @@ def _gb(x: int) -> float:
     return x / 1e9
 
 
-def run(args) -> int:
-    from qerl.config import load_config
+def profile(cfg: dict, out: str | Path, *, archs: list[str], methods: list[str], ranks: list[int],
+            batches: list[int], full_batches: list[int], e2e_batches: list[int], prompt: int = 256,
+            completion: int = 2048, hf_batches: list[int] = (), hf_completion: int = 128, layers: int | None = None,
+            task: str | None = None, budget_s: float = 0, publish_to: str | Path | None = None) -> bool:
+    """Measure every configuration not yet in `out`'s CSVs (module docstring; the options are `qerl profile`'s).
+
+    Returns:
+        True when every configuration is measured (and, with `publish_to`, the CSVs copied there); False when
+        `budget_s` ran out first (rerun to resume).
+
+    Raises:
+        ValueError: no CUDA device.
+    """
     from qerl.contract.methods import get_method
     from qerl.profiling.archs import ARCHS
     from qerl.profiling.build import random_base
@@ -181,33 +185,29 @@ def run(args) -> int:
     os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
     if not torch.cuda.is_available():
         raise ValueError("qerl profile measures GPU throughput and memory, and no CUDA device is visible")
-    cfg = load_config(args.config, check_data=False)
-    task = args.task or default_task(cfg)
-    out = Path(args.out)
-    rollout = _Csv(out / "rollout.csv", ROLLOUT_COLS, ("model", "method", "rank", "batch", "timing"))
-    e2e = _Csv(out / "e2e.csv", E2E_COLS, ("model", "method", "batch", "gradient_checkpointing"))
-    memory = _Csv(out / "memory.csv", MEMORY_COLS, ("model", "method"))
-    hf = _Csv(out / "rollout_hf.csv", HF_COLS, ("model", "method", "batch"))
+    task = task or default_task(cfg)
+    out = Path(out)
+    rollout, e2e, memory, hf = (_Csv(out, spec) for spec in (ROLLOUT, E2E, MEMORY, ROLLOUT_HF))
     start = time.perf_counter()
-    plen, comp = args.prompt, args.completion
+    plen, comp = prompt, completion
 
     def over() -> bool:
-        return args.budget_s and time.perf_counter() - start > args.budget_s
+        return budget_s and time.perf_counter() - start > budget_s
 
-    for arch in args.archs:
+    for arch in archs:
         a = ARCHS[arch]
         name = a.model_name
         tokenizer = RandomPromptTokenizer(a.vocab, plen, pad_token_id=151643)
-        for method in args.methods:
+        for method in methods:
             if over():
-                print(f"budget of {args.budget_s} s reached; stopping (rerun to resume)", flush=True)
-                return 3 if args.publish else 0
+                print(f"budget of {budget_s} s reached; stopping (rerun to resume)", flush=True)
+                return False
             _free()
             torch.cuda.reset_peak_memory_stats()
             before = torch.cuda.memory_allocated()
             t0 = time.perf_counter()
             try:
-                base = random_base(arch, get_method(method).weights, layers=args.layers, device="cuda")
+                base = random_base(arch, get_method(method).weights, layers=layers, device="cuda")
             except torch.cuda.OutOfMemoryError as exc:
                 _oom(f"building {name} {method}", exc)
                 memory.add(model=name, method=method, model_size_gb="OOM", peak_gb="OOM")
@@ -217,7 +217,7 @@ def run(args) -> int:
             print(f"# built {name} {method}: {_gb(size):.2f} GB weights "
                   f"({_gb(torch.cuda.memory_allocated() - before):.2f} GB allocated) in "
                   f"{time.perf_counter() - t0:.0f} s", flush=True)
-            ranks = args.ranks
+            ranks = ranks
             main_rank = 32 if 32 in ranks else ranks[0]
             policy = None
             order = [r for r in ranks if r != main_rank] + [main_rank]  # the GRPO step uses the main rank
@@ -225,9 +225,9 @@ def run(args) -> int:
                 s = profile_settings(cfg, task, method, rank=rank, batch=1, completion=comp)
                 policy = build_run_policy(s, base, tokenizer=tokenizer)
                 model = policy.model
-                batches = args.batches if rank == main_rank else [1]
+                batches = batches if rank == main_rank else [1]
                 for batch in batches:
-                    for full in ([False, True] if (rank == main_rank and batch in args.full_batches) else [False]):
+                    for full in ([False, True] if (rank == main_rank and batch in full_batches) else [False]):
                         key = dict(model=name, method=method, rank=rank, batch=batch,
                                    timing="full" if full else "buckets")
                         if rollout.has(**key) or over():
@@ -240,18 +240,18 @@ def run(args) -> int:
                             rollout.add(**key, tokens_per_s="OOM")
                             continue
                         rollout.add(**key, **{k: v for k, v in r.items() if k not in ("timing", "peak")})
-                if rank == main_rank and args.hf_batches:
-                    for batch in args.hf_batches:
+                if rank == main_rank and hf_batches:
+                    for batch in hf_batches:
                         if not hf.has(model=name, method=method, batch=batch) and not over():
-                            tps = hf_generate_timing(model, batch, plen, args.hf_completion)
+                            tps = hf_generate_timing(model, batch, plen, hf_completion)
                             hf.add(model=name, method=method, rank=rank, batch=batch, tokens_per_s=tps,
-                                   completion_tokens=args.hf_completion)
+                                   completion_tokens=hf_completion)
                 if rank != order[-1]:
                     base = model.unload() if get_method(method).trainable == "lora" else model
                     policy = model = None
                     _free()
             mem_peak = None
-            for batch in args.e2e_batches:
+            for batch in e2e_batches:
                 todo = [g for g in (False, True)
                         if not e2e.has(model=name, method=method, batch=batch, gradient_checkpointing=g)]
                 if not todo or over():
@@ -280,11 +280,11 @@ def run(args) -> int:
             del policy, base
             _free()
     if over():
-        print(f"budget of {args.budget_s} s reached; stopping (rerun to resume)", flush=True)
-        return 3 if args.publish else 0
-    if args.publish:
-        publish(out, Path(args.publish))
-    return 0
+        print(f"budget of {budget_s} s reached; stopping (rerun to resume)", flush=True)
+        return False
+    if publish_to:
+        publish(out, Path(publish_to))
+    return True
 
 
 def publish(work: Path, dest: Path) -> None:
@@ -294,47 +294,7 @@ def publish(work: Path, dest: Path) -> None:
     from qerl.io import atomic_file
 
     dest.mkdir(parents=True, exist_ok=True)
-    for name in ("rollout.csv", "e2e.csv", "memory.csv", "rollout_hf.csv"):
+    for name in MEASURED_CSVS:
         if (work / name).exists():
             with atomic_file(dest / name) as tmp:
                 shutil.copyfile(work / name, tmp)
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    add_list(p, "--archs", default=["7B", "3B", "14B", "32B"], metavar="ARCH",
-             help="names of qerl.profiling.archs.ARCHS")
-    add_list(p, "--methods", default=["lora", "qlora", "qerl"], metavar="METHOD",
-             help="methods (qerl/contract/methods.py)")
-    add_list(p, "--ranks", item_type=int, default=[16, 32, 64], metavar="R",
-             help="LoRA ranks for the batch-1 rollout (Table 9)")
-    add_list(p, "--batches", item_type=int, default=[1, 2, 4, 8, 16, 32, 64, 128, 256], metavar="B",
-             help="rollout batch sizes at rank 32 (the speed claim across batch sizes, Fig. batch sweep)")
-    add_list(p, "--full-batches", item_type=int, empty=True, default=[1, 8], metavar="B",
-             help="batches also timed as one complete generation (validates the bucket timing; none: the flag alone)")
-    add_list(p, "--e2e-batches", item_type=int, empty=True, default=[2, 4, 8], metavar="B",
-             help="GRPO step batch sizes (sequences per step; none: the flag alone)")
-    p.add_argument("--prompt", type=int, default=256)
-    p.add_argument("--completion", type=int, default=2048)
-    add_list(p, "--hf-batches", item_type=int, empty=True, default=[], metavar="B",
-             help="also time transformers' generate at these batches")
-    p.add_argument("--hf-completion", type=int, default=128)
-    p.add_argument("--layers", type=int, default=None, help="build only this many layers (smoke tests)")
-    p.add_argument("--config", default=str(_REPO / "config" / "paper.yaml"),
-                   help="training config whose settings the GRPO step uses: optimizer, schedule, LoRA alpha / rank, "
-                        "clip, KL, updates per rollout, AQN (default: config/paper.yaml)")
-    p.add_argument("--task", default=None, help="the train.tasks entry of --config (default: its first GRPO task)")
-    p.add_argument("--budget-s", type=float, default=0, help="start no new config after this many seconds")
-    p.add_argument("--out", required=True, help="folder of rollout.csv, e2e.csv, memory.csv, rollout_hf.csv "
-                   "(appended row by row; rows already there are not measured again, so a cut run resumes)")
-    p.add_argument("--publish", default=None, help="when every configuration is measured, copy the CSVs here "
-                   "(the DAG's outputs; a run stopped by --budget-s publishes nothing)")
-
-
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="qerl profile", description=__doc__.split("\n")[0])
-    add_arguments(p)
-    return run(parse_args(p, sys.argv[1:] if argv is None else list(argv)))
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

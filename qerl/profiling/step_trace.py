@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from qerl.cli import add_list
+from qerl.args import add_list
 
 __all__ = ["trace_engine", "main"]
 

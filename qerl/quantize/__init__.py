@@ -1,5 +1,6 @@
-"""Quantizing a base model: AWQ-style calibration (awq, calibration), the `qerl calibrate` / `qerl quantize`
-subcommands (calibrate_cmd, quantize_cmd), their DAG inputs (dag) and the AWQ-vs-RTN measurement (measure:
+"""Quantizing a base model (the calibration stage of the format stack): AWQ-style scale search (awq, calibration),
+the stage's two DAG steps (stage: `search_scales` for `qerl calibrate`, `write_quantized` for `qerl quantize`; their
+commands are in qerl/commands), their DAG inputs (dag) and the AWQ-vs-RTN measurement (measure, a developer tool:
 `python -m qerl.quantize.measure`).
 
 The stage reads and converts models through the policy core (qerl.policy: `build_policy`, `quantize_model`), and

@@ -19,7 +19,7 @@ from typing import Callable, Iterator
 import torch
 from torch import nn
 
-__all__ = ["read_texts", "token_chunks", "calibration_file", "decoder_layers", "layerwise_inputs", "TARGET_GROUPS"]
+__all__ = ["read_texts", "token_chunks", "calibration_file", "calibration_tokens", "decoder_layers", "layerwise_inputs", "TARGET_GROUPS"]
 
 # Linear layers whose inputs are captured, by the group that shares that input (AWQ's grouping).
 TARGET_GROUPS = {
@@ -234,3 +234,24 @@ def _capture_into(store: list) -> Callable:
     def hook(module, args):
         store.append(args[0].detach())
     return hook
+
+
+def calibration_tokens(cfg: dict, tokenizer, data: str | None, heldout: int = 0):
+    """(calibration [n, L], held-out [heldout, L] or None) token chunks per config quantize.calibration.
+
+    Raises:
+        ValueError: missing data file, or too little text for the requested chunks.
+    """
+    cal = cfg["quantize"]["calibration"]
+    path = data or calibration_file(cfg)
+    if not Path(path).is_file():
+        raise ValueError(f"calibration data file {path!r} does not exist (config quantize.calibration.source = "
+                         f"{cal['source']!r})")
+    # the policy's own view of the data (chat template + <think>/<answer> completion) when the tokenizer has a template
+    instruction = cfg["prompt"]["instruction"] if getattr(tokenizer, "chat_template", None) else None
+    texts = read_texts(path, tokenizer=tokenizer, instruction=instruction)
+    calib = token_chunks(texts, tokenizer, cal["n_sequences"], cal["seq_len"], cal["seed"])
+    held = None
+    if heldout:
+        held = token_chunks(texts, tokenizer, heldout, cal["seq_len"], cal["seed"], exclude=cal["n_sequences"])
+    return calib, held

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import torch
 
-from qerl.cli import parse_args
+from qerl.args import parse_args
 from qerl.io import write_text
 
 __all__ = ["perplexity", "completion_perplexity", "completion_examples", "measure", "main"]

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from qerl.contract import paths
 from qerl.contract.records import BenchmarkRecord
 from qerl.report import paper
 from qerl.report.context import Context, EvalSpec, RunSpec, role_benchmarks, untrained_benchmarks
@@ -34,7 +35,7 @@ def _load_eval(ctx: Context, role: str, method: str, benches: list[str]) -> list
     """Per-seed results of `method` on the role's benchmarks; None when the config does not run it."""
     if EvalSpec(role, method) in ctx.needs.evals:
         return ctx.untrained_evals(method, untrained_benchmarks(ctx.cfg, role))
-    spec = RunSpec(role, method, "default", "eval.json")
+    spec = RunSpec(role, method, "default", paths.EVAL_FILE)
     if spec in ctx.needs.runs:
         return ctx.run_evals(spec, benches)
     return None

@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import json
 
+from qerl.contract.methods import METHODS
 from qerl.report.context import Context, measured_dir
-from qerl.report.efficiency_tables import NOT_MEASURED, method_aliases
+from qerl.report.speed import NOT_MEASURED, method_aliases
 
 __all__ = ["REGIMES", "PAPER_CLAIM", "MEAN_CONTEXT", "ceilings", "step_floor", "speedups", "regime_verdicts",
            "sweep_claim_lines", "render_figbatch"]
@@ -144,7 +145,7 @@ def render_figbatch(ctx: Context, artifact):
     the paper's 1.5x); rollout tokens/s vs batch with each method's roofline tokens/s."""
     from qerl.report import figures
 
-    plt = figures._plt()
+    plt = figures.pyplot()
     rows = ctx.measured("rollout.csv") or []
     ceil = ceilings(ctx.cfg)
     # the models with a sweep (QeRL and BF16 LoRA measured up to batch >= 64); others (batch 1-8, Tables 5-8) are
@@ -154,16 +155,14 @@ def render_figbatch(ctx: Context, artifact):
     ceiling_model = "7B" if "7B" in models else (models[0] if models else None)
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(11.0, 6.4))
     styles = ["-", "--", ":", "-."]
-    colors = {"qerl": "tab:green", "qlora": "tab:orange", "lora": "tab:gray"}
-    names = {"qerl": "QeRL (NVFP4)", "qlora": "QLoRA (NF4)", "lora": "BF16 LoRA"}
     for i, model in enumerate(models):
         label = model
         ls = styles[i % len(styles)]
         for method in ("qerl", "qlora"):
             s = speedups(rows, model, method)
             if s:
-                ax.plot(list(s), list(s.values()), ls, marker="o", ms=4, color=colors[method],
-                        label=f"{label} {names[method]} (measured)")
+                ax.plot(list(s), list(s.values()), ls, marker="o", ms=4, color=METHODS[method].color,
+                        label=f"{label} {METHODS[method].speed} (measured)")
         for method in ("lora", "qerl", "qlora"):
             first: dict[int, float] = {}
             for r in rows:
@@ -172,8 +171,8 @@ def render_figbatch(ctx: Context, artifact):
                     first.setdefault(r["batch"], float(r["tokens_per_s"]))
             pts = sorted(first.items())
             if pts:
-                ax2.plot([b for b, _ in pts], [v for _, v in pts], ls, marker="o", ms=4, color=colors[method],
-                         label=f"{label} {names[method]}")
+                ax2.plot([b for b, _ in pts], [v for _, v in pts], ls, marker="o", ms=4, color=METHODS[method].color,
+                         label=f"{label} {METHODS[method].speed}")
         arch = _arch(model)
         ctx_len = MEAN_CONTEXT
         if ceil and arch is not None and model == ceiling_model:
@@ -187,8 +186,8 @@ def render_figbatch(ctx: Context, artifact):
                         label=f"{label} ceiling, NVFP4 vs BF16: {what}")
             for method in ("lora", "qerl"):
                 ax2.plot(batches, [b / step_floor(arch, method, b, ctx_len, ceil["read_gbs"], ceil["tflops"])
-                                   for b in batches], "-", color=colors[method], lw=0.8, alpha=0.35,
-                         label=f"{label} {names[method]} roofline")
+                                   for b in batches], "-", color=METHODS[method].color, lw=0.8, alpha=0.35,
+                         label=f"{label} {METHODS[method].speed} roofline")
     ax.axhline(PAPER_CLAIM, color="tab:red", ls="--", lw=1, label="paper: > 1.5x")
     ax.axhline(1.0, color="0.5", lw=0.8)
     for a in (ax, ax2):
@@ -203,9 +202,9 @@ def render_figbatch(ctx: Context, artifact):
     for a in (ax, ax2):
         if a.get_legend_handles_labels()[0]:
             a.legend(fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2, frameon=False)
-    fig.suptitle(figures._title(artifact, ctx, figures._measured_line(ctx)), fontsize=10)
+    fig.suptitle(figures.figure_title(artifact, ctx, figures.measured_line(ctx)), fontsize=10)
     extra = (f"Ceilings: {ceil['source']}; read {ceil['read_gbs']:.0f} GB/s, bf16 {ceil['tflops']:.0f} TFLOP/s; "
              f"mean context {MEAN_CONTEXT:.0f} tokens (prompt 256 + completion 2048 / 2)." if ceil else "No ceilings.json: ceilings not drawn.")
-    figures._footer(fig, artifact, ctx, extra)
+    figures.figure_footer(fig, artifact, ctx, extra)
     fig.subplots_adjust(bottom=0.36, top=0.88, wspace=0.25)
     return fig

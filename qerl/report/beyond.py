@@ -15,7 +15,8 @@ Run: `qerl render --config results/tiny/config.yaml --artifact tableaqn` (the DA
 """
 from __future__ import annotations
 
-from qerl.contract.variants import tis_variant
+from qerl.contract import paths
+from qerl.contract.variants import aqn_variant, tis_variant
 from qerl.report.context import Context, Needs, RunSpec, ablation, task_name, trained_methods
 from qerl.report.inputs import Stat, summarize
 from qerl.report.tables import Column, Table, over_seeds
@@ -33,7 +34,7 @@ def aqn_variants(cfg: dict) -> list[tuple[str, str, str, tuple[int, ...] | None]
     method = ablation(cfg, "method")
     rows = [("lora", "default", "BF16, no AQN (BF16 LoRA)", None)]
     if "lora" in ablation(cfg, "aqn_methods"):
-        rows.append(("lora", f"aqn-{schedule}", f"BF16 + AQN (BF16 LoRA, aqn-{schedule})", None))
+        rows.append(("lora", aqn_variant(schedule), f"BF16 + AQN (BF16 LoRA, {aqn_variant(schedule)})", None))
     rows += [("nvfp4_lora", "default", "NVFP4, no AQN (NVFP4 LoRA)", None),
              ("qerl", "default", "NVFP4 + AQN (QeRL)", None)]
     if method == "qerl":
@@ -49,12 +50,12 @@ def _specs(cfg: dict, file: str) -> tuple[RunSpec, ...]:
 
 def tableaqn_needs(cfg: dict) -> Needs:
     """Metrics and eval.json of every row of the AQN table."""
-    runs = _specs(cfg, "metrics.jsonl") + _specs(cfg, "eval.json")
+    runs = _specs(cfg, paths.METRICS_FILE) + _specs(cfg, paths.EVAL_FILE)
     return Needs(runs=runs, skipped=() if runs else ("the AQN table (no GRPO task in train.tasks)",))
 
 
 def figmismatch_needs(cfg: dict) -> Needs:
-    runs = _specs(cfg, "metrics.jsonl")
+    runs = _specs(cfg, paths.METRICS_FILE)
     return Needs(runs=runs, skipped=() if runs else ("the mismatch figure (no GRPO task in train.tasks)",))
 
 
@@ -71,8 +72,8 @@ def _mean(xs: list[float]) -> float:
 
 def row_stats(ctx: Context, spec: RunSpec, benchmark: str) -> dict[str, Stat]:
     """Per-seed quantities of one AQN-table row, summarized over its seeds."""
-    per_seed = ctx.metrics(RunSpec(spec.role, spec.method, spec.variant, "metrics.jsonl", spec.label, spec.seeds))
-    evals = ctx.run_evals(RunSpec(spec.role, spec.method, spec.variant, "eval.json", spec.label, spec.seeds),
+    per_seed = ctx.metrics(RunSpec(spec.role, spec.method, spec.variant, paths.METRICS_FILE, spec.label, spec.seeds))
+    evals = ctx.run_evals(RunSpec(spec.role, spec.method, spec.variant, paths.EVAL_FILE, spec.label, spec.seeds),
                           [benchmark])
     return {
         "entropy0": summarize([m["entropy"][0] for m in per_seed]),
@@ -107,7 +108,7 @@ def render_tableaqn(ctx: Context, artifact) -> Table:
     columns = [Column("run", "key"), Column("seeds", "key")]
     columns += [Column(f"{ctx.ours()}: {name}", "ours", digits or 1) for name, _, digits in _COLUMNS]
     rows = []
-    for spec in _specs(ctx.cfg, "metrics.jsonl"):
+    for spec in _specs(ctx.cfg, paths.METRICS_FILE):
         stats = row_stats(ctx, spec, benchmark)
         row = {"run": spec.label, "seeds": str(stats["growth"].n)}
         row.update({f"{ctx.ours()}: {name}": stats[key] if digits else sci(stats[key])

@@ -1,4 +1,4 @@
-"""`qerl claims`: the paper's five headline claims (REPORTED.md, "Headline claims"), each checked against one scale's
+"""The paper's five headline claims (REPORTED.md, "Headline claims"), each checked against one scale's
 own results, written as one document.
 
 Why: the tables and figures put our numbers beside the paper's artifact by artifact; a reader also wants the answer
@@ -11,7 +11,7 @@ qerl/report/batch_sweep.py the speedups by batch regime; each comparison of two 
 qerl/report/claims_verdicts.py defines. This module puts them together: the summary, one section per claim, and a
 header with the seeds, commits and hardware of every file read.
 
-Run: `qerl claims --config results/tiny/config.yaml --out results/tiny/claims.md --html results/tiny/claims.html`
+Run (qerl/commands/claims.py): `qerl claims --config results/tiny/config.yaml --out results/tiny/claims.md --html results/tiny/claims.html`
 (the DAG's `claims` rule; the HTML page is the same text, as the Snakemake report displays it); docs/CLAIMS_TINY.md
 is a committed copy of the tiny scale's output.
 """
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import datetime
 
-from qerl.io import write_text
 from qerl.report import batch_sweep, paper, tables
 from qerl.report.claims_learning import accuracy_claim, beyond_claim, entropy_claim, learning_claim, schedule_claim
 from qerl.report.claims_speed import TIMED, cpu_timing, memory_32b_claim, speed_claim
@@ -27,7 +26,7 @@ from qerl.report.claims_verdicts import tracked_context
 from qerl.report.context import Context, Needs, RunSpec, run_path, task_name, trained_methods
 from qerl.report.registry import ARTIFACTS, input_files
 
-__all__ = ["ARTIFACTS_READ", "claims_inputs", "render_claims", "markdown_to_html", "add_arguments", "run"]
+__all__ = ["ARTIFACTS_READ", "claims_inputs", "render_claims", "markdown_to_html"]
 
 # The registry entries whose inputs the claims read (the DAG rule's inputs are theirs).
 ARTIFACTS_READ = ("table1", "table2", "table3", "table5", "table6", "table7", "table8", "tableaqn", "fig3", "fig4",
@@ -119,22 +118,3 @@ def markdown_to_html(text: str, title: str) -> str:
     from markdown_it import MarkdownIt
 
     return tables.html_page(title, MarkdownIt("commonmark", {"html": False}).enable("table").render(text))
-
-
-def add_arguments(parser) -> None:
-    """Arguments of `qerl claims`."""
-    parser.add_argument("--config", required=True, help="YAML config file (the one the runs were made with)")
-    parser.add_argument("--out", required=True, help="Markdown file to write (e.g. results/tiny/claims.md)")
-    parser.add_argument("--html", default=None, help="also write the document as an HTML page here")
-
-
-def run(args) -> int:
-    from qerl.config import load_config
-
-    cfg = load_config(args.config, check_data=False)
-    text = render_claims(cfg)
-    print(write_text(args.out, text))
-    if args.html:
-        title = f"Headline claims of QeRL at the {cfg['scale']} scale"
-        print(write_text(args.html, markdown_to_html(text, title)))
-    return 0

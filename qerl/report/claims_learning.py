@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import math
 
-from qerl.contract.methods import get_method
+from qerl.contract import paths
+from qerl.contract.methods import LEARNING_METHODS, get_method, method_lr
+from qerl.contract.variants import aqn_variant
 from qerl.report import beyond
 from qerl.report.claims_verdicts import compare, diff_text, fmt, tally_text, tracked_context
 from qerl.report.context import Context, Needs, RunSpec, ablation, role_benchmarks, task_name, trained_methods
@@ -201,14 +203,14 @@ def beyond_claim(cfg: dict, seen: list[Context]) -> tuple[list[str], str]:
     variants = beyond.aqn_variants(cfg)
     rows = {(m, v): label for m, v, label, _ in variants}
     schedule = cfg["train"]["aqn"]["schedule"]
-    bf16, bf16_aqn = ("lora", "default"), ("lora", f"aqn-{schedule}")
+    bf16, bf16_aqn = ("lora", "default"), ("lora", aqn_variant(schedule))
     nvfp4, qerl = ("nvfp4_lora", "default"), ("qerl", "default")
     if not {bf16, nvfp4, qerl} <= set(rows):
         return ["Not run in this config (needs BF16 LoRA, NVFP4 LoRA and QeRL on the GRPO task).", ""], "not run."
     artifact = ARTIFACTS["tableaqn"]
     ctx = tracked_context(cfg, artifact.needs(cfg), seen)
     bench = role_benchmarks(cfg, "grpo")[0]
-    stats = {(m, v): beyond.row_stats(ctx, RunSpec("grpo", m, v, "metrics.jsonl", label, seeds), bench)
+    stats = {(m, v): beyond.row_stats(ctx, RunSpec("grpo", m, v, paths.METRICS_FILE, label, seeds), bench)
              for m, v, label, seeds in variants}
     out, summary = ["The AQN table (tableaqn) and figure figmismatch; differences of means over seeds, verdicts as "
                     "above (higher entropy, faster reward growth, higher held-out pass@1). Entropy at step 0 cannot "
@@ -252,8 +254,7 @@ def beyond_claim(cfg: dict, seen: list[Context]) -> tuple[list[str], str]:
 
 
 def _rates(cfg: dict) -> str:
-    tr = cfg["train"]
-    return ", ".join(f"{m} {tr['lr_by_method'].get(m, tr['lr']):g}" for m in ("lora", "nvfp4_lora", "qerl"))
+    return ", ".join(f"{m} {method_lr(cfg, m):g}" for m in LEARNING_METHODS)
 
 
 def _std(xs: list[float]) -> float:

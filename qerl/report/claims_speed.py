@@ -7,7 +7,7 @@ from __future__ import annotations
 from qerl.contract.methods import METHODS, get_method
 from qerl.report.claims_verdicts import fmt, tracked_context
 from qerl.report.context import Context, Needs, RunSpec, task_name, trained_methods
-from qerl.report.efficiency_tables import NOT_MEASURED, e2e_speedup, method_aliases
+from qerl.report.speed import NOT_MEASURED, e2e_speedup, method_aliases
 from qerl.report.inputs import paper_model_label, summarize
 
 __all__ = ["TIMED", "speed_claim", "memory_32b_claim", "cpu_timing"]

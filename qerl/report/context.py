@@ -27,11 +27,12 @@ from pathlib import Path
 from typing import Any
 
 from qerl.contract import paths
+from qerl.contract.measured import MEASURED_CSVS
 from qerl.contract.records import BenchmarkRecord
 from qerl.contract.variants import canonical_variant, lr_variant
+from qerl.provenance import Provenance
 from qerl.report import inputs
 from qerl.report.paper import TABLE2_BENCHMARKS
-from qerl.report.provenance import Provenance
 
 __all__ = [
     "RunSpec",
@@ -53,7 +54,7 @@ __all__ = [
     "MEASURED_FILES",
 ]
 
-MEASURED_FILES = ("rollout.csv", "e2e.csv", "memory.csv")
+MEASURED_FILES = tuple(name for name, spec in MEASURED_CSVS.items() if spec.required)  # the ones the report reads
 # the benchmarks of a role's paper table, shown when the config runs no task of that role (tiny: the generated one)
 _NO_TASK_BENCHMARKS = {"grpo": ["gsm8k"], "dapo": list(TABLE2_BENCHMARKS)}
 

@@ -7,79 +7,22 @@ tokens/s) over the method's, same model and batch, as in the paper; QeRL rows re
 "nvfp4_lora"). Table 9 adds rows for our QeRL rank-ablation runs when their metrics carry rollout_tokens (tokens/s =
 rollout_tokens / time_rollout, mean over steps, then over seeds).
 
-The speedup arithmetic here (method_aliases, e2e_speedup) is also what the figures, the batch sweep and the claims
-use. Number formats and the files written: qerl/report/tables.py. Run: `qerl render --config config/config.yaml
---artifact table3`.
+The speedup arithmetic (method_aliases, e2e_speedup, speedup_cell) is qerl/report/speed.py, shared with the figures,
+the batch sweep and the claims. Number formats and the files written: qerl/report/tables.py.
+Run: `qerl render --config config/config.yaml --artifact table3`.
 """
 from __future__ import annotations
 
 from typing import Any
 
-from qerl.contract.methods import get_method
+from qerl.contract.methods import SPEED_METHODS, get_method
 from qerl.report import paper
 from qerl.report.context import Context
 from qerl.report.inputs import summarize
+from qerl.report.speed import NOT_MEASURED, find_row, method_aliases, speedup_cell
 from qerl.report.tables import Column, Table, merge_rows, over_seeds
 
-__all__ = [
-    "NOT_MEASURED",
-    "render_table3",
-    "render_table5_8",
-    "render_table9",
-    "method_aliases",
-    "find_row",
-    "e2e_speedup",
-    "speedup_cell",
-]
-
-NOT_MEASURED = "not measured"
-
-
-# --------------------------------------------------------------------------------------------------- measured
-_QERL = ("qerl", "nvfp4_lora")
-
-
-def method_aliases(method: str) -> tuple[str, ...]:
-    return _QERL if method == "qerl" else (method,)
-
-
-def find_row(rows: list[dict] | None, method: str, **match) -> dict | None:
-    for alias in method_aliases(method):
-        for r in rows or []:
-            if r["method"] == alias and all(r[k] == v for k, v in match.items()):
-                return r
-    return None
-
-
-def e2e_speedup(e2e: list[dict] | None, model: str, method: str, batch: int, gc: bool) -> Any:
-    """BF16 LoRA step time over the method's, as the paper prints it ("-" for the reference, "OOM", "<t> s/step")."""
-    if e2e is None:
-        return NOT_MEASURED
-    row = find_row(e2e, method, model=model, batch=batch, gc=gc)
-    if row is None:
-        return NOT_MEASURED
-    if row["step_s"] == "OOM":
-        return "OOM"
-    if method == "lora":
-        return "-"
-    ref = find_row(e2e, "lora", model=model, batch=batch, gc=gc)
-    if ref is None:
-        return f"{row['step_s']:.1f} s/step (no BF16 LoRA row)"
-    if ref["step_s"] == "OOM":
-        return f"{row['step_s']:.1f} s/step"
-    return ref["step_s"] / row["step_s"]
-
-
-def speedup_cell(e2e: list[dict] | None, model: str, method: str, batch: int, gc: bool) -> Any:
-    """A table cell of E2E speedup over BF16 LoRA: the ratio, "-" for BF16 LoRA itself, "OOM" when the method ran
-    out of memory, "n/a (BF16 LoRA OOM)" when only the reference did (the step time is in its own column or the
-    caption), or "not measured"; never a time in a column of ratios."""
-    value = e2e_speedup(e2e, model, method, batch, gc)
-    if isinstance(value, str) and value.endswith("s/step"):
-        ref = find_row(e2e, "lora", model=model, batch=batch, gc=gc)
-        return "n/a (BF16 LoRA OOM)" if ref is not None else "n/a (no BF16 LoRA row)"
-    return value
-
+__all__ = ["render_table3", "render_table5_8", "render_table9"]
 
 def _step_cell(e2e: list[dict] | None, model: str, method: str, batch: int, gc: bool) -> Any:
     row = find_row(e2e, method, model=model, batch=batch, gc=gc) if e2e is not None else None
@@ -129,7 +72,7 @@ def render_table3(ctx: Context, artifact) -> Table:
     models = list(dict.fromkeys(r["model"] for rows_ in data.values() for r in rows_ or []))
     ours = []
     for model in models:
-        for method in ("lora", "qlora", "qerl"):
+        for method in SPEED_METHODS:
             mem = find_row(data["memory.csv"], method, model=model)
             row = {"model": model, "method": get_method(method).short, "W#": get_method(method).wbits,
                    f"{o}: model size (GB)": mem["model_size_gb"] if mem else NOT_MEASURED,

@@ -26,19 +26,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from qerl.contract import paths
+from qerl.contract.methods import METHODS, SPEED_METHODS
 from qerl.io import write_bytes
-from qerl.contract.methods import METHODS
 from qerl.report import paper
 from qerl.report.context import Context, RunSpec, ablation, measured_dir, role_benchmarks
-from qerl.report.efficiency_tables import NOT_MEASURED, e2e_speedup, method_aliases
+from qerl.report.speed import NOT_MEASURED, e2e_speedup, method_aliases
 
 __all__ = [
     "Panel", "ema_span", "seed_band", "render_curves", "draw_paper_schedules", "render_fig1", "render_fig11",
-    "write_figure",
+    "write_figure", "pyplot", "figure_title", "measured_line", "figure_footer",
 ]
 
 
-def _plt():
+def pyplot():
+    """matplotlib.pyplot on the Agg backend (no display; imported on first use)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -107,17 +109,19 @@ def _runs_line(ctx: Context) -> str:
     return f"{ctx.scale} scale, model {ctx.model}, {what}"
 
 
-def _measured_line(ctx: Context) -> str:
+def measured_line(ctx: Context) -> str:
+    """Where the measured files of this config come from, for a figure's title."""
     folder = measured_dir(ctx.cfg)
     return f"measured on {folder.name} ({folder})" if folder is not None else NOT_MEASURED
 
 
-def _title(artifact, ctx: Context, ours: str | None = None) -> str:
+def figure_title(artifact, ctx: Context, ours: str | None = None) -> str:
     """The artifact's title, and a line saying what our part is (default: the runs it reads)."""
     return f"{artifact.title}\nours: {ours or _runs_line(ctx)}"
 
 
-def _footer(fig, artifact, ctx: Context, extra: str = "") -> None:
+def figure_footer(fig, artifact, ctx: Context, extra: str = "") -> None:
+    """The provenance line and the paper's description of the figure under it (and `extra`)."""
     text = ctx.prov.line()
     desc = paper.FIGURES.get(artifact.id)
     if desc:
@@ -138,7 +142,7 @@ def render_curves(ctx: Context, artifact, panels: list[Panel], layout: str = "co
     """Curves of the artifact's runs, one axes per panel, mean over seeds with a min-max band.
 
     Args:
-        ctx: the render context (the runs are `ctx.needs.runs` with file "metrics.jsonl").
+        ctx: the render context (the runs are `ctx.needs.runs` with file metrics.jsonl).
         artifact: the registry entry (title, id).
         panels: what each axes shows.
         layout: "cols" (side by side) or "rows" (stacked).
@@ -146,12 +150,12 @@ def render_curves(ctx: Context, artifact, panels: list[Panel], layout: str = "co
     Returns:
         The matplotlib Figure.
     """
-    plt = _plt()
+    plt = pyplot()
     n = len(panels)
     shape = (1, n) if layout == "cols" else (n, 1)
     size = (max(6.4, 5.2 * n), 4.8) if layout == "cols" else (6.4, 3.3 * n + 1.2)
     fig, axes = plt.subplots(*shape, figsize=size, squeeze=False)
-    specs = [s for s in ctx.needs.runs if s.file == "metrics.jsonl"]
+    specs = [s for s in ctx.needs.runs if s.file == paths.METRICS_FILE]
     cache: dict[RunSpec, list] = {}
     cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     curves = list(dict.fromkeys((s.method, s.variant) for s in specs))  # one color per curve across panels
@@ -192,10 +196,10 @@ def render_curves(ctx: Context, artifact, panels: list[Panel], layout: str = "co
     if len(counts) > 1:  # a comparison of unequal seed counts says so, in the title and the footer
         ours = f"{_runs_line(ctx)}; curves average {' or '.join(map(str, sorted(counts)))} seeds (n in the legend)"
         ctx.notes.append("The curves do not average the same number of seeds: compare them with that in mind.")
-    fig.suptitle(_title(artifact, ctx, ours), fontsize=10)
+    fig.suptitle(figure_title(artifact, ctx, ours), fontsize=10)
     smooth_note = ("Lines: mean over seeds of EMA-smoothed values (span = max(2, steps // 20)); band: min-max over "
                    "seeds; faint: unsmoothed mean.")
-    _footer(fig, artifact, ctx, smooth_note)
+    figure_footer(fig, artifact, ctx, smooth_note)
     return fig
 
 
@@ -260,7 +264,7 @@ def _bars(ax, groups: list[str], series: list[tuple[str, dict[str, Any], dict]],
 
 _PAPER_STYLE = {"color": "0.55"}
 _OURS_STYLE = {"color": "tab:blue", "hatch": "//", "edgecolor": "white"}
-_NAMES = {m: METHODS[m].short for m in ("lora", "qlora", "qerl", "full")}  # the efficiency tables' labels
+_NAMES = {m: METHODS[m].short for m in (*SPEED_METHODS, "full")}  # the efficiency tables' labels
 
 
 def _pick_model_batch(rows: list[dict], model: str, batch: int) -> tuple[str, int] | None:
@@ -274,7 +278,7 @@ def _pick_model_batch(rows: list[dict], model: str, batch: int) -> tuple[str, in
 
 def render_fig1(ctx: Context, artifact):
     """Fig. 1: rollout speed, E2E speedup (batch 8) and accuracy of LoRA, QLoRA, QeRL, full: paper vs ours."""
-    plt = _plt()
+    plt = pyplot()
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.8))
     rollout, e2e = ctx.measured("rollout.csv"), ctx.measured("e2e.csv")
     o = ctx.measured_label()
@@ -285,7 +289,7 @@ def render_fig1(ctx: Context, artifact):
     if pick:
         model, batch = pick
         where = f"{model}, batch {batch}"
-        for method in ("lora", "qlora", "qerl"):
+        for method in SPEED_METHODS:
             cand = [r for r in rollout if r["model"] == model and r["batch"] == batch
                     and r["method"] in method_aliases(method)]
             if cand:
@@ -302,7 +306,7 @@ def render_fig1(ctx: Context, artifact):
         where = f"{model}, batch {batch}"
         for gc in (False, True):  # the paper's rows are without gradient checkpointing; with it if BF16 LoRA OOMs
             ours_x = {}
-            for method in ("lora", "qlora", "qerl"):
+            for method in SPEED_METHODS:
                 v = e2e_speedup(e2e, model, method, batch, gc)
                 if v == "-":
                     v = 1.0
@@ -327,7 +331,7 @@ def render_fig1(ctx: Context, artifact):
     bench = role_benchmarks(ctx.cfg, "grpo")[0]
     ours_acc = {}
     for method in ("lora", "qlora", "qerl", "full"):
-        spec = RunSpec("grpo", method, "default", "eval.json")
+        spec = RunSpec("grpo", method, "default", paths.EVAL_FILE)
         if spec in ctx.needs.runs:
             per_seed = ctx.run_evals(spec, [bench])
             if per_seed:
@@ -337,23 +341,22 @@ def render_fig1(ctx: Context, artifact):
     _bars(axes[2], groups, [("paper: GSM8K (7B)", paper_acc, _PAPER_STYLE),
                             (f"ours ({ctx.scale}): {bench}", ours_acc, _OURS_STYLE)], "pass@1 (%)")
     axes[2].set_title("accuracy after GRPO (ours: mean, min-max bar, seeds as dots)", fontsize=9)
-    fig.suptitle(_title(artifact, ctx, f"speed {_measured_line(ctx)}; accuracy: {_runs_line(ctx)}"), fontsize=10)
+    fig.suptitle(figure_title(artifact, ctx, f"speed {measured_line(ctx)}; accuracy: {_runs_line(ctx)}"), fontsize=10)
     extra = "Paper bars are the values of Tables 1, 3 and 6 (7B, batch 8)." + gc_note
     if absent:
         extra += f" Ours not measured: {', '.join(absent)} absent."
-    _footer(fig, artifact, ctx, extra)
+    figure_footer(fig, artifact, ctx, extra)
     return fig
 
 
 def render_fig11(ctx: Context, artifact):
     """Fig. 11: rollout tokens/s at batch 1 by LoRA rank per model: paper (Table 9) vs ours (measured)."""
-    plt = _plt()
+    plt = pyplot()
     rollout = ctx.measured("rollout.csv")
     models = list(dict.fromkeys([r["model"] for r in paper.TABLE9] + [r["model"] for r in rollout or []]))
     fig, axes = plt.subplots(1, len(models), figsize=(4.2 * len(models), 5.0), squeeze=False)
     o = ctx.measured_label()
     wname = {"lora": "BF16", "qerl": "NVFP4", "qlora": "QLoRA"}
-    colors = {"lora": "tab:gray", "qerl": "tab:green", "qlora": "tab:orange"}
     for ax, model in zip(axes.flat, models):
         ranks = sorted({r["rank"] for r in paper.TABLE9 if r["model"] == model}
                        | {r["rank"] for r in rollout or [] if r["model"] == model})
@@ -363,21 +366,21 @@ def render_fig11(ctx: Context, artifact):
             pv = {f"r{r['rank']}": r["tokens_per_s"] for r in paper.TABLE9
                   if r["model"] == model and r["method"] == method}
             if pv:
-                series.append((f"paper {wname[method]}", pv, {"color": colors[method]}))
+                series.append((f"paper {wname[method]}", pv, {"color": METHODS[method].color}))
             cand = [r for r in rollout or [] if r["model"] == model and r["method"] in method_aliases(method)]
             if cand:
                 batch = 1 if any(r["batch"] == 1 for r in cand) else min(r["batch"] for r in cand)
                 ov = {f"r{r['rank']}": r["tokens_per_s"] for r in cand if r["batch"] == batch}
                 series.append((f"{o} {wname[method]} (bs {batch})", ov,
-                               {"color": colors[method], "hatch": "//", "edgecolor": "white"}))
+                               {"color": METHODS[method].color, "hatch": "//", "edgecolor": "white"}))
         _bars(ax, groups, series, "rollout tokens/s", legend=False)
         if rollout is None or not any(r["model"] == model for r in rollout):
             ax.set_title(f"{model} (ours: {NOT_MEASURED})", fontsize=9, color="tab:red")
         else:
             ax.set_title(model, fontsize=9)
-    fig.suptitle(_title(artifact, ctx, _measured_line(ctx)), fontsize=10)
+    fig.suptitle(figure_title(artifact, ctx, measured_line(ctx)), fontsize=10)
     extra = "" if rollout is not None else f"Ours not measured: {ctx.measured_where('rollout.csv')} absent."
-    _footer(fig, artifact, ctx, extra)
+    figure_footer(fig, artifact, ctx, extra)
     entries = {}  # one legend for all panels: every series label once
     for ax in axes.flat:
         for handle, label in zip(*ax.get_legend_handles_labels()):
@@ -395,7 +398,7 @@ def write_figure(fig, out_dir: str | Path, artifact_id: str, title: str = "", su
     Returns:
         The two paths.
     """
-    plt = _plt()
+    plt = pyplot()
     out_dir = Path(out_dir)
     paths = []
     for ext, meta in (("png", {"Title": title, "Description": subject}),

@@ -38,6 +38,7 @@ import re
 from dataclasses import astuple, dataclass, fields
 from pathlib import Path
 
+from qerl.contract.measured import E2E, MEMORY, ROLLOUT
 from qerl.contract.records import BenchmarkRecord, MetricsRow, read_json, read_metrics_rows
 
 __all__ = [
@@ -216,7 +217,7 @@ def read_rollout_csv(path: str | Path) -> list[dict]:
         ValueError: naming `file:line` and the column for a missing column or a value that is not a number.
     """
     out = []
-    for where, r in _read_csv(Path(path), ("model", "method", "rank", "batch", "tokens_per_s")):
+    for where, r in _read_csv(Path(path), ROLLOUT.required):
         out.append({"model": paper_model_label(r["model"]), "model_name": r["model"], "method": r["method"],
                     "rank": _csv_int(r["rank"], where, "rank"), "batch": _csv_int(r["batch"], where, "batch"),
                     "tokens_per_s": _csv_float(r["tokens_per_s"], where, "tokens_per_s")})
@@ -242,8 +243,7 @@ def read_e2e_csv(path: str | Path) -> list[dict]:
         ValueError: naming `file:line` and the column for a bad value.
     """
     out = []
-    cols = ("model", "method", "batch", "gradient_checkpointing", "step_s")
-    for where, r in _read_csv(Path(path), cols):
+    for where, r in _read_csv(Path(path), E2E.required):
         gc = _csv_bool(r["gradient_checkpointing"], where)
         step = "OOM" if r["step_s"].upper() == "OOM" else _csv_float(r["step_s"], where, "step_s")
         out.append({"model": paper_model_label(r["model"]), "model_name": r["model"], "method": r["method"],
@@ -262,8 +262,7 @@ def read_memory_csv(path: str | Path) -> list[dict]:
         ValueError: naming `file:line` and the column for a bad value.
     """
     out = []
-    for where, r in _read_csv(Path(path), ("model", "method", "model_size_gb", "peak_gb"),
-                              optional=("batch", "gradient_checkpointing")):
+    for where, r in _read_csv(Path(path), MEMORY.required, optional=MEMORY.optional):
         peak = "OOM" if r["peak_gb"].upper() == "OOM" else _csv_float(r["peak_gb"], where, "peak_gb")
         batch = _csv_int(r["batch"], where, "batch") if r["batch"] else None
         gc = _csv_bool(r["gradient_checkpointing"], where) if r["gradient_checkpointing"] else None

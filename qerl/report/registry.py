@@ -30,6 +30,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from qerl.contract import paths
+from qerl.contract.methods import LEARNING_METHODS
+from qerl.contract.variants import aqn_variant, rank_variant
 from qerl.io import write_text
 from qerl.report import accuracy_tables, batch_sweep, beyond, efficiency_tables, figures, tables
 from qerl.report.context import (
@@ -84,7 +86,7 @@ class Artifact:
 
 
 # ------------------------------------------------------------------------------------------------ needs helpers
-def _runs(cfg: dict, role: str, methods: list[str], variants: list[str] | None = None, file: str = "metrics.jsonl",
+def _runs(cfg: dict, role: str, methods: list[str], variants: list[str] | None = None, file: str = paths.METRICS_FILE,
           labels: dict[str, str] | None = None, seeds: list[int] | None = None) -> tuple[list[RunSpec], list[str]]:
     """Run specs of `methods` x `variants` on the role's task (on `seeds`, default the config's); methods not
     trained (or no task) go to `skipped`, one entry per reason: "mxfp4_lora, qlora (not in train.methods)"."""
@@ -150,7 +152,7 @@ def _accuracy(role: str, methods: list[str]) -> Callable[[dict], Needs]:
         untrained = [m for m in methods if m in ("bf16", "nf4", "mxfp4", "nvfp4")]
         evaluated = untrained_methods(cfg) if untrained_benchmarks(cfg, role) else []
         evals = tuple(EvalSpec(role, m) for m in untrained if m in evaluated)
-        runs, skipped = _runs(cfg, role, [m for m in methods if m not in untrained], file="eval.json")
+        runs, skipped = _runs(cfg, role, [m for m in methods if m not in untrained], file=paths.EVAL_FILE)
         absent = [m for m in untrained if m not in evaluated]
         skipped += [f"{', '.join(absent)} (not evaluated: evaluate.methods / evaluate.benchmarks)"] if absent else []
         return Needs(runs=tuple(runs), evals=evals, skipped=tuple(skipped))
@@ -167,16 +169,16 @@ def _table9_needs(cfg: dict) -> Needs:
 
 
 def _fig1_needs(cfg: dict) -> Needs:
-    runs, skipped = _runs(cfg, "grpo", ["lora", "qlora", "qerl", "full"], file="eval.json")
+    runs, skipped = _runs(cfg, "grpo", ["lora", "qlora", "qerl", "full"], file=paths.EVAL_FILE)
     return Needs(runs=tuple(runs), measured=("rollout.csv", "e2e.csv"), skipped=tuple(skipped))
 
 
 def _schedules(cfg):
-    return [f"aqn-{s}" for s in ablation(cfg, "aqn_schedules")]
+    return [aqn_variant(s) for s in ablation(cfg, "aqn_schedules")]
 
 
 def _ranks(cfg):
-    return [f"rank{r}" for r in ablation(cfg, "ranks")]
+    return [rank_variant(r) for r in ablation(cfg, "ranks")]
 
 
 def _curve_fig(panels: list[Panel], layout: str = "cols"):
@@ -287,7 +289,7 @@ _ENTRIES = [
              "Same data: this is Fig. 7's plot (and Fig. 12's): one model per config stands in for each paper size."),
     Artifact("fig14", "figure", "Figure 14: policy entropy, BigMath (appendix)",
              "Paper: 14B, 600 steps. Ours: the DAPO task's NVFP4 LoRA (with and without AQN) vs BF16 LoRA.",
-             "Training dynamics", _curves([("dapo", ["lora", "nvfp4_lora", "qerl"])]), _curve_fig([_ENTROPY])),
+             "Training dynamics", _curves([("dapo", list(LEARNING_METHODS))]), _curve_fig([_ENTROPY])),
     Artifact("fig15", "figure", "Figure 15: AQN noise schedules",
              "Left: the sigma our 'aqn-<schedule>' runs used per step. Right: the paper's schedules (Eq. 8 and the "
              "alternatives, Table 4's range, K = 10) over the same number of steps.",

@@ -18,7 +18,7 @@ from __future__ import annotations
 import html
 from pathlib import Path
 
-from qerl.config import task_methods
+from qerl.contract.grid import task_methods
 from qerl.contract import paths
 from qerl.contract.methods import get_method
 from qerl.contract.records import RolloutSample, read_rollouts

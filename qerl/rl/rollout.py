@@ -90,13 +90,11 @@ _PROMPT_ALIGN = 64  # prompt widths are padded to a multiple of this, so engines
 
 
 def _engine_usable(model) -> bool:
-    """The static-shape engine runs this model: CUDA, a Qwen2/Llama layout, and no forward hooks on the norms (AQN's
-    per-forward resampling uses hooks, which the engine's fused RMSNorm would bypass)."""
+    """The static-shape engine runs this model: CUDA and a Qwen2/Llama layout. (A rollout under per-forward AQN, whose
+    hooks the engine's fused RMSNorm would bypass, asks for the eager loop itself: Policy.eager_rollout.)"""
     from qerl.rl.engine import supports
 
-    if not next(model.parameters()).is_cuda or not supports(model):
-        return False
-    return not any(m._forward_pre_hooks or m._forward_hooks for n, m in model.named_modules() if n.endswith("norm"))
+    return next(model.parameters()).is_cuda and supports(model)
 
 
 @torch.no_grad()
@@ -121,7 +119,8 @@ def sample(model, tokenizer, prompts: list[str], *, group_size: int, max_new_tok
         top_p: nucleus sampling mass (1.0 = off).
         generator: torch RNG for the sampling (on the model's device).
         stop_strings: strings that end a completion (besides EOS), kept at its end.
-        engine: True / False forces the engine / the eager loop; None picks (see above).
+        engine: True / False forces the engine / the eager loop; None picks (see above). A caller whose model
+            carries forward hooks the engine would bypass (per-forward AQN: Policy.eager_rollout) passes False.
         max_rows: sample at most this many rows together (whole groups; at least one group): bounds the KV cache.
             The chunks are sampled in order with the same generator and joined into one batch.
 
@@ -173,7 +172,7 @@ def sample(model, tokenizer, prompts: list[str], *, group_size: int, max_new_tok
     position = attn.long().cumsum(-1) - 1  # [N, P]
     position.masked_fill_(attn == 0, 1)
     out = model(input_ids=prompt_ids, attention_mask=attn, position_ids=position, use_cache=True)
-    cache, logits = out.past_key_values, out.logits[:, -1, :].float()  # [A, V]
+    cache, logits = out.cache, out.logits[:, -1, :].float()  # [A, V]
     next_pos = position[:, -1:] + 1  # [A, 1]
     for t in range(max_new_tokens):
         if temperature > 0:
@@ -203,9 +202,9 @@ def sample(model, tokenizer, prompts: list[str], *, group_size: int, max_new_tok
             cache.batch_select_indices(keep)
             alive, tok, attn, next_pos = alive[keep], tok[keep], attn[keep], next_pos[keep]
         attn = torch.cat([attn, attn.new_ones(attn.shape[0], 1)], dim=1)  # [A, P + t + 1]
-        out = model(input_ids=tok.unsqueeze(1), attention_mask=attn, position_ids=next_pos, past_key_values=cache,
+        out = model(input_ids=tok.unsqueeze(1), attention_mask=attn, position_ids=next_pos, cache=cache,
                     use_cache=True)
-        cache, logits = out.past_key_values, out.logits[:, -1, :].float()
+        cache, logits = out.cache, out.logits[:, -1, :].float()
         next_pos = next_pos + 1
     width = int(lengths.max())
     tokens, entropy, sample_logp = tokens[:, :width], entropy[:, :width], sample_logp[:, :width]

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from qerl.contract.methods import get_method
+from qerl.contract.methods import get_method, method_lr
 from qerl.contract.variants import parse_variant
 from qerl.policy import AqnSpec, LoraSpec, Policy, build_policy
 from qerl.policy.formats import torch_dtype
@@ -106,7 +106,7 @@ def resolve_settings(cfg: dict, task: str, method: str, variant: str, seed: int)
         algorithm=t["algorithm"], group_size=t.get("group_size", 8), updates_per_rollout=t.get("updates_per_rollout", 1),
         max_new_tokens=t.get("max_new_tokens", 96), dynamic_sampling=t.get("dynamic_sampling", False),
         overlong_filter=t.get("overlong_filter", False), steps=tr["steps"], prompts_per_step=tr["prompts_per_step"],
-        rollout_max_rows=tr["rollout_max_rows"], lr=tr["lr_by_method"].get(method, tr["lr"]),
+        rollout_max_rows=tr["rollout_max_rows"], lr=method_lr(cfg, method),
         warmup_steps=tr["warmup_steps"], min_lr_ratio=tr["min_lr_ratio"],
         weight_decay=tr["weight_decay"], grad_clip=tr["grad_clip"], optimizer=tr["optimizer"],
         temperature=tr["temperature"], top_p=tr["top_p"], clip_eps_low=tr["clip_eps_low"],

@@ -280,7 +280,8 @@ def rl_step(learner: Learner, batch: StepBatch, s: RunSettings, ctx: DistContext
     t0 = _now(device)
     with learner.policy.rollout_noise(batch.step, device) as sigma:
         rb = sample(model, tokenizer, batch.prompts, group_size=G, max_new_tokens=s.max_new_tokens,
-                    temperature=s.temperature, top_p=s.top_p, generator=gen, max_rows=s.rollout_max_rows)
+                    temperature=s.temperature, top_p=s.top_p, generator=gen, max_rows=s.rollout_max_rows,
+                    engine=False if learner.policy.eager_rollout else None)
     t_rollout = _now(device) - t0
     results = (reward_fn or compute_rewards)(rb.texts, golds, format_weight=s.format_weight)
     rewards = torch.tensor([r.reward for r in results], dtype=torch.float32)  # [n]

@@ -4,8 +4,6 @@ Run: `pytest tests/data/test_answers.py -q`
 """
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from qerl.data.answers import answer_tag, gsm8k_final_answer, last_boxed, normalize_number
@@ -40,21 +38,22 @@ def test_last_boxed(text, expected):
 
 
 @pytest.mark.parametrize(
-    "noise",
+    "noise, expected",
     [
-        "\\boxed{" * 15_000,
-        "{" * 100_000,
-        "\\boxed{a}" * 11_000 + "{" * 1_000,
-        "}" * 50_000 + "\\boxed{" + "{" * 50_000,
-        "x" * 100_000,
-        "\\boxed " * 14_000,
+        ("\\boxed{" * 15_000, None),
+        ("{" * 100_000, None),
+        ("\\boxed{a}" * 11_000 + "{" * 1_000, "a"),
+        ("}" * 50_000 + "\\boxed{" + "{" * 50_000, None),
+        ("x" * 100_000, None),
+        ("\\boxed " * 14_000, "\\boxed"),
     ],
     ids=["open-boxes", "open-braces", "many-boxes-then-open", "close-then-open", "letters", "short-forms"],
 )
-def test_last_boxed_is_fast_on_100kb_noise(noise):
-    start = time.perf_counter()
-    last_boxed(noise)
-    assert time.perf_counter() - start < 0.5
+def test_last_boxed_on_100kb_noise(noise, expected):
+    """Adversarial completions (the rollout's 100 kB worst cases) get their answer, not an exception. The matcher is
+    one pass over the text, so these take milliseconds; a quadratic one would hang the suite here (no timed
+    assertion in a unit test: speed goals live in benchmarks)."""
+    assert last_boxed(noise) == expected
 
 
 def test_last_boxed_many_boxes_result():

@@ -5,7 +5,6 @@ Run: `pytest tests/data/test_fetch.py -q`
 """
 from __future__ import annotations
 
-import argparse
 import json
 import socket
 import time
@@ -33,10 +32,6 @@ def _config(tmp_path: Path, benchmarks: list[str], download: bool = True) -> Pat
         f"data:\n  root: {root}\n  download: {str(download).lower()}\n  benchmarks: {json.dumps(benchmarks)}\n"
     )
     return path
-
-
-def _args(config: Path, out: Path | None = None) -> argparse.Namespace:
-    return argparse.Namespace(config=str(config), out=str(out) if out else None, timeout_s=0.5)
 
 
 def _never_online(timeout: float) -> bool:
@@ -186,14 +181,14 @@ def test_hub_sources_cover_every_file():
     assert set(HUB_SOURCES) == {rel for splits in BENCHMARK_FILES.values() for rel in splits.values()}
 
 
-# ------------------------------------------------------------------------------------------------ run()
+# ------------------------------------------------------------------------------------------------ provide()
 
 
 def test_run_offline_lists_files_to_put_where(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     config = _config(tmp_path, ["gsm8k", "amc23"], download=True)
     with pytest.raises(ValueError) as info:
-        fetch.run(_args(config), download=_no_download)
+        fetch.provide(config, download=_no_download)
     text = str(info.value)
     for rel in ("gsm8k/train.jsonl", "gsm8k/test.jsonl", "amc23/test.jsonl"):
         assert str((tmp_path / "data" / rel).resolve()) in text
@@ -203,7 +198,7 @@ def test_run_offline_lists_files_to_put_where(tmp_path, monkeypatch):
 def test_run_download_disabled(tmp_path):
     config = _config(tmp_path, ["aime24"], download=False)
     with pytest.raises(ValueError, match=r"data\.download is false[\s\S]*aime24/test\.jsonl"):
-        fetch.run(_args(config), download=_no_download, reachable=_always_online)
+        fetch.provide(config, download=_no_download, reachable=_always_online)
 
 
 def test_cli_offline_exit_code(tmp_path, monkeypatch, capsys):
@@ -220,7 +215,7 @@ def test_run_downloads_converts_and_writes_manifest(tmp_path):
     names = list(BENCHMARK_FILES)
     config = _config(tmp_path, names, download=True)
     out = tmp_path / "results" / "manifest.json"
-    assert fetch.run(_args(config, out), download=_fake_hub, reachable=_always_online) == 0
+    fetch.provide(config, out, download=_fake_hub, reachable=_always_online)
     root = tmp_path / "data"
     manifest = json.loads(out.read_text())
     assert set(manifest["files"]) == set(HUB_SOURCES)
@@ -240,7 +235,7 @@ def test_run_with_files_present_never_touches_network(tmp_path):
     config = _config(tmp_path, ["aime25"], download=True)
     write_jsonl(tmp_path / "data" / "aime25" / "test.jsonl", [{"problem": "p", "answer": "7"}])
     out = tmp_path / "m.json"
-    assert fetch.run(_args(config, out), download=_no_download, reachable=_never_online) == 0
+    fetch.provide(config, out, download=_no_download, reachable=_never_online)
     info = json.loads(out.read_text())["files"]["aime25/test.jsonl"]
     assert info["rows"] == 1 and info["origin"] == "present"
 
@@ -248,7 +243,7 @@ def test_run_with_files_present_never_touches_network(tmp_path):
 def test_run_with_no_benchmarks_writes_empty_manifest(tmp_path):
     config = _config(tmp_path, [], download=False)
     out = tmp_path / "m.json"
-    assert fetch.run(_args(config, out), download=_no_download, reachable=_never_online) == 0
+    fetch.provide(config, out, download=_no_download, reachable=_never_online)
     assert json.loads(out.read_text())["files"] == {}
 
 
@@ -258,5 +253,5 @@ def test_run_validates_present_files(tmp_path):
     path.parent.mkdir(parents=True)
     path.write_text('{"problem": "p", "answer": "7"}\n{"problem": "p"}\n')
     with pytest.raises(ValueError, match=r"test\.jsonl:2: missing field 'answer'"):
-        fetch.run(_args(config, tmp_path / "m.json"), download=_no_download, reachable=_never_online)
+        fetch.provide(config, tmp_path / "m.json", download=_no_download, reachable=_never_online)
     assert not (tmp_path / "m.json").exists()

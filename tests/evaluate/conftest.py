@@ -54,15 +54,16 @@ class ScriptedLM(nn.Module):
         self.config = SimpleNamespace(max_position_embeddings=None, eos_token_id=eos_id)
         self.anchor = nn.Parameter(torch.zeros(1))
 
-    def forward(self, input_ids, attention_mask=None, position_ids=None, past_key_values=None, use_cache=True):
-        cache = past_key_values if past_key_values is not None else _Cache()
-        if past_key_values is not None:
+    def forward(self, input_ids, attention_mask=None, position_ids=None, cache=None, use_cache=True):
+        if cache is None:
+            cache = _Cache()
+        else:
             cache.step += 1
         step = min(cache.step, len(self.script) - 1)
         logits = torch.full((input_ids.shape[0], input_ids.shape[1], self.vocab_size), -1e4)
         for tok in self.choices.get(step, [self.script[step]]):
             logits[:, -1, tok] = 0.0
-        return SimpleNamespace(logits=logits, past_key_values=cache)
+        return SimpleNamespace(logits=logits, cache=cache)
 
 
 @pytest.fixture()

@@ -111,7 +111,7 @@ def test_a_training_model_with_gradient_checkpointing_samples_with_its_cache(tok
     to eval mode for the call, so the completions equal those of the same model in eval mode, and restores it."""
     prompts = _prompts(tokenizer, 2)
     expected = sample(tiny_model, tokenizer, prompts, max_new_tokens=8, generator=torch.Generator().manual_seed(1))
-    tiny_model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    tiny_model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
     tiny_model.train()
     got = sample(tiny_model, tokenizer, prompts, max_new_tokens=8, generator=torch.Generator().manual_seed(1))
     assert got == expected and tiny_model.training

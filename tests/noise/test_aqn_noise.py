@@ -138,14 +138,18 @@ def test_bfloat16_weights_restore_exactly(ids):
 def test_schedule_driven_object(model, ids):
     aqn = AdaptiveQuantizationNoise(NoiseSchedule(total_steps=100, num_stages=10), seed=3)
     clean = _logits(model, ids)
-    with aqn.applied(model, step=5) as sigma:  # stage 0: no noise
-        assert sigma == 0.0 and torch.equal(_logits(model, ids), clean)
-    with aqn.applied(model, step=10) as sigma:  # stage 1: s_start
-        assert sigma == pytest.approx(1e-2)
+    def at(step):
+        return applied(model, aqn.sigma(step), aqn.generator(step))
+
+    assert aqn.sigma(5) == 0.0  # stage 0: no noise
+    with at(5):
+        assert torch.equal(_logits(model, ids), clean)
+    assert aqn.sigma(10) == pytest.approx(1e-2)  # stage 1: s_start
+    with at(10):
         step10 = _logits(model, ids)
-    with aqn.applied(model, step=10):
+    with at(10):
         assert torch.equal(_logits(model, ids), step10)  # step-seeded: a resumed run draws the same noise
-    with aqn.applied(model, step=11):
+    with at(11):
         assert not torch.equal(_logits(model, ids), step10)
     assert torch.equal(_logits(model, ids), clean)
 

@@ -80,6 +80,10 @@ def test_new_adapters_train_norms_and_aqn(base_dir):
     plain = build_policy("lora", base_dir, lora=LoraSpec(rank=4, alpha=8))
     with plain.rollout_noise(3) as sigma:
         assert sigma == 0.0 and plain.aqn is None
+    # per-forward resampling works through hooks the rollout engine would bypass: the rollout asks for the eager loop
+    per_forward = build_policy("qerl", base_dir, lora=LoraSpec(rank=4, alpha=8),
+                               aqn=AqnSpec(NoiseSchedule(4, 2, 0.05, 0.01), seed=3, resample="forward"))
+    assert per_forward.eager_rollout and not policy.eager_rollout and not plain.eager_rollout
 
 
 def test_a_model_in_memory(tiny_model, tokenizer):

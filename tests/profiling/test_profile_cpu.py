@@ -7,6 +7,7 @@ import torch
 
 from qerl.profiling.archs import ARCHS, qwen25_config
 from qerl.profiling.build import build_random_model, random_base
+from qerl.contract.measured import MeasuredCsv
 from qerl.profiling.run import _Csv, model_size_bytes
 
 
@@ -44,10 +45,11 @@ def test_lora_model_size_excludes_adapters():
 
 
 def test_csv_appends_and_resumes(tmp_path):
+    spec = MeasuredCsv("r.csv", ("model", "batch", "tokens_per_s"), key=("model", "batch"), required=())
     path = tmp_path / "r.csv"
-    f = _Csv(path, ("model", "batch", "tokens_per_s"), ("model", "batch"))
+    f = _Csv(tmp_path, spec)
     f.add(model="7B", batch=1, tokens_per_s=123.456)
-    again = _Csv(path, ("model", "batch", "tokens_per_s"), ("model", "batch"))
+    again = _Csv(tmp_path, spec)
     assert again.has(model="7B", batch=1) and not again.has(model="7B", batch=8)
     again.add(model="7B", batch=8, tokens_per_s="OOM")
     assert path.read_text().splitlines() == ["model,batch,tokens_per_s", "7B,1,123.5", "7B,8,OOM"]

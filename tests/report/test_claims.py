@@ -6,7 +6,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from qerl.report.claims import claims_inputs, render_claims, run
+from qerl.commands.claims import run
+from qerl.report.claims import claims_inputs, render_claims
 from qerl.report.claims_verdicts import compare
 from qerl.report.inputs import Stat
 

@@ -239,7 +239,8 @@ def test_unconfigured_role_and_methods_say_not_run(helpers, tmp_path):
 def test_task_methods_narrow_one_role(helpers, tmp_path):
     """train.tasks.<task>.methods trains a subset on that task: its figures name only those runs and say the rest
     were not run there; the other task keeps every method; a method outside train.methods is a config error."""
-    from qerl.config import ConfigError, task_methods, validate_config
+    from qerl.config import ConfigError, validate_config
+    from qerl.contract.grid import task_methods
 
     cfg = helpers.make_config(tmp_path / "results")
     cfg["train"]["tasks"]["tiny_dapo"]["methods"] = ["full", "lora", "nvfp4_lora", "qerl"]

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from qerl.config import load_config, task_methods
+from qerl.config import load_config
+from qerl.contract.grid import task_methods
 from qerl.contract import paths
 from qerl.contract.records import RolloutSample
 from qerl.report.samples import render_samples, reward_figures, samples_inputs

@@ -94,10 +94,10 @@ def _update_case(cfg: dict, root: Path, method: str, task: str, ctx: DistContext
 
 
 def _per_prompt_sample(model, tokenizer, prompts, *, group_size, max_new_tokens, temperature, top_p, generator,
-                       max_rows=None):
+                       max_rows=None, engine=None):
     """The real sampler run prompt by prompt, seeded by the prompt text: a rollout independent of the sharding."""
     parts = [sample(model, tokenizer, [p], group_size=group_size, max_new_tokens=max_new_tokens,
-                    temperature=temperature, top_p=top_p,
+                    temperature=temperature, top_p=top_p, engine=engine,
                     generator=torch.Generator().manual_seed(zlib.crc32(p.encode()))) for p in prompts]
     return _concat(parts, tokenizer.pad_token_id)
 

@@ -7,8 +7,7 @@ import os
 
 import yaml
 
-from qerl.config import training_runs
-from qerl.contract import paths
+from qerl.contract import grid, paths
 from qerl.contract.methods import get_method
 from qerl.io import write_text
 
@@ -65,8 +64,8 @@ RUN_PATTERN = paths.run_dir(R, "{task}", "{model}", "{method}", "{variant}", "{s
 
 
 def train_runs():
-    """(task, method, variant, seed) of every training run (qerl.config.training_runs: `qerl status` lists the same)."""
-    return training_runs(config)
+    """(task, method, variant, seed) of every training run: the run grid, computed once (qerl/contract/grid.py)."""
+    return grid.train_runs(config)
 
 
 # resources.train.jobs_per_gpu: how many GPU jobs may share one GPU (a 135M model leaves an H100 mostly idle)

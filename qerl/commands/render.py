@@ -18,7 +18,7 @@ from qerl.report.registry import ARTIFACTS, render_artifact
 
 __all__ = ["add_arguments", "run"]
 
-RENAMED = {"--out-dir": "--out"}  # the old spelling still works (qerl.cli.parse_args)
+RENAMED = {"--out-dir": "--out"}  # the old spelling still works (qerl.args.parse_args)
 
 
 def add_arguments(parser) -> None:
