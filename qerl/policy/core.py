@@ -221,12 +221,19 @@ def load_adapter(model: nn.Module, adapter_dir: str | Path):
 
 def set_gradient_checkpointing(model: nn.Module, on: bool) -> None:
     """Recompute activations in the backward pass (on) or keep them (off); non-reentrant, inputs require grad."""
+    # transformers >= 5.24 names these activation_checkpointing_*, earlier 5.x (the GPU image's 5.17) gradient_*
+    new_api = hasattr(model, "activation_checkpointing_enable")
     if on:
-        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        if new_api:
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         if hasattr(model, "enable_input_require_grads"):
             model.enable_input_require_grads()
-    else:
+    elif new_api:
         model.activation_checkpointing_disable()
+    else:
+        model.gradient_checkpointing_disable()
 
 
 def _add_lora(model: nn.Module, lora: LoraSpec):

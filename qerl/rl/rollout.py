@@ -19,6 +19,7 @@ the stop tokens and the EOS; `truncated` marks the ones cut by max_new_tokens, f
 """
 from __future__ import annotations
 
+import inspect
 import weakref
 from dataclasses import dataclass
 
@@ -171,8 +172,9 @@ def sample(model, tokenizer, prompts: list[str], *, group_size: int, max_new_tok
     alive = torch.arange(n, device=device)  # [A] rows still sampling
     position = attn.long().cumsum(-1) - 1  # [N, P]
     position.masked_fill_(attn == 0, 1)
+    cache_arg = kv_cache_arg(model)
     out = model(input_ids=prompt_ids, attention_mask=attn, position_ids=position, use_cache=True)
-    cache, logits = out.cache, out.logits[:, -1, :].float()  # [A, V]
+    cache, logits = getattr(out, cache_arg), out.logits[:, -1, :].float()  # [A, V]
     next_pos = position[:, -1:] + 1  # [A, 1]
     for t in range(max_new_tokens):
         if temperature > 0:
@@ -202,9 +204,9 @@ def sample(model, tokenizer, prompts: list[str], *, group_size: int, max_new_tok
             cache.batch_select_indices(keep)
             alive, tok, attn, next_pos = alive[keep], tok[keep], attn[keep], next_pos[keep]
         attn = torch.cat([attn, attn.new_ones(attn.shape[0], 1)], dim=1)  # [A, P + t + 1]
-        out = model(input_ids=tok.unsqueeze(1), attention_mask=attn, position_ids=next_pos, cache=cache,
-                    use_cache=True)
-        cache, logits = out.cache, out.logits[:, -1, :].float()
+        out = model(input_ids=tok.unsqueeze(1), attention_mask=attn, position_ids=next_pos, use_cache=True,
+                    **{cache_arg: cache})
+        cache, logits = getattr(out, cache_arg), out.logits[:, -1, :].float()
         next_pos = next_pos + 1
     width = int(lengths.max())
     tokens, entropy, sample_logp = tokens[:, :width], entropy[:, :width], sample_logp[:, :width]
@@ -309,6 +311,13 @@ def _sample_engine(model, tokenizer, prompts, group_size, max_new_tokens, temper
     completion_mask = torch.cat([torch.zeros_like(ids.cpu()), comp_mask.long()], 1).to(device)
     texts = tokenizer.batch_decode(tokens, skip_special_tokens=True)
     return RolloutBatch(input_ids, attention, completion_mask, plen, texts, lengths, ~done, entropy, sample_logp)
+
+
+def kv_cache_arg(model) -> str:
+    """The name under which the model's forward takes and returns its KV cache: `cache` in transformers >= 5.24
+    (our CPU tests), `past_key_values` in earlier 5.x releases (the GPU image's 5.17), which 5.24 deprecates."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
 
 
 #: elements of float logits one `sequence_logprobs` pass may hold at once (2**28: 1 GiB); larger passes run in row
