@@ -59,5 +59,6 @@ def test_rerun_incomplete_after_kill_in_evaluation_keeps_metrics(repo_root, tmp_
     assert second.returncode == 0, (second.stdout + second.stderr)[-3000:]
     assert (run / "metrics.jsonl").read_text() == written  # the whole history, byte for byte
     assert (run / "eval.json").exists()
-    log = (tmp_path / "results/tiny/logs/train/tiny_grpo/tiny/lora/default/seed0.log").read_text()
+    # the job of all lora runs (resources.train.group_runs: default and the beyond-the-paper aqn-exponential)
+    log = (tmp_path / "results/tiny/logs/train/tiny_grpo/tiny/lora/all-runs.log").read_text()
     assert "resumed from" in log and "at step 2 of 2" in log

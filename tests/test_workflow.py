@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -28,10 +29,36 @@ def test_dry_run_lists_every_stage(repo_root, tmp_path):
     proc = _snakemake(repo_root, "-n", "--configfile", str(path))
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = proc.stdout + proc.stderr
-    for rule in ("effective_config", "gen_tiny", "pretrain_tiny", "calibrate", "quantize", "evaluate", "train",
-                 "table1", "fig8"):
+    for rule in ("effective_config", "gen_tiny", "pretrain_tiny", "calibrate", "quantize", "evaluate",
+                 "train_tiny_grpo_qerl", "table1", "fig8"):
         assert f"rule {rule}:" in out, rule
+    # resources.train.group_runs (the tiny scale): one job per (task, method) trains its runs, one job per format
+    # evaluates the seeds; the same runs and files as one job each
+    grouped = _job_counts(out)
+    assert grouped["train_tiny_grpo_qerl"] == 1 and grouped["evaluate"] == len(cfg["evaluate"]["methods"])
+    assert "/tiny/qerl/all-runs.log" in out and "/logs/evaluate/tiny/nvfp4/tiny/seed0-1-2.log" in out
     assert not (tmp_path / "results").exists()  # a dry run writes nothing, not even the effective config
+    cfg["resources"] = {"train": {"group_runs": False}}
+    path.write_text(yaml.safe_dump(cfg))
+    proc = _snakemake(repo_root, "-n", "--configfile", str(path))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    single_out = proc.stdout + proc.stderr
+    single = _job_counts(single_out)
+    runs = set(re.findall(r"\S+/runs/\S+/eval\.json", out))
+    assert runs == set(re.findall(r"\S+/runs/\S+/eval\.json", single_out)) and single["train"] == len(runs)
+    assert sum(n for rule, n in grouped.items() if rule.startswith("train")) < len(runs) // 3
+    assert single["evaluate"] == len(cfg["seeds"]) * grouped["evaluate"]
+
+
+def _job_counts(out: str) -> dict[str, int]:
+    """The dry run's job-stats table: {rule: jobs}."""
+    counts = {}
+    for line in out[out.index("Job stats:"):].splitlines()[3:]:
+        if not line.strip():
+            break
+        rule, n = line.split()
+        counts[rule] = int(n)
+    return counts
 
 
 @pytest.mark.slow

@@ -28,7 +28,8 @@ def add_arguments(parser) -> None:
     add_list(parser, "--benchmarks", default=None, metavar="NAME",
              help="gsm8k math500 aime24 aime25 amc23 tiny (default: evaluate.benchmarks)")
     parser.add_argument("--limit", type=int, default=None, metavar="N", help="first N problems of each benchmark")
-    parser.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
+    add_list(parser, "--seed", item_type=int, default=[0],
+             help="sampling seed (default 0); several: one evaluation per seed of the model built once, in order")
     parser.add_argument("--method", default=None, help="method name recorded in the results (e.g. nvfp4)")
     parser.add_argument("--data-root", default=None, help="override data.root (folder of <benchmark>/test.jsonl)")
     parser.add_argument("--tiny-test", default=None, help="the tiny held-out split (default: from results_dir)")
@@ -37,16 +38,26 @@ def add_arguments(parser) -> None:
     parser.add_argument("--batch-size", type=int, default=None, help="override evaluate.batch_size")
     parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
-    parser.add_argument("--out", default=None, metavar="FILE", help="write the results JSON here (atomically)")
+    parser.add_argument("--out", default=None, nargs="+", metavar="FILE",
+                        help="write the results JSON here (atomically); one file per --seed, in the same order")
 
 
 def run(args) -> int:
+    """Build the model once, evaluate it for each seed (each seed's results are those of its own call: sampling is
+    seeded from the seed and the benchmark alone) and write each seed's results JSON; returns the exit status.
+
+    Raises:
+        ValueError: an --out list whose length is not the number of seeds (or bad config, data or settings).
+    """
     import torch
 
     from qerl.evaluate.run import evaluate_model, write_results
     from qerl.memory import peak_memory_bytes
     from qerl.policy import build_policy
 
+    if args.out is not None and len(args.out) != len(args.seed):
+        raise ValueError(f"--seed gives {len(args.seed)} seed(s) ({' '.join(map(str, args.seed))}) but --out "
+                         f"{len(args.out)} file(s); give one results file per seed, in the same order")
     if args.threads:
         torch.set_num_threads(args.threads)
     overrides = {"data": {"root": args.data_root}} if args.data_root else None
@@ -58,19 +69,20 @@ def run(args) -> int:
     policy = build_policy(args.format, args.base, quantized=args.quantized, adapter=args.adapter,
                           dtype=cfg["model"]["dtype"], device=args.device)
     info = {**policy.info, "method": args.method}
-    results = evaluate_model(policy.model, policy.tokenizer, names, cfg, args.seed, settings=settings,
-                             tiny_test=args.tiny_test, require_adapter=args.adapter is not None, model_info=info,
-                             progress=True)
-    for name, r in results["benchmarks"].items():
-        stderr = "n/a" if r["stderr"] is None else f"{r['stderr']:.2f}"
-        levels = "  ".join(f"L{k} {v['pass_at_1']:.1f}" for k, v in r["per_level"].items())
-        print(f"{name}: pass@1 {r['pass_at_1']:.2f} % +/- {stderr}, strict {r['pass_at_1_strict']:.2f} % "
-              f"(n={r['n_problems']} x {r['n_repeats']} repeats, "
-              f"{r['completion_tokens_mean']:.0f} tokens/completion, {r['truncated_pct']:.1f} % truncated, "
-              f"answer found {r['answer_found_pct']:.1f} %, formatted {r['formatted_pct']:.1f} %, "
-              f"{r['seconds']:.0f} s) {levels}".rstrip())
-    if args.out:
-        results["peak_memory_bytes"] = peak_memory_bytes()  # the job's, loading included (qerl.memory)
-        write_results(results, args.out)
-    sys.stdout.flush()
+    for i, seed in enumerate(args.seed):
+        results = evaluate_model(policy.model, policy.tokenizer, names, cfg, seed, settings=settings,
+                                 tiny_test=args.tiny_test, require_adapter=args.adapter is not None, model_info=info,
+                                 progress=True)
+        for name, r in results["benchmarks"].items():
+            stderr = "n/a" if r["stderr"] is None else f"{r['stderr']:.2f}"
+            levels = "  ".join(f"L{k} {v['pass_at_1']:.1f}" for k, v in r["per_level"].items())
+            print(f"{name} (seed {seed}): pass@1 {r['pass_at_1']:.2f} % +/- {stderr}, strict "
+                  f"{r['pass_at_1_strict']:.2f} % (n={r['n_problems']} x {r['n_repeats']} repeats, "
+                  f"{r['completion_tokens_mean']:.0f} tokens/completion, {r['truncated_pct']:.1f} % truncated, "
+                  f"answer found {r['answer_found_pct']:.1f} %, formatted {r['formatted_pct']:.1f} %, "
+                  f"{r['seconds']:.0f} s) {levels}".rstrip())
+        if args.out:
+            results["peak_memory_bytes"] = peak_memory_bytes()  # the job's so far, loading included (qerl.memory)
+            write_results(results, args.out[i])
+        sys.stdout.flush()
     return 0

@@ -1,12 +1,22 @@
-"""`qerl train`: train one run (task, method, variant, seed), then evaluate the trained policy in the same process.
+"""`qerl train`: train one run (task, method, variant, seed), then evaluate the trained policy in the same process;
+several runs of one (task, method) one after the other in one process.
 
 Why here, in the CLI layer: training (qerl.rl) and evaluation (qerl.evaluate) are separate stages that know nothing
 of each other; a training job of the DAG chains them so the trained weights are evaluated without a second process
 start or a reload. Rank 0 evaluates and writes eval.json (the rule's last output, written last and atomically);
 under torchrun the other ranks stop after training.
 
+Several runs (`--seed 0 1 2 --out DIR0 DIR1 DIR2`, or `--variant default rank8 --seed 0 0 --out ...`: the i-th
+variant, seed and folder make the i-th run; one variant applies to every seed): each run is trained, evaluated and
+written exactly as by its own `qerl train` call (every run seeds its own randomness: qerl.rl.trainer,
+qerl.evaluate.run), so its files are the same; the process start-up (interpreter, torch, transformers, peft and
+lm-eval imports: ~8 CPU-seconds, measured on a 2-core Intel Xeon) is paid once instead of once per run. The tiny
+scale's DAG trains the runs of a (task, method) this way (resources.train.group_runs; workflow/rules/train.smk).
+Each run keeps its own checkpoint, so a rerun resumes each where it stopped.
+
 Run: `qerl train --config config/config.yaml --task tiny_grpo --method qerl --variant default --seed 0
       --base results/tiny/models/tiny/base --out results/tiny/runs/tiny_grpo/tiny/qerl/default/seed0`
+     `... --seed 0 1 2 --out .../seed0 .../seed1 .../seed2` (three runs, one process)
      `torchrun --nproc_per_node 2 -m qerl.cli train ...` (same arguments) for two GPUs.
 """
 from __future__ import annotations
@@ -16,6 +26,7 @@ from pathlib import Path
 
 import torch
 
+from qerl.cli import add_list
 from qerl.contract.paths import EVAL_FILE, task_benchmarks
 from qerl.contract.variants import VARIANT_FORMS
 
@@ -27,12 +38,13 @@ def add_arguments(parser) -> None:
     parser.add_argument("--config", required=True, help="YAML config")
     parser.add_argument("--task", required=True, help="a key of train.tasks")
     parser.add_argument("--method", required=True, help="full, lora, qlora, mxfp4_lora, nvfp4_lora or qerl")
-    parser.add_argument("--variant", default="default", help=VARIANT_FORMS)
-    parser.add_argument("--seed", type=int, default=0)
+    add_list(parser, "--variant", default=["default"],
+             help=f"{VARIANT_FORMS}; several: the i-th run's variant (one: every run's)")
+    add_list(parser, "--seed", item_type=int, default=[0], help="the run's seed; several: one run per seed, in order")
     parser.add_argument("--base", required=True, help="base model folder")
     parser.add_argument("--quantized", default=None, help="quantized checkpoint folder (NVFP4/MXFP4/NF4 methods)")
     parser.add_argument("--data", default=None, help="tiny scale data folder (default results/<scale>/data/tiny)")
-    parser.add_argument("--out", required=True, help="run folder")
+    parser.add_argument("--out", required=True, nargs="+", help="run folder; one per --seed, in the same order")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--device", default="auto",
                         help="auto (a CUDA GPU when there is one, else the CPU), cpu, cuda or cuda:N; under torchrun "
@@ -66,35 +78,57 @@ def evaluate_trained(cfg: dict, s, model, tokenizer, info: dict, tiny_test: str 
 
 
 def run(args) -> int:
-    """Train, then (rank 0) evaluate and write eval.json; returns the exit status."""
+    """Train, then (rank 0) evaluate and write eval.json, for each run (variant, seed, out) in order; returns the
+    exit status.
+
+    Raises:
+        ValueError: not one --out folder per seed, not one variant or one per seed (or a bad config, as
+            resolve_settings).
+    """
     from qerl.config import load_config
-    from qerl.evaluate.run import write_results
-    from qerl.provenance import provenance
     from qerl.rl.distributed import init_distributed, shutdown
     from qerl.rl.settings import resolve_settings
-    from qerl.rl.trainer import train
 
+    seeds = " ".join(map(str, args.seed))
+    if len(args.out) != len(args.seed):
+        raise ValueError(f"--seed gives {len(args.seed)} seed(s) ({seeds}) but --out {len(args.out)} run folder(s); "
+                         f"give one folder per seed, in the same order")
+    variants = args.variant * len(args.seed) if len(args.variant) == 1 else args.variant
+    if len(variants) != len(args.seed):
+        raise ValueError(f"--variant gives {len(args.variant)} variants ({' '.join(args.variant)}) for "
+                         f"{len(args.seed)} seeds ({seeds}); give one variant, or one per seed in the same order")
     cfg = load_config(args.config)
     torch.set_num_threads(cfg["train"]["threads"])
-    s = resolve_settings(cfg, args.task, args.method, args.variant, args.seed)
-    tiny_test = Path(args.data) / "test.jsonl" if args.data else None
+    settings = [resolve_settings(cfg, args.task, args.method, v, seed) for v, seed in zip(variants, args.seed)]
     ctx = init_distributed()  # torchrun / accelerate launch: one process per GPU; otherwise a no-op
-    device = args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
     try:
-        result = train(cfg, s, args.base, args.out, quantized_dir=args.quantized, data_dir=args.data,
-                       progress=not args.no_progress, dist_ctx=ctx, device=device)
-        if not ctx.is_main:  # rank 0 evaluates and writes eval.json; the other ranks are done
-            return 0
-        info = {"method": s.method, "variant": s.variant, "task": s.task, "base": str(args.base),
-                "quantized": args.quantized}
-        evaluation = evaluate_trained(cfg, s, result["model"], result["tokenizer"], info, tiny_test)
-        evaluation["provenance"] = provenance(args.config)
-        evaluation["train"] = {"steps": result["steps"], "final": result["final"], "settings": s.__dict__}
-        if ctx.distributed:
-            evaluation["train"]["world_size"] = ctx.world_size
-        write_results(evaluation, Path(args.out) / EVAL_FILE)  # the rule's last output: written last, atomically
-        summary = {n: round(b["pass_at_1"], 2) for n, b in evaluation["benchmarks"].items()}
-        print(json.dumps({"steps": result["steps"], "final_reward": result["final"].get("reward"), "pass@1": summary}))
+        for s, out in zip(settings, args.out):
+            _train_and_evaluate(args, cfg, s, out, ctx)
         return 0
     finally:
         shutdown(ctx)
+
+
+def _train_and_evaluate(args, cfg: dict, s, out: str, ctx) -> None:
+    """One run: train it into `out`, then (rank 0) evaluate it and write eval.json last."""
+    from qerl.evaluate.run import write_results
+    from qerl.provenance import provenance
+    from qerl.rl.trainer import train
+
+    tiny_test = Path(args.data) / "test.jsonl" if args.data else None
+    device = args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+    result = train(cfg, s, args.base, out, quantized_dir=args.quantized, data_dir=args.data,
+                   progress=not args.no_progress, dist_ctx=ctx, device=device)
+    if not ctx.is_main:  # rank 0 evaluates and writes eval.json; the other ranks are done
+        return
+    info = {"method": s.method, "variant": s.variant, "task": s.task, "base": str(args.base),
+            "quantized": args.quantized}
+    evaluation = evaluate_trained(cfg, s, result["model"], result["tokenizer"], info, tiny_test)
+    evaluation["provenance"] = provenance(args.config)
+    evaluation["train"] = {"steps": result["steps"], "final": result["final"], "settings": s.__dict__}
+    if ctx.distributed:
+        evaluation["train"]["world_size"] = ctx.world_size
+    write_results(evaluation, Path(out) / EVAL_FILE)  # the rule's last output: written last, atomically
+    summary = {n: round(b["pass_at_1"], 2) for n, b in evaluation["benchmarks"].items()}
+    print(json.dumps({"variant": s.variant, "seed": s.seed, "steps": result["steps"],
+                      "final_reward": result["final"].get("reward"), "pass@1": summary}), flush=True)

@@ -153,8 +153,26 @@ def test_cli_writes_the_results_json(tmp_path, tokenizer, tiny_model, tiny_test_
     res = json.loads(out.read_text())
     assert res["model"]["format"] == "mxfp4" and res["model"]["method"] == "mxfp4" and res["seed"] == 1
     assert res["settings"]["n_repeats"] == 2 and res["benchmarks"]["tiny"]["n_problems"] == 3
-    assert "tiny: pass@1" in capsys.readouterr().out
+    assert "tiny (seed 1): pass@1" in capsys.readouterr().out
     assert [p.name for p in out.parent.iterdir()] == ["r.json"]  # no temporary file left behind
+    # several seeds, the model built once (the DAG's grouped evaluation job): each file is that seed's own call's
+    seeds = [tmp_path / "evals" / "s2.json", tmp_path / "evals" / "s1.json"]
+    rc = main(["evaluate", "--config", str(repo_root / "config" / "config.yaml"), "--base", str(model_dir),
+               "--format", "mxfp4", "--method", "mxfp4", "--benchmarks", "tiny", "--tiny-test", str(tiny_test_file),
+               "--limit", "3", "--n-repeats", "2", "--max-new-tokens", "6", "--seed", "2", "1",
+               "--out", *map(str, seeds)])
+    assert rc == 0
+
+    def timeless(path):
+        r = json.loads(path.read_text())
+        del r["seconds"], r["benchmarks"]["tiny"]["seconds"]
+        return r
+
+    assert timeless(seeds[1]) == timeless(out) and timeless(seeds[0])["seed"] == 2
+    assert timeless(seeds[0])["benchmarks"] != timeless(out)["benchmarks"]
+    rc = main(["evaluate", "--config", str(repo_root / "config" / "config.yaml"), "--base", str(model_dir),
+               "--benchmarks", "tiny", "--seed", "1", "2", "--out", str(tmp_path / "one.json")])
+    assert rc == 2 and "--seed gives 2 seed(s) (1 2) but --out 1 file(s)" in capsys.readouterr().err
     rc = main(["evaluate", "--config", str(repo_root / "config" / "config.yaml"), "--base", str(model_dir),
                "--benchmarks", "tiny", "gsm8", "--out", str(tmp_path / "bad.json")])
     assert rc == 2 and "gsm8" in capsys.readouterr().err

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from safetensors.torch import load_file as safetensors_load
 
 from qerl.config import validate_config
 from qerl.contract.paths import rollout_chunks
@@ -297,3 +298,44 @@ def test_rank_variant_keeps_lora_scale(setup):
     cfg, _ = setup
     s = resolve_settings(cfg, "t", "qerl", "rank8", 0)
     assert s.lora_rank == 8 and s.lora_alpha / s.lora_rank == 2.0
+
+
+def _eval_record(path):
+    """eval.json without what differs between two runs of the same training (times, provenance, environment)."""
+    def drop(obj):
+        if isinstance(obj, dict):
+            return {k: drop(v) for k, v in obj.items() if k not in {"seconds", "provenance", "environment"} | TIMING}
+        return [drop(v) for v in obj] if isinstance(obj, list) else obj
+    return drop(json.loads(path.read_text()))
+
+
+def test_cli_several_runs_in_one_process_write_what_one_call_per_run_writes(setup, tmp_path, capsys):
+    """`qerl train --variant lr2e-3 default --seed 1 0 --out A B` (the DAG's grouped training job) writes, for each
+    run, the metrics, adapter and eval.json of that run's own `qerl train`; lists of other lengths are an error."""
+    from qerl.cli import main
+
+    cfg, root = setup
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({**cfg, "evaluate": {**cfg["evaluate"], "n_repeats": 1, "max_new_tokens": 10}},
+                                     sort_keys=False))
+    common = ["train", "--config", str(config), "--task", "t", "--method", "lora", "--base", str(root / "base"),
+              "--data", str(root / "data"), "--no-progress", "--device", "cpu"]
+    assert main(common + ["--seed", "0", "--out", str(tmp_path / "alone0")]) == 0
+    assert main(common + ["--variant", "lr2e-3", "default", "--seed", "1", "0",
+                          "--out", str(tmp_path / "g1"), str(tmp_path / "g0")]) == 0
+    alone, grouped = tmp_path / "alone0", tmp_path / "g0"
+    assert _strip(_metrics(grouped)) == _strip(_metrics(alone))
+    assert _eval_record(grouped / "eval.json") == _eval_record(alone / "eval.json")
+    for f in (alone / "adapter").iterdir():
+        if f.suffix == ".safetensors":
+            a, b = (safetensors_load(d / "adapter" / f.name) for d in (alone, grouped))
+            assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    first = _metrics(tmp_path / "g1")[0]  # the other run is its own: variant lr2e-3, seed 1
+    assert first["lr"] == pytest.approx(2 * _metrics(alone)[0]["lr"])
+    assert json.loads((tmp_path / "g1" / "eval.json").read_text())["train"]["settings"]["seed"] == 1
+    printed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(p["variant"], p["seed"]) for p in printed] == [("default", 0), ("lr2e-3", 1), ("default", 0)]
+    assert main(common + ["--seed", "0", "1", "--out", str(tmp_path / "x")]) == 2
+    assert "--seed gives 2 seed(s) (0 1) but --out 1 run folder(s)" in capsys.readouterr().err
+    assert main(common + ["--variant", "default", "lr2e-3", "--seed", "0", "1", "2", "--out", "a", "b", "c"]) == 2
+    assert "--variant gives 2 variants (default lr2e-3) for 3 seeds (0 1 2)" in capsys.readouterr().err

@@ -72,6 +72,25 @@ def train_runs():
 SLOTS = config["resources"]["train"]["jobs_per_gpu"]
 
 
+# resources.train.group_runs: one job (one process) per (task, method) trains all its runs, and one job per (model,
+# format, benchmark) evaluates all the seeds; otherwise one job per run and per evaluation file.
+GROUP_RUNS = config["resources"]["train"]["group_runs"]
+
+
+def train_groups():
+    """{(task, method): [(variant, seed), ...]} of train_runs(), in their order: the runs of one grouped training job."""
+    groups = {}
+    for task, method, variant, seed in train_runs():
+        groups.setdefault((task, method), []).append((variant, seed))
+    return groups
+
+
+def seeds_name(seeds):
+    """The file name part of an evaluation job's log and benchmark: seed0 for one seed, seed0-1-2 for several (and
+    seed{seed}, the wildcard, for ["{seed}"])."""
+    return "seed" + "-".join(map(str, seeds))
+
+
 def train_launcher(gpus):
     """The command that runs `qerl <subcommand>` on `gpus` GPUs: plain on the CPU, else torchrun with one rank per
     GPU, after claiming a slot on that many GPUs for the job (qerl/rl/distributed.py; a no-op under SLURM). One GPU
@@ -105,7 +124,8 @@ def train_targets():
 
 
 def train_inputs(wildcards):
-    """The task's data, and for 4-bit methods the quantized checkpoint of their format (AWQ-calibrated)."""
+    """The task's data, and for 4-bit methods the quantized checkpoint of their format (AWQ-calibrated); `wildcards`
+    is anything with .task, .method and .model."""
     src = config["train"]["tasks"][wildcards.task]["source"]
     inputs = {"data": rules.gen_tiny.output.rl if src == "tiny" else rules.data.output[0]}
     fmt = get_method(wildcards.method).weights
