@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from qerl.cli import add_list
+from qerl.args import add_list
 from qerl.contract.paths import EVAL_FILE, task_benchmarks
 from qerl.contract.variants import VARIANT_FORMS
 
