@@ -17,7 +17,7 @@ import csv
 import json
 from pathlib import Path
 
-__all__ = ["stage_costs", "render", "main"]
+__all__ = ["read_benchmark", "stage_costs", "render", "main"]
 
 _RENDER = {"render"}  # benchmark folders of the table / figure / claims jobs: one summed row
 
@@ -47,6 +47,16 @@ def _peak(root: Path, rel: Path) -> int | None:
     return max(values) if values else None
 
 
+def read_benchmark(tsv: str | Path) -> tuple[float, float] | None:
+    """(wall seconds, host max RSS in GiB) of one Snakemake benchmark file, or None for an empty one. The one reader
+    of these files (tests/tools/job_seconds.py uses it too)."""
+    with open(tsv, newline="") as f:
+        rec = next(csv.DictReader(f, delimiter="\t"), None)
+    if rec is None:
+        return None
+    return float(rec["s"]), float(rec["max_rss"]) / 1024 if rec["max_rss"] not in ("", "NA") else 0.0
+
+
 def stage_costs(root: str | Path) -> list[dict]:
     """One dict per job: {"job", "seconds", "max_rss_gb" (host, GiB), "peak_gb" (1e9 bytes) (the job's own record, or None)}.
 
@@ -63,11 +73,10 @@ def stage_costs(root: str | Path) -> list[dict]:
                           "peak_gb": None, "jobs": 0}
     for tsv in sorted((root / "benchmarks").rglob("*.tsv")):
         rel = tsv.relative_to(root / "benchmarks")
-        with open(tsv, newline="") as f:
-            rec = next(csv.DictReader(f, delimiter="\t"), None)
-        if rec is None:
+        read = read_benchmark(tsv)
+        if read is None:
             continue
-        seconds, rss = float(rec["s"]), float(rec["max_rss"]) / 1024 if rec["max_rss"] not in ("", "NA") else 0.0
+        seconds, rss = read
         if rel.parts[0] in _RENDER:
             rendered["seconds"] += seconds
             rendered["max_rss_gb"] = max(rendered["max_rss_gb"], rss)

@@ -22,11 +22,13 @@ import json
 import sys
 from pathlib import Path
 
+from qerl.profiling.stage_costs import read_benchmark
+
 PHASES = ("time_rollout", "time_logprobs", "time_update")
 
 
 def _job_seconds(tsv: Path) -> float:
-    return float(tsv.read_text().splitlines()[1].split("\t")[0])
+    return read_benchmark(tsv)[0]
 
 
 def _train_job(tsv: Path, results: Path) -> dict:
