@@ -48,14 +48,13 @@ case $cmd in
     rm -rf "$SRC" && mkdir -p "$SRC" && cp -r . "$SRC" && rm -rf "$SRC"/.whl "$SRC"/.wb "$SRC"/.gg "$SRC"/.data
     mkdir -p "$SRC/resources" && cp -r "$STAGE/data" "$SRC/resources/data"
     cd "$SRC" || exit 3
+    config=$1; shift
     { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
       python3 -c "import torch, transformers, peft, triton, snakemake; print('torch', torch.__version__, 'cuda', \
 torch.version.cuda, 'transformers', transformers.__version__, 'peft', peft.__version__, 'triton', triton.__version__, \
 'snakemake', snakemake.__version__)"
-      config=$1; shift
       echo "commit ${COMMIT:-unknown} start $(date -u +%FT%TZ)"
       echo "command: snakemake $* --cores all --keep-going --configfile $config $SMK_ARGS"; } | tee /tmp/qerl-env.txt
-    config=$1; shift
     date +%s > /tmp/qerl-dag.start
     setsid nohup snakemake "$@" --cores all --keep-going --configfile "$config" $SMK_ARGS > /tmp/qerl-dag.log 2>&1 < /dev/null &
     echo $! > /tmp/qerl-dag.pid; sleep 20; tail -5 /tmp/qerl-dag.log ;;

@@ -14,7 +14,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--config", required=True, help="YAML config (reads sft, data, prompt)")
     parser.add_argument("--base", required=True, help="the converted model folder (prepare_model's output)")
     parser.add_argument("--out", required=True, help="the fine-tuned model folder to write")
-    parser.add_argument("--device", default="auto", help="auto (a CUDA GPU when there is one), cpu, cuda or cuda:N")
+    parser.add_argument("--device", default="cpu",
+                        help="cpu (default, as every stage's), cuda, cuda:N, or auto (a CUDA GPU when there is one)")
     parser.add_argument("--threads", type=int, default=1, help="CPU threads")
 
 

@@ -322,7 +322,7 @@ def kv_cache_arg(model) -> str:
 
 #: elements of float logits one `sequence_logprobs` pass may hold at once (2**28: 1 GiB); larger passes run in row
 #: chunks (real vocabularies: SmolLM2's 49k, Qwen's 152k tokens); the tiny scale's passes are far below it
-NO_GRAD_LOGITS_BUDGET = 2**28
+LOGITS_BUDGET = 2**28
 
 
 def _vocab_size(model) -> int:
@@ -358,26 +358,25 @@ def sequence_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tens
         (logp [N, L], entropy [N, L] or None), aligned with RolloutBatch.completion_ids.
     """
     n, width = input_ids.shape
-    per_row = (width - prompt_len) * _vocab_size(model)
-    if not torch.is_grad_enabled() and n > 1 and n * per_row > NO_GRAD_LOGITS_BUDGET:
+    per_row = (width - prompt_len) * _vocab_size(model)  # float logits of one row
+    rows = max(1, LOGITS_BUDGET // per_row) if per_row else n  # rows per chunk; n: one pass
+    if rows < n and not torch.is_grad_enabled():
         # a no-grad pass (old / reference log-probs, rollout statistics) over many long rows: row chunks, so the
         # float logits of a 50k-token vocabulary never exceed the budget; each row's numbers are its own
-        rows = max(1, NO_GRAD_LOGITS_BUDGET // per_row)
         parts = [sequence_logprobs(model, input_ids[i : i + rows], attention_mask[i : i + rows], prompt_len,
                                    with_entropy) for i in range(0, n, rows)]
         return (torch.cat([p[0] for p in parts]),
                 torch.cat([p[1] for p in parts]) if with_entropy else None)
     position = attention_mask.long().cumsum(-1) - 1  # [N, P + L]
     position.masked_fill_(attention_mask == 0, 1)
-    parts = _decoder_and_head(model) if torch.is_grad_enabled() and not with_entropy else None
-    if parts is not None and n > 1 and n * per_row > NO_GRAD_LOGITS_BUDGET:
+    parts = _decoder_and_head(model) if rows < n and not with_entropy else None
+    if parts is not None:
         # the update's pass over many long rows: the decoder once, then the LM head and log-softmax per row chunk
         # under activation checkpointing, so only one chunk's float logits exist at a time (forward and backward)
         decoder, head = parts
         hidden = decoder(input_ids=input_ids, attention_mask=attention_mask, position_ids=position,
                          use_cache=False).last_hidden_state[:, prompt_len - 1 : -1]
         target = input_ids[:, prompt_len:]
-        rows = max(1, NO_GRAD_LOGITS_BUDGET // per_row)
         logp = torch.cat([torch.utils.checkpoint.checkpoint(_head_logp, head, hidden[i : i + rows],
                                                             target[i : i + rows], use_reentrant=False)
                           for i in range(0, n, rows)])

@@ -14,7 +14,7 @@ def test_chunked_no_grad_pass_equals_one_pass(tiny_model, monkeypatch):
     mask[1, :3] = 0  # a left-padded prompt
     with torch.no_grad():
         whole, ent = rollout.sequence_logprobs(tiny_model, ids, mask, 4, with_entropy=True)
-        monkeypatch.setattr(rollout, "NO_GRAD_LOGITS_BUDGET", 2 * 8 * tiny_model.config.vocab_size)  # 2 rows a chunk
+        monkeypatch.setattr(rollout, "LOGITS_BUDGET", 2 * 8 * tiny_model.config.vocab_size)  # 2 rows a chunk
         parts, ent_parts = rollout.sequence_logprobs(tiny_model, ids, mask, 4, with_entropy=True)
     torch.testing.assert_close(parts, whole, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(ent_parts, ent, rtol=1e-5, atol=1e-6)
@@ -30,7 +30,7 @@ def test_chunked_update_pass_equals_one_pass_with_gradients(tiny_model, monkeypa
     mask[2, :2] = 0
 
     def grads(budget):
-        monkeypatch.setattr(rollout, "NO_GRAD_LOGITS_BUDGET", budget)
+        monkeypatch.setattr(rollout, "LOGITS_BUDGET", budget)
         tiny_model.zero_grad(set_to_none=True)
         logp, _ = rollout.sequence_logprobs(tiny_model, ids, mask, 3)
         (logp * torch.linspace(-1, 1, logp.numel()).view_as(logp)).sum().backward()

@@ -44,8 +44,6 @@ if SFT:
             directory(paths.base_model_dir(R, "{model}")),
         params:
             cfg=section("sft", "prompt", "data"),
-            launch=gpu_launcher(config["resources"]["train"]["gpus"]),
-            device="--device cuda" if config["resources"]["train"]["gpus"] else "--device cpu",
         conda:
             CONDA_ENV
         threads: 1
@@ -56,5 +54,5 @@ if SFT:
         benchmark:
             f"{R}/benchmarks/sft/{{model}}.tsv"
         shell:
-            "{params.launch} sft --config {input.config} --base {input.pretrained} --out {output} {params.device}"
+            gpu_command("sft") + " --config {input.config} --base {input.pretrained} --out {output}"
             " --threads {threads} 2> {log}"
