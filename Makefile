@@ -7,6 +7,9 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 TORCH ?= torch==2.13.0
 CORES ?= all
+# make small: GPU jobs running at once (one GPU x config/small.yaml's resources.train.jobs_per_gpu), so Snakemake's
+# priorities, not the slot locks, decide which job starts first
+GPU_SLOTS ?= 8
 # make test: the suite on TEST_WORKERS pytest-xdist workers, whole test files per worker (tests/conftest.py says why).
 TEST_WORKERS ?= 2
 # Snakemake's jobs call the `qerl` console script: the venv's bin folder must come first on PATH.
@@ -31,7 +34,7 @@ reproduce: install
 # the small scale on a GPU box (install with TORCH=torch for a CUDA build); the benchmark files must be in
 # resources/data (or data.download: true on a machine online); README "Scales" says what it costs
 small: install
-	$(VENV)/bin/snakemake --cores $(CORES) --configfile config/small.yaml
+	$(VENV)/bin/snakemake --cores $(CORES) --resources gpu=$(GPU_SLOTS) --configfile config/small.yaml
 
 test: install
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder

@@ -20,6 +20,7 @@ export PYTHONUNBUFFERED=1 PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
 STAGE=${STAGE:-/tmp/qerl-stage}
 SRC=${SRC:-/tmp/qerl-src}
 SITE=/tmp/site
+SMK_ARGS=${SMK_ARGS---resources gpu=8}   # GPU jobs at once = 1 GPU x jobs_per_gpu, as `make small`
 export PYTHONPATH=$SRC:$SITE PATH=$SITE/bin:$PATH
 mkdir -p "$STAGE"
 cmd=$1; shift
