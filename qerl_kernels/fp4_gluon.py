@@ -60,7 +60,7 @@ if HAVE_TRITON:
     except ImportError:  # pragma: no cover - older Triton: the module stays importable, the op raises
         HAVE_GLUON = False
 
-__all__ = ["HAVE_GLUON", "BK", "fp4_gemm_gluon", "gluon_plan"]
+__all__ = ["HAVE_GLUON", "BK", "fp4_gemm_gluon", "gluon_plan", "launch_args"]
 
 BK = 256          # k columns per pipeline step: the scale tile's rows are then 16 bytes, TMA's minimum
 MAX_M = 64
@@ -238,6 +238,44 @@ def _max_regs(num_warps: int, ctas_per_sm: int) -> int:
     return min(232, 65536 // (ctas_per_sm * (num_warps + 4) * 32) // 8 * 8)
 
 
+def launch_args(x: torch.Tensor, w: PreparedFP4, bias: torch.Tensor | None, y: torch.Tensor, sms: int, *,
+                bn: int = 64, stages: int = 4, ctas_per_sm: int | None = None, num_warps: int = 4,
+                load_regs: int = 40) -> tuple[int, tuple, dict]:
+    """(grid, positional arguments, meta-parameters) of one `_fp4_gemm_ws` launch computing y = x @ W^T (+ bias).
+
+    The one place that turns the knobs into a launch: fp4_gemm_gluon launches what it returns, and the offline
+    compile check (gluon_compile.py) compiles it from CPU tensors of the same shapes and dtypes, so the check builds
+    exactly the binaries a launch would (same signature, constexprs and alignment specialisations). The stream-K
+    partials and counters are the per-device workspace of the Triton kernels (fp4_launch._workspace), grown to fit.
+
+    Raises:
+        ValueError: a knob or shape the kernel does not support (the message names it).
+    """
+    m = x.shape[0]
+    if bn % (16 * num_warps) or not 1 <= stages <= 8 or load_regs % 8 or not 24 <= load_regs <= 256:
+        raise ValueError(f"fp4_gemm_gluon: needs bn a multiple of 16 * num_warps, 1 <= stages <= 8 and load_regs a "
+                         f"multiple of 8 in 24..256; got bn={bn}, num_warps={num_warps}, stages={stages}, "
+                         f"load_regs={load_regs}")
+    n_pad, k_pad = w.words.shape[0], w.words.shape[1] * 8
+    if ctas_per_sm is None:
+        ctas_per_sm = 2 if m <= 16 else 1
+    plan = gluon_plan(n_pad, k_pad, m, sms, bn, ctas_per_sm)
+    ws, cnt = _workspace(x.device, 2 * plan["grid"] * bn * plan["MP"], plan["tiles"])  # 2 partial tiles per CTA
+    # TMA tiles of one k-step: [bn, 32] int32 words (128 bytes a row) and [bn, 8] int16 scales (16 bytes a row, TMA's
+    # minimum); both row strides (K_pad / 2 and K_pad / 16 bytes) are multiples of 16 bytes since K_pad % 256 == 0
+    w_desc = TensorDescriptor.from_tensor(w.words, [bn, BK // 8],
+                                          gl.NVMMASharedLayout.get_default_for([bn, BK // 8], gl.int32))
+    s_desc = TensorDescriptor.from_tensor(w.scales, [bn, BK // 32],
+                                          gl.NVMMASharedLayout.get_default_for([bn, BK // 32], gl.int16))
+    bf16 = x.dtype == torch.bfloat16
+    os_row = w.out_scales[int(bf16)]
+    args = (w_desc, s_desc, x, os_row, bias if bias is not None else os_row, y, ws, cnt,
+            m, w.n, w.k, plan["TOTAL"], plan["PER"], plan["K_STEPS"], x.stride(0), y.stride(0))
+    meta = dict(BN=bn, MP=plan["MP"], STAGES=stages, BF16=bf16, HAS_BIAS=bias is not None, NUM_WARPS=num_warps,
+                LOAD_REGS=load_regs, num_warps=num_warps, maxnreg=_max_regs(num_warps, ctas_per_sm))
+    return plan["grid"], args, meta
+
+
 def fp4_gemm_gluon(x: torch.Tensor, w: PreparedFP4, bias: torch.Tensor | None = None, *, bn: int = 64,
                    stages: int = 4, ctas_per_sm: int | None = None, num_warps: int = 4,
                    load_regs: int = 40) -> torch.Tensor:
@@ -249,7 +287,7 @@ def fp4_gemm_gluon(x: torch.Tensor, w: PreparedFP4, bias: torch.Tensor | None = 
 
     Raises:
         RuntimeError: Gluon is not available (Triton without triton.experimental.gluon's Hopper modules).
-        ValueError: unsupported weight (MXFP4, SegmentedFP4), shape or dtype (the message names it).
+        ValueError: unsupported weight (MXFP4, SegmentedFP4), shape, dtype or knob (the message names it).
     """
     if not HAVE_GLUON:
         raise RuntimeError("fp4_gemm_gluon: triton.experimental.gluon (Hopper TMA / mbarrier) is not available")
@@ -259,24 +297,14 @@ def fp4_gemm_gluon(x: torch.Tensor, w: PreparedFP4, bias: torch.Tensor | None = 
     if x.dim() != 2 or x.shape[1] != w.k or x.dtype not in (torch.float16, torch.bfloat16) or not x.is_cuda:
         raise ValueError(f"fp4_gemm_gluon: x must be CUDA fp16/bf16 [M, {w.k}], got {x.dtype} {tuple(x.shape)} "
                          f"on {x.device}")
+    if bias is not None and (tuple(bias.shape) != (w.n,) or bias.device != x.device):
+        raise ValueError(f"fp4_gemm_gluon: bias must be [{w.n}] on {x.device}, got {tuple(bias.shape)} on "
+                         f"{bias.device}")
     x = x.contiguous()
-    m = x.shape[0]
-    n_pad, k_pad = w.words.shape[0], w.words.shape[1] * 8
+    bias = bias.contiguous() if bias is not None else None
+    y = torch.empty(x.shape[0], w.n, device=x.device, dtype=x.dtype)
     sms = torch.cuda.get_device_properties(x.device).multi_processor_count
-    if ctas_per_sm is None:
-        ctas_per_sm = 2 if m <= 16 else 1
-    plan = gluon_plan(n_pad, k_pad, m, sms, bn, ctas_per_sm)
-    y = torch.empty(m, w.n, device=x.device, dtype=x.dtype)
-    ws, cnt = _workspace(x.device, 2 * plan["grid"] * bn * plan["MP"], plan["tiles"])
-    w_desc = TensorDescriptor.from_tensor(w.words, [bn, BK // 8],
-                                          gl.NVMMASharedLayout.get_default_for([bn, BK // 8], gl.int32))
-    s_desc = TensorDescriptor.from_tensor(w.scales, [bn, BK // 32],
-                                          gl.NVMMASharedLayout.get_default_for([bn, BK // 32], gl.int16))
-    bf16 = x.dtype == torch.bfloat16
-    os_row = w.out_scales[int(bf16)]
-    _fp4_gemm_ws[(plan["grid"],)](
-        w_desc, s_desc, x, os_row, bias if bias is not None else os_row, y, ws, cnt,
-        m, w.n, w.k, plan["TOTAL"], plan["PER"], plan["K_STEPS"], x.stride(0), y.stride(0),
-        BN=bn, MP=plan["MP"], STAGES=stages, BF16=bf16, HAS_BIAS=bias is not None, NUM_WARPS=num_warps,
-        LOAD_REGS=load_regs, num_warps=num_warps, maxnreg=_max_regs(num_warps, ctas_per_sm))
+    grid, args, meta = launch_args(x, w, bias, y, sms, bn=bn, stages=stages, ctas_per_sm=ctas_per_sm,
+                                   num_warps=num_warps, load_regs=load_regs)
+    _fp4_gemm_ws[(grid,)](*args, **meta)
     return y
