@@ -94,12 +94,27 @@ if HAVE_GLUON:
             _tma_load(w_desc, [tile * BN, ks * (_BK // 8)], ready.index(slot), w_bufs.index(slot))
             _tma_load(s_desc, [tile * BN, ks * (_BK // 32)], ready.index(slot), s_bufs.index(slot))
 
+    @gluon.constexpr_function
+    def _scale_layout(BN, NUM_WARPS):
+        """Register layout of the [BN, BK // 32] scale tile such that, reshaped to [n, chunk, b], it is the words'
+        layout (w_l reshaped to [n, chunk, c, b]) with the lane-quad dimension c sliced off: a thread loads the 8
+        scales of each of its rows (two 16-byte shared loads, the 4 lanes of a quad the same ones), and the decode
+        broadcasts them over c without moving data (a plain convert_layout went through shared memory: stmatrix,
+        ldmatrix and two extra barriers per k-step)."""
+        BN, NUM_WARPS = int(BN), int(NUM_WARPS)
+        warps = [[16 << i, 0] for i in range(NUM_WARPS.bit_length() - 1)]
+        reps = [[(16 * NUM_WARPS) << j, 0] for j in range((BN // (16 * NUM_WARPS)).bit_length() - 1)]
+        return gl.DistributedLinearLayout(reg_bases=[[0, 1], [0, 2], [8, 0], [0, 4]] + reps,
+                                          lane_bases=[[0, 0], [0, 0], [1, 0], [2, 0], [4, 0]], warp_bases=warps,
+                                          block_bases=[], shape=[BN, _BK // 32])
+
     @gluon.jit
     def _decode(w2, s2, BN: gl.constexpr, BF16: gl.constexpr):
         """[BN, BK // 8] words + [BN, BK // 32] scales -> [BN, BK] decoded weights (see fp4_decoder._decode_tile)."""
         NC: gl.constexpr = _BK // 128
         w4 = gl.reshape(w2, [BN, NC, 4, 4])                                               # [n, chunk, c, b]
-        s3 = gl.convert_layout(gl.reshape(s2, [BN, NC, 4]), gl.SliceLayout(2, w4.type.layout))  # [n, chunk, b]
+        s3 = gl.convert_layout(gl.reshape(s2, [BN, NC, 4]), gl.SliceLayout(2, w4.type.layout),  # [n, chunk, b]
+                               assert_trivial=True)
         s4 = gl.expand_dims(s3, 2)                                                        # [n, chunk, 1, b]
         w4, s4 = gl.broadcast(w4, s4)
         if BF16:
@@ -160,7 +175,7 @@ if HAVE_GLUON:
         # 16-word chunks for rows g and g + 8 (lane 4g + c), so after the decode its bf16 pairs sit where the
         # k_width-2 A fragment wants them (the conversion to a_l then stays in registers)
         w_l: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=4)
-        s_l: gl.constexpr = gl.BlockedLayout([1, 4], [8, 4], [NUM_WARPS, 1], [1, 0])
+        s_l: gl.constexpr = _scale_layout(BN, NUM_WARPS)
         u0 = gl.program_id(0) * PER
         u1 = gl.minimum(u0 + PER, TOTAL)
         t_first = u0 // K_STEPS
@@ -185,7 +200,7 @@ if HAVE_GLUON:
             s2 = s_bufs.index(slot).load(s_l)
             fence_async_shared()            # order the shared reads before the producer's next TMA write
             mbarrier.arrive(empty.index(slot), count=1)
-            a = gl.convert_layout(_decode(w2, s2, BN, BF16), a_l)
+            a = gl.convert_layout(_decode(w2, s2, BN, BF16), a_l, assert_trivial=True)
             acc = mma_v2(a, xt, acc)
             if (ks == K_STEPS - 1) | (it == u1 - 1):
                 _flush(acc, tile, u0, u1, t_first, PER, K_STEPS, os_ptr, bias_ptr, y_ptr, ws_ptr, cnt_ptr, rbn, rm,

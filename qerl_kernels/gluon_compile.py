@@ -152,8 +152,10 @@ def check(v: Variant, arch: int = 90) -> dict:
         compiled, meta = compile_variant(v, arch)
         use = ptxas_usage(compiled.asm["ptx"], arch)
     except Exception as e:  # noqa: BLE001 - reported per variant, the others still build
-        lines = [ln for ln in str(e).splitlines() if ln.strip()]
-        row.update(status=f"{type(e).__name__}: {lines[0][:200] if lines else ''}", seconds=time.time() - t0)
+        while e.__cause__ is not None or e.__context__ is not None:   # the innermost error says what went wrong
+            e = e.__cause__ or e.__context__
+        lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+        row.update(status=f"{type(e).__name__}: {lines[0][:300] if lines else ''}", seconds=time.time() - t0)
         return row
     md = compiled.metadata
     threads = md.num_warps * 32
