@@ -60,7 +60,7 @@ if HAVE_TRITON:
     except ImportError:  # pragma: no cover - older Triton: the module stays importable, the op raises
         HAVE_GLUON = False
 
-__all__ = ["HAVE_GLUON", "BK", "fp4_gemm_gluon", "gluon_plan", "launch_args"]
+__all__ = ["HAVE_GLUON", "BK", "fp4_gemm_gluon", "gluon_plan", "launch_args", "default_ctas_per_sm"]
 
 BK = 256          # k columns per pipeline step: the scale tile's rows are then 16 bytes, TMA's minimum
 MAX_M = 64
@@ -253,6 +253,12 @@ def _max_regs(num_warps: int, ctas_per_sm: int) -> int:
     return min(232, 65536 // (ctas_per_sm * (num_warps + 4) * 32) // 8 * 8)
 
 
+def default_ctas_per_sm(m: int) -> int:
+    """Persistent CTAs per SM when the caller names none: 2 at M <= 16, else 1 with a larger register budget (at
+    M = 32-64 the x^T operand alone is 64 registers per thread)."""
+    return 2 if m <= 16 else 1
+
+
 def launch_args(x: torch.Tensor, w: PreparedFP4, bias: torch.Tensor | None, y: torch.Tensor, sms: int, *,
                 bn: int = 64, stages: int = 4, ctas_per_sm: int | None = None, num_warps: int = 4,
                 load_regs: int = 40) -> tuple[int, tuple, dict]:
@@ -267,13 +273,14 @@ def launch_args(x: torch.Tensor, w: PreparedFP4, bias: torch.Tensor | None, y: t
         ValueError: a knob or shape the kernel does not support (the message names it).
     """
     m = x.shape[0]
-    if bn % (16 * num_warps) or not 1 <= stages <= 8 or load_regs % 8 or not 24 <= load_regs <= 256:
-        raise ValueError(f"fp4_gemm_gluon: needs bn a multiple of 16 * num_warps, 1 <= stages <= 8 and load_regs a "
-                         f"multiple of 8 in 24..256; got bn={bn}, num_warps={num_warps}, stages={stages}, "
-                         f"load_regs={load_regs}")
+    if (num_warps not in (4, 8) or bn & (bn - 1) or bn % (16 * num_warps) or not 1 <= stages <= 8 or load_regs % 8
+            or not 24 <= load_regs <= 256):
+        raise ValueError(f"fp4_gemm_gluon: needs num_warps 4 or 8 (whole warpgroups), bn a power of two and a multiple "
+                         f"of 16 * num_warps, 1 <= stages <= 8 and load_regs a multiple of 8 in 24..256; got bn={bn}, "
+                         f"num_warps={num_warps}, stages={stages}, load_regs={load_regs}")
     n_pad, k_pad = w.words.shape[0], w.words.shape[1] * 8
     if ctas_per_sm is None:
-        ctas_per_sm = 2 if m <= 16 else 1
+        ctas_per_sm = default_ctas_per_sm(m)
     plan = gluon_plan(n_pad, k_pad, m, sms, bn, ctas_per_sm)
     ws, cnt = _workspace(x.device, 2 * plan["grid"] * bn * plan["MP"], plan["tiles"])  # 2 partial tiles per CTA
     # TMA tiles of one k-step: [bn, 32] int32 words (128 bytes a row) and [bn, 8] int16 scales (16 bytes a row, TMA's
@@ -296,9 +303,9 @@ def fp4_gemm_gluon(x: torch.Tensor, w: PreparedFP4, bias: torch.Tensor | None = 
                    load_regs: int = 40) -> torch.Tensor:
     """y = x @ W^T (+ bias) for a prepared NVFP4 weight and x [M, K] fp16/bf16 on a Hopper GPU, M <= 64.
 
-    bn: weight rows per tile (a multiple of 16 * num_warps); stages: ring depth; ctas_per_sm: persistent CTAs per SM
-    (default 2 for M <= 16, else 1 with a larger register budget: at M = 32-64 the x^T operand alone is 64 registers
-    per thread); load_regs: the producer warp's registers.
+    bn: weight rows per tile (a power of two, a multiple of 16 * num_warps); stages: ring depth; ctas_per_sm:
+    persistent CTAs per SM (default `default_ctas_per_sm`); num_warps: consumer warps (4 or 8); load_regs: the producer
+    warp's registers.
 
     Raises:
         RuntimeError: Gluon is not available (Triton without triton.experimental.gluon's Hopper modules).

@@ -23,6 +23,7 @@ Needs Triton with triton.experimental.gluon (3.6 on the GPU image; 3.9 builds it
 from __future__ import annotations
 
 import argparse
+import inspect
 import re
 import subprocess
 import sys
@@ -33,7 +34,7 @@ from dataclasses import dataclass, field
 import torch
 
 from qerl_kernels import fp4_gluon
-from qerl_kernels.layout import PreparedFP4
+from qerl_kernels.layout import PreparedFP4, padded_shape
 
 __all__ = ["Variant", "variants", "compile_variant", "ptxas_usage", "main"]
 
@@ -75,7 +76,7 @@ def _cpu_launch(v: Variant):
     """(grid, args, meta) of the variant's launch, built by fp4_gluon.launch_args from CPU tensors (never filled:
     only shapes, dtypes, strides and 16-byte alignment matter to the compile)."""
     dt = torch.bfloat16 if v.bf16 else torch.float16
-    n_pad, k_pad = -(-v.n // 128) * 128, -(-v.k // 128) * 128
+    n_pad, k_pad = padded_shape(v.n, v.k)
     w = PreparedFP4(words=torch.empty(n_pad, k_pad // 8, dtype=torch.int32),
                     scales=torch.empty(n_pad, k_pad // 32, dtype=torch.int16),
                     out_scales=torch.empty(2, n_pad, dtype=torch.float32), n=v.n, k=v.k, scale_kind=0)
@@ -144,7 +145,9 @@ def resident_ctas(regs: int, threads: int, smem: int) -> int:
 
 def check(v: Variant, arch: int = 90) -> dict:
     """Compile one variant; a row of the report (status 'ok' or the error's first line)."""
-    knobs = dict(bn=64, num_warps=4, stages=4, ctas_per_sm=2 if v.m <= 16 else 1)
+    defaults = inspect.signature(fp4_gluon.launch_args).parameters
+    knobs = {k: defaults[k].default for k in ("bn", "num_warps", "stages")}
+    knobs["ctas_per_sm"] = fp4_gluon.default_ctas_per_sm(v.m)
     knobs.update(v.knobs)
     row = dict(name=v.name, shape=f"{v.n}x{v.k}", m=v.m, dtype="bf16" if v.bf16 else "fp16", bias=v.bias, **knobs)
     t0 = time.time()
