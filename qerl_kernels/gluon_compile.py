@@ -3,8 +3,8 @@
 Why (issue 22): the kernel gets few GPU calls; a Gluon API, layout or ptxas error found there wastes one. Triton
 compiles for a target it does not have (Gluon -> TTGIR -> LLVM -> PTX, then the backend's bundled ptxas -> cubin),
 so this builds every variant the benchmark and the config sweep launch and reports, per variant, ok or the error,
-registers per thread, spills and shared memory, and how many CTAs per SM those resources allow against the CTAs
-per SM the launch plans for.
+registers per thread, spills and shared memory, how many CTAs per SM those resources allow against the CTAs per SM
+the launch plans for, and how many layout conversions go through shared memory (stmatrix / ldmatrix; none expected).
 
 How: each variant's launch is built by the launcher itself (fp4_gluon.launch_args) from CPU tensors of the real
 shapes and dtypes, and goes through the JIT's own argument binding (its signature, constexprs and alignment / value
@@ -17,13 +17,14 @@ Variants (`variants()`): the benchmark's (default knobs; the 7B gate/up group an
 (rows per tile with warps, ring stages, CTAs per SM) at M = 1 and 16 on the gate/up group.
 
 Run:  python -m qerl_kernels.gluon_compile                 # every variant, a table on stdout; exit 1 if any failed
-      python -m qerl_kernels.gluon_compile --only bench-m1 tune-64-4-3-1-m16      (--list names them)
+      python -m qerl_kernels.gluon_compile --only bench-m1 tune-64-4-3-1-m16 --json   (--list names them)
 Needs Triton with triton.experimental.gluon (3.6 on the GPU image; 3.9 builds it too).
 """
 from __future__ import annotations
 
 import argparse
 import inspect
+import json
 import re
 import subprocess
 import sys
@@ -36,7 +37,7 @@ import torch
 from qerl_kernels import fp4_gluon
 from qerl_kernels.layout import PreparedFP4, padded_shape
 
-__all__ = ["Variant", "variants", "compile_variant", "ptxas_usage", "main"]
+__all__ = ["Variant", "variants", "compile_variant", "ptxas_usage", "resident_ctas", "check", "table", "main"]
 
 SMEM_PER_SM = 228 * 1024      # Hopper (H100 / H200): shared memory per SM
 SMEM_RESERVED = 1024          # per CTA, reserved by the system
@@ -59,7 +60,8 @@ class Variant:
 
 
 def variants() -> list[Variant]:
-    """The benchmark's launches (default knobs) and the tune sweep's (tune.GLUON_SWEEP), duplicates removed."""
+    """The benchmark's launches (default knobs) and the tune sweep's (tune.GLUON_SWEEP); a sweep config equal to the
+    defaults builds the same binary as its bench variant (then a cache hit)."""
     from qerl_kernels.tune import GLUON_SWEEP
     out = [Variant(f"bench-m{m}", *GATE_UP, m) for m in (1, 4, 8, 16, 32, 64)]
     out += [Variant("bench-down-m1", *DOWN, 1), Variant("bench-down-m16", *DOWN, 16),
@@ -114,14 +116,17 @@ def compile_variant(v: Variant, arch: int = 90):
     return triton.compile(src, target=target, options=options.__dict__), meta
 
 
-def ptxas_usage(ptx: str, arch: int = 90) -> dict:
-    """`ptxas -v` of the PTX with the ptxas Triton uses for `arch`: registers, spill bytes, stack, warnings."""
+def ptxas_usage(ptx: str, metadata, arch: int = 90) -> dict:
+    """`ptxas -v` of the PTX with the ptxas and the options Triton used for `arch` (line info, FMA fusion, extra
+    ptxas options of the compiled kernel's metadata): registers, spill bytes, stack, warnings."""
     from triton.backends.nvidia.compiler import get_ptxas, sm_arch_from_capability
+    opts = ["-lineinfo"] + ([] if metadata.enable_fp_fusion else ["--fmad=false"])
+    opts += metadata.ptx_options.split() if metadata.ptx_options else []
     with tempfile.TemporaryDirectory() as d:
         src = f"{d}/k.ptx"
         with open(src, "w") as f:
             f.write(ptx)
-        r = subprocess.run([get_ptxas(arch).path, "-v", f"--gpu-name={sm_arch_from_capability(arch)}", src,
+        r = subprocess.run([get_ptxas(arch).path, *opts, "-v", f"--gpu-name={sm_arch_from_capability(arch)}", src,
                             "-o", f"{d}/k.cubin"], capture_output=True, text=True)
     log = r.stderr + r.stdout
     if r.returncode:
@@ -153,7 +158,7 @@ def check(v: Variant, arch: int = 90) -> dict:
     t0 = time.time()
     try:
         compiled, meta = compile_variant(v, arch)
-        use = ptxas_usage(compiled.asm["ptx"], arch)
+        use = ptxas_usage(compiled.asm["ptx"], compiled.metadata, arch)
     except Exception as e:  # noqa: BLE001 - reported per variant, the others still build
         while e.__cause__ is not None or e.__context__ is not None:   # the innermost error says what went wrong
             e = e.__cause__ or e.__context__
@@ -162,18 +167,21 @@ def check(v: Variant, arch: int = 90) -> dict:
         return row
     md = compiled.metadata
     threads = md.num_warps * 32
+    ptx = compiled.asm["ptx"]
     row.update(status="ok", seconds=time.time() - t0, MP=meta["MP"], maxnreg=meta["maxnreg"], threads=threads,
-               smem=md.shared, cubin=len(compiled.asm["cubin"]), **use)
+               smem=md.shared, cubin=len(compiled.asm["cubin"]), **use,
+               # instructions the design relies on, and layout conversions through shared memory (none expected)
+               tma=ptx.count("cp.async.bulk.tensor"), mma=ptx.count("mma.sync"),
+               smem_cvt=ptx.count("stmatrix") + ptx.count("ldmatrix"))
     row["fits"] = resident_ctas(use["regs"] or meta["maxnreg"], threads, md.shared)
-    row["setmaxnreg"] = sorted({int(x) for x in re.findall(r"setmaxnreg\.\w+\.sync\.aligned\.u32\s+(\d+)",
-                                                           compiled.asm["ptx"])})
+    row["setmaxnreg"] = sorted({int(x) for x in re.findall(r"setmaxnreg\.\w+\.sync\.aligned\.u32\s+(\d+)", ptx)})
     return row
 
 
 def table(rows: list[dict]) -> str:
     """The report as a markdown table."""
     head = ("| variant | N x K | M | MP | dtype | bias | BN | warps | stages | CTAs/SM planned | fits | status | regs "
-            "(maxnreg) | setmaxnreg | spill st/ld B | stack B | smem B | threads | s |")
+            "(maxnreg) | setmaxnreg | spill st/ld B | stack B | smem B | smem cvt | threads | s |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
         ok = r["status"] == "ok"
@@ -182,7 +190,8 @@ def table(rows: list[dict]) -> str:
             r["num_warps"], r["stages"], r["ctas_per_sm"], r.get("fits", "-") if ok else "-", r["status"],
             f"{r['regs']} ({r['maxnreg']})" if ok else "-", "/".join(map(str, r["setmaxnreg"])) if ok else "-",
             f"{r['spill_st']}/{r['spill_ld']}" if ok else "-", r["stack"] if ok else "-",
-            r["smem"] if ok else "-", r["threads"] if ok else "-", f"{r['seconds']:.1f}")) + " |")
+            r["smem"] if ok else "-", r["smem_cvt"] if ok else "-", r["threads"] if ok else "-",
+            f"{r['seconds']:.1f}")) + " |")
     warns = sorted({w for r in rows for w in r.get("warnings", [])})
     if warns:
         lines += ["", "ptxas warnings:"] + [f"- {w}" for w in warns]
@@ -194,6 +203,7 @@ def main(argv=None) -> int:
     ap.add_argument("--only", nargs="*", default=None, help="variant names (default: all; --list shows them)")
     ap.add_argument("--list", action="store_true", help="print the variant names and exit")
     ap.add_argument("--arch", type=int, default=90, help="compute capability to build for (default 90: sm_90a)")
+    ap.add_argument("--json", action="store_true", help="print one JSON object per variant instead of the table")
     args = ap.parse_args(argv)
     if not fp4_gluon.HAVE_GLUON:
         print("gluon_compile: this Triton has no triton.experimental.gluon with the Hopper modules", file=sys.stderr)
@@ -213,13 +223,17 @@ def main(argv=None) -> int:
     for v in vs:
         rows.append(check(v, args.arch))
         r = rows[-1]
+        if args.json:
+            print(json.dumps(r), flush=True)
+            continue
         print(f"{r['name']}: {r['status']}" + (f" regs {r['regs']} spills {r['spill_st']}/{r['spill_ld']} smem "
                                                f"{r['smem']} fits {r['fits']}/{r['ctas_per_sm']} CTAs/SM"
                                                if r["status"] == "ok" else ""), flush=True)
-    text = f"Gluon kernel compile check, triton {triton.__version__}, sm_{args.arch}\n\n{table(rows)}\n"
-    print("\n" + text)
+    if not args.json:
+        print(f"\nGluon kernel compile check, triton {triton.__version__}, sm_{args.arch}\n\n{table(rows)}\n")
     bad = [r["name"] for r in rows if r["status"] != "ok"]
-    print(f"{len(rows) - len(bad)} of {len(rows)} variants built" + (f"; failed: {' '.join(bad)}" if bad else ""))
+    print(f"{len(rows) - len(bad)} of {len(rows)} variants built" + (f"; failed: {' '.join(bad)}" if bad else ""),
+          file=sys.stderr if args.json else sys.stdout)
     return 1 if bad else 0
 
 
