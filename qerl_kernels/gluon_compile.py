@@ -12,9 +12,10 @@ specialisations, e.g. M = 1 becomes a constant), so the check compiles exactly t
 build and, run on the GPU machine, fills Triton's cache with it. Registers and spills come from `ptxas -v` (the same
 ptxas and architecture Triton used) on the compiled PTX; shared memory from the compiled kernel's metadata.
 
-Variants (`variants()`): the benchmark's (default knobs; the 7B gate/up group and down_proj; M = 1, 4, 8, 16, 32,
-64, i.e. MP 8/16/32/64; bf16, plus fp16 and a bias variant as the tests launch them) and tune.py's GLUON_SWEEP
-(rows per tile with warps, ring stages, CTAs per SM) at M = 1 and 16 on the gate/up group.
+Variants (`variants()`): the benchmark's (default knobs; the 7B gate/up group at M = 1, 4, 8, 16, 32, 64, i.e. MP
+8/16/32/64; down_proj, q, k/v and the q/k/v group, where the plan's integers specialise differently; bf16, plus fp16,
+bias and a one-k-step weight as the tests launch them) and tune.py's GLUON_SWEEP (rows per tile with warps, ring
+stages, CTAs per SM) at M = 1 and 16 on the gate/up group.
 
 Run:  python -m qerl_kernels.gluon_compile                 # every variant, a table on stdout; exit 1 if any failed
       python -m qerl_kernels.gluon_compile --only bench-m1 tune-64-4-3-1-m16 --json   (--list names them)
@@ -64,6 +65,11 @@ def variants() -> list[Variant]:
     defaults builds the same binary as its bench variant (then a cache hit)."""
     from qerl_kernels.tune import GLUON_SWEEP
     out = [Variant(f"bench-m{m}", *GATE_UP, m) for m in (1, 4, 8, 16, 32, 64)]
+    # other 7B shapes where the plan's integers specialise differently (k/v: one k-step per CTA, PER = 1 becomes a
+    # constant; a 1-k-step weight as in the GPU tests: K_STEPS = 1 too)
+    out += [Variant("bench-q-m1", 3584, 3584, 1), Variant("bench-kv-m1", 512, 3584, 1),
+            Variant("bench-kv-m64", 512, 3584, 64), Variant("bench-qkv-m16", 4608, 3584, 16),
+            Variant("test-k256-m9", 384, 256, 9)]
     out += [Variant("bench-down-m1", *DOWN, 1), Variant("bench-down-m16", *DOWN, 16),
             Variant("fp16-m1", *GATE_UP, 1, bf16=False), Variant("fp16-m16", *GATE_UP, 16, bf16=False),
             Variant("bias-m3", *GATE_UP, 3, bias=True), Variant("fp16-bias-m33", *GATE_UP, 33, bf16=False, bias=True)]
