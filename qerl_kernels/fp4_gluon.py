@@ -60,7 +60,7 @@ if HAVE_TRITON:
     except ImportError:  # pragma: no cover - older Triton: the module stays importable, the op raises
         HAVE_GLUON = False
 
-__all__ = ["HAVE_GLUON", "BK", "fp4_gemm_gluon", "gluon_plan"]
+__all__ = ["HAVE_GLUON", "BK", "fp4_gemm_gluon", "gluon_plan", "launch_args", "default_ctas_per_sm"]
 
 BK = 256          # k columns per pipeline step: the scale tile's rows are then 16 bytes, TMA's minimum
 MAX_M = 64
@@ -94,12 +94,27 @@ if HAVE_GLUON:
             _tma_load(w_desc, [tile * BN, ks * (_BK // 8)], ready.index(slot), w_bufs.index(slot))
             _tma_load(s_desc, [tile * BN, ks * (_BK // 32)], ready.index(slot), s_bufs.index(slot))
 
+    @gluon.constexpr_function
+    def _scale_layout(BN, NUM_WARPS):
+        """Register layout of the [BN, BK // 32] scale tile such that, reshaped to [n, chunk, b], it is the words'
+        layout (w_l reshaped to [n, chunk, c, b]) with the lane-quad dimension c sliced off: a thread loads the 8
+        scales of each of its rows (two 16-byte shared loads, the 4 lanes of a quad the same ones), and the decode
+        broadcasts them over c without moving data (a plain convert_layout went through shared memory: stmatrix,
+        ldmatrix and two extra barriers per k-step)."""
+        BN, NUM_WARPS = int(BN), int(NUM_WARPS)
+        warps = [[16 << i, 0] for i in range(NUM_WARPS.bit_length() - 1)]
+        reps = [[(16 * NUM_WARPS) << j, 0] for j in range((BN // (16 * NUM_WARPS)).bit_length() - 1)]
+        return gl.DistributedLinearLayout(reg_bases=[[0, 1], [0, 2], [8, 0], [0, 4]] + reps,
+                                          lane_bases=[[0, 0], [0, 0], [1, 0], [2, 0], [4, 0]], warp_bases=warps,
+                                          block_bases=[], shape=[BN, _BK // 32])
+
     @gluon.jit
     def _decode(w2, s2, BN: gl.constexpr, BF16: gl.constexpr):
         """[BN, BK // 8] words + [BN, BK // 32] scales -> [BN, BK] decoded weights (see fp4_decoder._decode_tile)."""
         NC: gl.constexpr = _BK // 128
         w4 = gl.reshape(w2, [BN, NC, 4, 4])                                               # [n, chunk, c, b]
-        s3 = gl.convert_layout(gl.reshape(s2, [BN, NC, 4]), gl.SliceLayout(2, w4.type.layout))  # [n, chunk, b]
+        s3 = gl.convert_layout(gl.reshape(s2, [BN, NC, 4]), gl.SliceLayout(2, w4.type.layout),  # [n, chunk, b]
+                               assert_trivial=True)
         s4 = gl.expand_dims(s3, 2)                                                        # [n, chunk, 1, b]
         w4, s4 = gl.broadcast(w4, s4)
         if BF16:
@@ -160,7 +175,7 @@ if HAVE_GLUON:
         # 16-word chunks for rows g and g + 8 (lane 4g + c), so after the decode its bf16 pairs sit where the
         # k_width-2 A fragment wants them (the conversion to a_l then stays in registers)
         w_l: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=4)
-        s_l: gl.constexpr = gl.BlockedLayout([1, 4], [8, 4], [NUM_WARPS, 1], [1, 0])
+        s_l: gl.constexpr = _scale_layout(BN, NUM_WARPS)
         u0 = gl.program_id(0) * PER
         u1 = gl.minimum(u0 + PER, TOTAL)
         t_first = u0 // K_STEPS
@@ -185,7 +200,7 @@ if HAVE_GLUON:
             s2 = s_bufs.index(slot).load(s_l)
             fence_async_shared()            # order the shared reads before the producer's next TMA write
             mbarrier.arrive(empty.index(slot), count=1)
-            a = gl.convert_layout(_decode(w2, s2, BN, BF16), a_l)
+            a = gl.convert_layout(_decode(w2, s2, BN, BF16), a_l, assert_trivial=True)
             acc = mma_v2(a, xt, acc)
             if (ks == K_STEPS - 1) | (it == u1 - 1):
                 _flush(acc, tile, u0, u1, t_first, PER, K_STEPS, os_ptr, bias_ptr, y_ptr, ws_ptr, cnt_ptr, rbn, rm,
@@ -238,18 +253,63 @@ def _max_regs(num_warps: int, ctas_per_sm: int) -> int:
     return min(232, 65536 // (ctas_per_sm * (num_warps + 4) * 32) // 8 * 8)
 
 
+def default_ctas_per_sm(m: int) -> int:
+    """Persistent CTAs per SM when the caller names none: 2 at M <= 16, else 1 with a larger register budget (at
+    M = 32-64 the x^T operand alone is 64 registers per thread)."""
+    return 2 if m <= 16 else 1
+
+
+def launch_args(x: torch.Tensor, w: PreparedFP4, bias: torch.Tensor | None, y: torch.Tensor, sms: int, *,
+                bn: int = 64, stages: int = 4, ctas_per_sm: int | None = None, num_warps: int = 4,
+                load_regs: int = 40) -> tuple[int, tuple, dict]:
+    """(grid, positional arguments, meta-parameters) of one `_fp4_gemm_ws` launch computing y = x @ W^T (+ bias).
+
+    The one place that turns the knobs into a launch: fp4_gemm_gluon launches what it returns, and the offline
+    compile check (gluon_compile.py) compiles it from CPU tensors of the same shapes and dtypes, so the check builds
+    exactly the binaries a launch would (same signature, constexprs and alignment specialisations). The stream-K
+    partials and counters are the per-device workspace of the Triton kernels (fp4_launch._workspace), grown to fit.
+
+    Raises:
+        ValueError: a knob or shape the kernel does not support (the message names it).
+    """
+    m = x.shape[0]
+    if (num_warps not in (4, 8) or bn & (bn - 1) or bn % (16 * num_warps) or not 1 <= stages <= 8 or load_regs % 8
+            or not 24 <= load_regs <= 256):
+        raise ValueError(f"fp4_gemm_gluon: needs num_warps 4 or 8 (whole warpgroups), bn a power of two and a multiple "
+                         f"of 16 * num_warps, 1 <= stages <= 8 and load_regs a multiple of 8 in 24..256; got bn={bn}, "
+                         f"num_warps={num_warps}, stages={stages}, load_regs={load_regs}")
+    n_pad, k_pad = w.words.shape[0], w.words.shape[1] * 8
+    if ctas_per_sm is None:
+        ctas_per_sm = default_ctas_per_sm(m)
+    plan = gluon_plan(n_pad, k_pad, m, sms, bn, ctas_per_sm)
+    ws, cnt = _workspace(x.device, 2 * plan["grid"] * bn * plan["MP"], plan["tiles"])  # 2 partial tiles per CTA
+    # TMA tiles of one k-step: [bn, 32] int32 words (128 bytes a row) and [bn, 8] int16 scales (16 bytes a row, TMA's
+    # minimum); both row strides (K_pad / 2 and K_pad / 16 bytes) are multiples of 16 bytes since K_pad % 256 == 0
+    w_desc = TensorDescriptor.from_tensor(w.words, [bn, BK // 8],
+                                          gl.NVMMASharedLayout.get_default_for([bn, BK // 8], gl.int32))
+    s_desc = TensorDescriptor.from_tensor(w.scales, [bn, BK // 32],
+                                          gl.NVMMASharedLayout.get_default_for([bn, BK // 32], gl.int16))
+    bf16 = x.dtype == torch.bfloat16
+    os_row = w.out_scales[int(bf16)]
+    args = (w_desc, s_desc, x, os_row, bias if bias is not None else os_row, y, ws, cnt,
+            m, w.n, w.k, plan["TOTAL"], plan["PER"], plan["K_STEPS"], x.stride(0), y.stride(0))
+    meta = dict(BN=bn, MP=plan["MP"], STAGES=stages, BF16=bf16, HAS_BIAS=bias is not None, NUM_WARPS=num_warps,
+                LOAD_REGS=load_regs, num_warps=num_warps, maxnreg=_max_regs(num_warps, ctas_per_sm))
+    return plan["grid"], args, meta
+
+
 def fp4_gemm_gluon(x: torch.Tensor, w: PreparedFP4, bias: torch.Tensor | None = None, *, bn: int = 64,
                    stages: int = 4, ctas_per_sm: int | None = None, num_warps: int = 4,
                    load_regs: int = 40) -> torch.Tensor:
     """y = x @ W^T (+ bias) for a prepared NVFP4 weight and x [M, K] fp16/bf16 on a Hopper GPU, M <= 64.
 
-    bn: weight rows per tile (a multiple of 16 * num_warps); stages: ring depth; ctas_per_sm: persistent CTAs per SM
-    (default 2 for M <= 16, else 1 with a larger register budget: at M = 32-64 the x^T operand alone is 64 registers
-    per thread); load_regs: the producer warp's registers.
+    bn: weight rows per tile (a power of two, a multiple of 16 * num_warps); stages: ring depth; ctas_per_sm:
+    persistent CTAs per SM (default `default_ctas_per_sm`); num_warps: consumer warps (4 or 8); load_regs: the producer
+    warp's registers.
 
     Raises:
         RuntimeError: Gluon is not available (Triton without triton.experimental.gluon's Hopper modules).
-        ValueError: unsupported weight (MXFP4, SegmentedFP4), shape or dtype (the message names it).
+        ValueError: unsupported weight (MXFP4, SegmentedFP4), shape, dtype or knob (the message names it).
     """
     if not HAVE_GLUON:
         raise RuntimeError("fp4_gemm_gluon: triton.experimental.gluon (Hopper TMA / mbarrier) is not available")
@@ -259,24 +319,14 @@ def fp4_gemm_gluon(x: torch.Tensor, w: PreparedFP4, bias: torch.Tensor | None = 
     if x.dim() != 2 or x.shape[1] != w.k or x.dtype not in (torch.float16, torch.bfloat16) or not x.is_cuda:
         raise ValueError(f"fp4_gemm_gluon: x must be CUDA fp16/bf16 [M, {w.k}], got {x.dtype} {tuple(x.shape)} "
                          f"on {x.device}")
+    if bias is not None and (tuple(bias.shape) != (w.n,) or bias.device != x.device):
+        raise ValueError(f"fp4_gemm_gluon: bias must be [{w.n}] on {x.device}, got {tuple(bias.shape)} on "
+                         f"{bias.device}")
     x = x.contiguous()
-    m = x.shape[0]
-    n_pad, k_pad = w.words.shape[0], w.words.shape[1] * 8
+    bias = bias.contiguous() if bias is not None else None
+    y = torch.empty(x.shape[0], w.n, device=x.device, dtype=x.dtype)
     sms = torch.cuda.get_device_properties(x.device).multi_processor_count
-    if ctas_per_sm is None:
-        ctas_per_sm = 2 if m <= 16 else 1
-    plan = gluon_plan(n_pad, k_pad, m, sms, bn, ctas_per_sm)
-    y = torch.empty(m, w.n, device=x.device, dtype=x.dtype)
-    ws, cnt = _workspace(x.device, 2 * plan["grid"] * bn * plan["MP"], plan["tiles"])
-    w_desc = TensorDescriptor.from_tensor(w.words, [bn, BK // 8],
-                                          gl.NVMMASharedLayout.get_default_for([bn, BK // 8], gl.int32))
-    s_desc = TensorDescriptor.from_tensor(w.scales, [bn, BK // 32],
-                                          gl.NVMMASharedLayout.get_default_for([bn, BK // 32], gl.int16))
-    bf16 = x.dtype == torch.bfloat16
-    os_row = w.out_scales[int(bf16)]
-    _fp4_gemm_ws[(plan["grid"],)](
-        w_desc, s_desc, x, os_row, bias if bias is not None else os_row, y, ws, cnt,
-        m, w.n, w.k, plan["TOTAL"], plan["PER"], plan["K_STEPS"], x.stride(0), y.stride(0),
-        BN=bn, MP=plan["MP"], STAGES=stages, BF16=bf16, HAS_BIAS=bias is not None, NUM_WARPS=num_warps,
-        LOAD_REGS=load_regs, num_warps=num_warps, maxnreg=_max_regs(num_warps, ctas_per_sm))
+    grid, args, meta = launch_args(x, w, bias, y, sms, bn=bn, stages=stages, ctas_per_sm=ctas_per_sm,
+                                   num_warps=num_warps, load_regs=load_regs)
+    _fp4_gemm_ws[(grid,)](*args, **meta)
     return y

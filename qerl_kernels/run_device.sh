@@ -1,16 +1,18 @@
 #!/bin/bash
 # One call on a GPU machine (the device tool), <= 8 minutes on one H100, in this order: install carried wheels (.whl/:
-# bitsandbytes, optional), compile every Triton kernel variant in parallel, run the Gluon kernel's tests (issue 22)
+# bitsandbytes, optional), the Gluon kernel's offline compile check (qerl_kernels/gluon_compile.py: every variant the
+# benchmark and the sweep launch, ok/error, registers, spills, smem; it also fills Triton's cache with those
+# binaries), compile every Triton kernel variant in parallel, run the Gluon kernel's tests (issue 22)
 # in their own process with a short timeout (a hang, crash or CUDA fault there drops the Gluon kernel from the rest,
 # nothing else), the benchmark (bandwidth ceiling = best of several streaming kernels; correctness checks on the first
 # model's shapes; timings at M in $MS with nvfp4_gluon beside cuBLAS and the Triton kernels), with NCU=1 ncu of the
 # Gluon and Triton kernels on the 7B gate/up group at M = 1 and 16, a sweep of the Gluon kernel's configs
 # (tune.py --gluon), and last the other GPU kernel tests.
 # Writes to $OUT (<= 8 files, each copied as soon as its stage ends, so a call cut short still returns them):
-# gluon-smoke.log, bench.log, kernels.summary.md, ncu.log (NCU=1), tune-gluon.log, pytest.log and kernels.tgz (the
-# whole work folder: kernels.csv and kernels.provenance.md included). Stage timeouts (s), 465 in all: PREWARM_S 40,
-# SMOKE_S 75, BENCH_S 200, NCU_S 45, TUNE_S 60 (0: skip), PYTEST_S 45; BUDGET 120 stops the benchmark from starting
-# new shapes.
+# gluon-smoke.log (the compile check's table, then the Gluon tests), bench.log, kernels.summary.md, ncu.log (NCU=1),
+# tune-gluon.log, pytest.log and kernels.tgz (the whole work folder: kernels.csv and kernels.provenance.md included).
+# Stage timeouts (s), 505 in all: COMPILE_S 40, PREWARM_S 40, SMOKE_S 75, BENCH_S 200, NCU_S 45, TUNE_S 60 (0: skip),
+# PYTEST_S 45; BUDGET 120 stops the benchmark from starting new shapes.
 # Usage: COMMIT=$(git rev-parse HEAD) NCU=1 bash qerl_kernels/run_device.sh
 set -o pipefail
 export PYTHONUNBUFFERED=1 TRITON_DEFAULT_FP_FUSION=1
@@ -28,6 +30,12 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,
   | tee -a "$W/bench.log"
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" \
   | tee -a "$W/bench.log"
+stamp "gluon compile check"
+timeout "${COMPILE_S:-40}" python3 -m qerl_kernels.gluon_compile > "$W/gluon-compile.log" 2>&1
+rc=$?
+grep -vE "^(\||$)|: ok " "$W/gluon-compile.log" | tail -12   # failures and the verdict, not the table
+stamp "gluon compile check rc=$rc"
+cp "$W/gluon-compile.log" "$OUT/gluon-smoke.log"
 stamp prewarm
 timeout "${PREWARM_S:-40}" python3 -m qerl_kernels.bench --prewarm "${PREWARM:-15}" --prewarm-only 2>&1 | tail -5 | tee -a "$W/bench.log"
 stamp "gluon smoke test"
@@ -35,7 +43,7 @@ SKIP=""
 timeout "${SMOKE_S:-75}" python3 -m pytest tests/qerl_kernels/test_kernels_gluon.py -q -rfE -p no:cacheprovider \
   > "$W/gluon-smoke.log" 2>&1
 rc=$?
-tail -25 "$W/gluon-smoke.log"; cp "$W/gluon-smoke.log" "$OUT/"
+tail -25 "$W/gluon-smoke.log"; cat "$W/gluon-compile.log" "$W/gluon-smoke.log" > "$OUT/gluon-smoke.log"
 # a hang, a crash or a CUDA fault drops the Gluon kernel from the rest (it would take the benchmark down with it);
 # a wrong result or a compile error does not (the benchmark's checks report it, its timings still say something)
 if [ $rc -ge 124 ] || grep -qiE "illegal (memory|instruction)|unspecified launch failure|CUDA error|misaligned" \

@@ -1,0 +1,247 @@
+"""Compile the Gluon NVFP4 kernel (fp4_gluon.py) ahead of time for a Hopper GPU, on any machine: no GPU needed.
+
+Why (issue 22): the kernel gets few GPU calls; a Gluon API, layout or ptxas error found there wastes one. Triton
+compiles for a target it does not have (Gluon -> TTGIR -> LLVM -> PTX, then the backend's bundled ptxas -> cubin),
+so this builds every variant the benchmark and the config sweep launch and reports, per variant, ok or the error,
+registers per thread, spills and shared memory, how many CTAs per SM those resources allow against the CTAs per SM
+the launch plans for, and how many layout conversions go through shared memory (stmatrix / ldmatrix; none expected).
+
+How: each variant's launch is built by the launcher itself (fp4_gluon.launch_args) from CPU tensors of the real
+shapes and dtypes, and goes through the JIT's own argument binding (its signature, constexprs and alignment / value
+specialisations, e.g. M = 1 becomes a constant), so the check compiles exactly the binary a launch on the GPU would
+build and, run on the GPU machine, fills Triton's cache with it. Registers and spills come from `ptxas -v` (the same
+ptxas and architecture Triton used) on the compiled PTX; shared memory from the compiled kernel's metadata.
+
+Variants (`variants()`): the benchmark's (default knobs; the 7B gate/up group at M = 1, 4, 8, 16, 32, 64, i.e. MP
+8/16/32/64; down_proj, q, k/v and the q/k/v group, where the plan's integers specialise differently; bf16, plus fp16,
+bias and a one-k-step weight as the tests launch them) and tune.py's GLUON_SWEEP (rows per tile with warps, ring
+stages, CTAs per SM) at M = 1 and 16 on the gate/up group.
+
+Run:  python -m qerl_kernels.gluon_compile                 # every variant, a table on stdout; exit 1 if any failed
+      python -m qerl_kernels.gluon_compile --only bench-m1 tune-64-4-3-1-m16 --json   (--list names them)
+Needs Triton with triton.experimental.gluon (3.6 on the GPU image; 3.9 builds it too).
+"""
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from qerl_kernels import fp4_gluon
+from qerl_kernels.layout import PreparedFP4, padded_shape
+
+__all__ = ["Variant", "variants", "compile_variant", "ptxas_usage", "resident_ctas", "check", "table", "main"]
+
+SMEM_PER_SM = 228 * 1024      # Hopper (H100 / H200): shared memory per SM
+SMEM_RESERVED = 1024          # per CTA, reserved by the system
+REGS_PER_SM = 65536
+SMS = 132                     # H100 SXM; the plan (grid, PER) only changes the values of integer arguments
+GATE_UP = (37888, 3584)       # the 7B gate/up group, N x K (the benchmark's and the sweep's largest launch)
+DOWN = (3584, 18944)          # 7B down_proj (74 k-steps)
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One launch configuration of fp4_gemm_gluon: a weight shape, M, activation dtype and bias, and the knobs."""
+    name: str
+    n: int
+    k: int
+    m: int
+    bf16: bool = True
+    bias: bool = False
+    knobs: dict = field(default_factory=dict, hash=False)
+
+
+def variants() -> list[Variant]:
+    """The benchmark's launches (default knobs) and the tune sweep's (tune.GLUON_SWEEP); a sweep config equal to the
+    defaults builds the same binary as its bench variant (then a cache hit)."""
+    from qerl_kernels.tune import GLUON_SWEEP
+    out = [Variant(f"bench-m{m}", *GATE_UP, m) for m in (1, 4, 8, 16, 32, 64)]
+    # other 7B shapes where the plan's integers specialise differently (k/v: one k-step per CTA, PER = 1 becomes a
+    # constant; a 1-k-step weight as in the GPU tests: K_STEPS = 1 too)
+    out += [Variant("bench-q-m1", 3584, 3584, 1), Variant("bench-kv-m1", 512, 3584, 1),
+            Variant("bench-kv-m64", 512, 3584, 64), Variant("bench-qkv-m16", 4608, 3584, 16),
+            Variant("test-k256-m9", 384, 256, 9)]
+    out += [Variant("bench-down-m1", *DOWN, 1), Variant("bench-down-m16", *DOWN, 16),
+            Variant("fp16-m1", *GATE_UP, 1, bf16=False), Variant("fp16-m16", *GATE_UP, 16, bf16=False),
+            Variant("bias-m3", *GATE_UP, 3, bias=True), Variant("fp16-bias-m33", *GATE_UP, 33, bf16=False, bias=True)]
+    for bn, nw, st, cps in GLUON_SWEEP:
+        for m in (1, 16):
+            out.append(Variant(f"tune-{bn}-{nw}-{st}-{cps}-m{m}", *GATE_UP, m,
+                               knobs=dict(bn=bn, num_warps=nw, stages=st, ctas_per_sm=cps)))
+    return out
+
+
+def _cpu_launch(v: Variant):
+    """(grid, args, meta) of the variant's launch, built by fp4_gluon.launch_args from CPU tensors (never filled:
+    only shapes, dtypes, strides and 16-byte alignment matter to the compile)."""
+    dt = torch.bfloat16 if v.bf16 else torch.float16
+    n_pad, k_pad = padded_shape(v.n, v.k)
+    w = PreparedFP4(words=torch.empty(n_pad, k_pad // 8, dtype=torch.int32),
+                    scales=torch.empty(n_pad, k_pad // 32, dtype=torch.int16),
+                    out_scales=torch.empty(2, n_pad, dtype=torch.float32), n=v.n, k=v.k, scale_kind=0)
+    x = torch.empty(v.m, v.k, dtype=dt)
+    y = torch.empty(v.m, v.n, dtype=dt)
+    bias = torch.empty(v.n, dtype=dt) if v.bias else None
+    return fp4_gluon.launch_args(x, w, bias, y, SMS, **v.knobs)
+
+
+def _target(arch: int):
+    from triton.backends.compiler import GPUTarget
+    return GPUTarget("cuda", arch, 32)
+
+
+def compile_variant(v: Variant, arch: int = 90):
+    """Compile the variant's launch for `arch` (no GPU); returns (CompiledKernel, meta). Raises what Triton raises."""
+    import triton
+    from triton import knobs
+    from triton.compiler import make_backend
+    from triton.experimental.gluon._runtime import GluonASTSource
+    from triton.runtime.jit import create_function_from_signature
+    _, args, meta = _cpu_launch(v)
+    kernel = fp4_gluon._fp4_gemm_ws
+    target = _target(arch)
+    backend = make_backend(target)
+    # the keyword arguments JITFunction.run adds before binding (the ones this Triton has)
+    kwargs = dict(meta, debug=kernel.debug or knobs.runtime.debug)
+    for k in ("instrumentation_mode", "fpsan_homomorphic_casts"):
+        if hasattr(knobs.compilation, k):
+            kwargs[k] = getattr(knobs.compilation, k)
+    binder = create_function_from_signature(kernel.signature, kernel.params, backend)
+    bound, specialization, options = binder(*args, **kwargs)
+    options, signature, constexprs, attrs = kernel._pack_args(backend, kwargs, bound, specialization, options)
+    src = GluonASTSource(kernel, signature, constexprs, attrs)
+    return triton.compile(src, target=target, options=options.__dict__), meta
+
+
+def ptxas_usage(ptx: str, metadata, arch: int = 90) -> dict:
+    """`ptxas -v` of the PTX with the ptxas and the options Triton used for `arch` (line info, FMA fusion, extra
+    ptxas options of the compiled kernel's metadata): registers, spill bytes, stack, warnings."""
+    from triton.backends.nvidia.compiler import get_ptxas, sm_arch_from_capability
+    opts = ["-lineinfo"] + ([] if metadata.enable_fp_fusion else ["--fmad=false"])
+    opts += metadata.ptx_options.split() if metadata.ptx_options else []
+    with tempfile.TemporaryDirectory() as d:
+        src = f"{d}/k.ptx"
+        with open(src, "w") as f:
+            f.write(ptx)
+        r = subprocess.run([get_ptxas(arch).path, *opts, "-v", f"--gpu-name={sm_arch_from_capability(arch)}", src,
+                            "-o", f"{d}/k.cubin"], capture_output=True, text=True)
+    log = r.stderr + r.stdout
+    if r.returncode:
+        raise RuntimeError(f"ptxas failed ({r.returncode}): {log[-2000:]}")
+
+    def num(pattern):
+        hit = re.search(pattern, log)
+        return int(hit.group(1)) if hit else None
+    return dict(regs=num(r"Used (\d+) registers"), spill_st=num(r"(\d+) bytes spill stores"),
+                spill_ld=num(r"(\d+) bytes spill loads"), stack=num(r"(\d+) bytes stack frame"),
+                warnings=[ln.strip() for ln in log.splitlines() if "warning" in ln.lower()])
+
+
+def resident_ctas(regs: int, threads: int, smem: int) -> int:
+    """CTAs per SM that registers (allocated per warp in units of 256), shared memory and warps allow (Hopper)."""
+    per_warp = -(-regs * 32 // 256) * 256
+    by_regs = REGS_PER_SM // (per_warp * (threads // 32))
+    by_smem = SMEM_PER_SM // (smem + SMEM_RESERVED)
+    return min(by_regs, by_smem, 64 // (threads // 32), 32)
+
+
+def check(v: Variant, arch: int = 90) -> dict:
+    """Compile one variant; a row of the report (status 'ok' or the error's first line)."""
+    defaults = inspect.signature(fp4_gluon.launch_args).parameters
+    knobs = {k: defaults[k].default for k in ("bn", "num_warps", "stages")}
+    knobs["ctas_per_sm"] = fp4_gluon.default_ctas_per_sm(v.m)
+    knobs.update(v.knobs)
+    row = dict(name=v.name, shape=f"{v.n}x{v.k}", m=v.m, dtype="bf16" if v.bf16 else "fp16", bias=v.bias, **knobs)
+    t0 = time.time()
+    try:
+        compiled, meta = compile_variant(v, arch)
+        use = ptxas_usage(compiled.asm["ptx"], compiled.metadata, arch)
+    except Exception as e:  # noqa: BLE001 - reported per variant, the others still build
+        while e.__cause__ is not None or e.__context__ is not None:   # the innermost error says what went wrong
+            e = e.__cause__ or e.__context__
+        lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+        row.update(status=f"{type(e).__name__}: {lines[0][:300] if lines else ''}", seconds=time.time() - t0)
+        return row
+    md = compiled.metadata
+    threads = md.num_warps * 32
+    ptx = compiled.asm["ptx"]
+    row.update(status="ok", seconds=time.time() - t0, MP=meta["MP"], maxnreg=meta["maxnreg"], threads=threads,
+               smem=md.shared, cubin=len(compiled.asm["cubin"]), **use,
+               # instructions the design relies on, and layout conversions through shared memory (none expected)
+               tma=ptx.count("cp.async.bulk.tensor"), mma=ptx.count("mma.sync"),
+               smem_cvt=ptx.count("stmatrix") + ptx.count("ldmatrix"))
+    row["fits"] = resident_ctas(use["regs"] or meta["maxnreg"], threads, md.shared)
+    row["setmaxnreg"] = sorted({int(x) for x in re.findall(r"setmaxnreg\.\w+\.sync\.aligned\.u32\s+(\d+)", ptx)})
+    return row
+
+
+def table(rows: list[dict]) -> str:
+    """The report as a markdown table."""
+    head = ("| variant | N x K | M | MP | dtype | bias | BN | warps | stages | CTAs/SM planned | fits | status | regs "
+            "(maxnreg) | setmaxnreg | spill st/ld B | stack B | smem B | smem cvt | threads | s |")
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for r in rows:
+        ok = r["status"] == "ok"
+        lines.append("| " + " | ".join(str(c) for c in (
+            r["name"], r["shape"], r["m"], r.get("MP", "-"), r["dtype"], "y" if r["bias"] else "n", r["bn"],
+            r["num_warps"], r["stages"], r["ctas_per_sm"], r.get("fits", "-") if ok else "-", r["status"],
+            f"{r['regs']} ({r['maxnreg']})" if ok else "-", "/".join(map(str, r["setmaxnreg"])) if ok else "-",
+            f"{r['spill_st']}/{r['spill_ld']}" if ok else "-", r["stack"] if ok else "-",
+            r["smem"] if ok else "-", r["smem_cvt"] if ok else "-", r["threads"] if ok else "-",
+            f"{r['seconds']:.1f}")) + " |")
+    warns = sorted({w for r in rows for w in r.get("warnings", [])})
+    if warns:
+        lines += ["", "ptxas warnings:"] + [f"- {w}" for w in warns]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--only", nargs="*", default=None, help="variant names (default: all; --list shows them)")
+    ap.add_argument("--list", action="store_true", help="print the variant names and exit")
+    ap.add_argument("--arch", type=int, default=90, help="compute capability to build for (default 90: sm_90a)")
+    ap.add_argument("--json", action="store_true", help="print one JSON object per variant instead of the table")
+    args = ap.parse_args(argv)
+    if not fp4_gluon.HAVE_GLUON:
+        print("gluon_compile: this Triton has no triton.experimental.gluon with the Hopper modules", file=sys.stderr)
+        return 2
+    import triton
+    vs = variants()
+    if args.list:
+        print("\n".join(v.name for v in vs))
+        return 0
+    if args.only is not None:
+        unknown = set(args.only) - {v.name for v in vs}
+        if unknown:
+            print(f"gluon_compile: unknown variants {sorted(unknown)} (see --list)", file=sys.stderr)
+            return 2
+        vs = [v for v in vs if v.name in args.only]
+    rows = []
+    for v in vs:
+        rows.append(check(v, args.arch))
+        r = rows[-1]
+        if args.json:
+            print(json.dumps(r), flush=True)
+            continue
+        print(f"{r['name']}: {r['status']}" + (f" regs {r['regs']} spills {r['spill_st']}/{r['spill_ld']} smem "
+                                               f"{r['smem']} fits {r['fits']}/{r['ctas_per_sm']} CTAs/SM"
+                                               if r["status"] == "ok" else ""), flush=True)
+    if not args.json:
+        print(f"\nGluon kernel compile check, triton {triton.__version__}, sm_{args.arch}\n\n{table(rows)}\n")
+    bad = [r["name"] for r in rows if r["status"] != "ok"]
+    print(f"{len(rows) - len(bad)} of {len(rows)} variants built" + (f"; failed: {' '.join(bad)}" if bad else ""),
+          file=sys.stderr if args.json else sys.stdout)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
