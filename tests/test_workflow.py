@@ -37,6 +37,11 @@ def test_dry_run_lists_every_stage(repo_root, tmp_path):
     grouped = _job_counts(out)
     assert grouped["train_tiny_grpo_qerl"] == 1 and grouped["evaluate"] == len(cfg["evaluate"]["methods"])
     assert "/tiny/qerl/all-runs.log" in out and "/logs/evaluate/tiny/nvfp4/tiny/seed0-1-2.log" in out
+    # the quantization jobs start before every training job (workflow/rules/common.smk, QUANTIZE_PRIORITY); a
+    # grouped training job's priority is its number of runs (the longest first)
+    priority = _priorities(out)
+    training = [p for rule, ps in priority.items() if rule.startswith("train") for p in ps]
+    assert min(priority["calibrate"] + priority["quantize"]) > max(training) > len(cfg["seeds"])
     assert not (tmp_path / "results").exists()  # a dry run writes nothing, not even the effective config
     cfg["resources"] = {"train": {"group_runs": False}}
     path.write_text(yaml.safe_dump(cfg))
@@ -48,6 +53,16 @@ def test_dry_run_lists_every_stage(repo_root, tmp_path):
     assert runs == set(re.findall(r"\S+/runs/\S+/eval\.json", single_out)) and single["train"] == len(runs)
     assert sum(n for rule, n in grouped.items() if rule.startswith("train")) < len(runs) // 3
     assert single["evaluate"] == len(cfg["seeds"]) * grouped["evaluate"]
+
+
+def _priorities(out: str) -> dict[str, list[int]]:
+    """The dry run's job priorities, {rule: [priority of each job]} (0 where a job block names none)."""
+    found: dict[str, list[int]] = {}
+    for block in re.split(r"\n(?=(?:local)?rule \w+:)", out)[1:]:
+        rule = re.match(r"(?:local)?rule (\w+):", block).group(1)
+        value = re.search(r"^\s+priority: (\d+)$", block, re.M)
+        found.setdefault(rule, []).append(int(value.group(1)) if value else 0)
+    return found
 
 
 def _job_counts(out: str) -> dict[str, int]:

@@ -25,6 +25,7 @@ rule calibrate:
     conda:
         CONDA_ENV
     threads: 2  # capped at --cores by Snakemake
+    priority: QUANTIZE_PRIORITY  # before the training jobs it unlocks (workflow/rules/common.smk)
     resources:
         gpu=1 if config["resources"]["train"]["gpus"] else 0,
     log:
@@ -50,6 +51,7 @@ rule quantize:
     conda:
         CONDA_ENV
     threads: 2  # capped at --cores by Snakemake
+    priority: QUANTIZE_PRIORITY  # before the training jobs it unlocks (workflow/rules/common.smk)
     resources:
         gpu=1 if config["resources"]["train"]["gpus"] else 0,
     log:
