@@ -37,7 +37,7 @@ def test_dry_run_lists_every_stage(repo_root, tmp_path):
     grouped = _job_counts(out)
     assert grouped["train_tiny_grpo_qerl"] == 1 and grouped["evaluate"] == len(cfg["evaluate"]["methods"])
     assert "/tiny/qerl/all-runs.log" in out and "/logs/evaluate/tiny/nvfp4/tiny/seed0-1-2.log" in out
-    # the quantization jobs start before every training job (workflow/rules/common.smk, QUANTIZE_PRIORITY); a
+    # the quantization jobs start before every training job (workflow/rules/quantize.smk, QUANTIZE_PRIORITY); a
     # grouped training job's priority is its number of runs (the longest first)
     priority = _priorities(out)
     training = [p for rule, ps in priority.items() if rule.startswith("train") for p in ps]

@@ -2,7 +2,7 @@
 
 Why: a DAG's wall time is its job-seconds spread over the cores plus the time cores wait; job_seconds.py measures the
 first, this the second. It shows the critical path (which job ran alone, which started late, what waited on what),
-so a scheduling change (workflow/rules/common.smk, the `priority:` of the rules) is measured rather than guessed:
+so a scheduling change (the rules' `priority:`, e.g. workflow/rules/quantize.smk) is measured rather than guessed:
 
     python tests/tools/job_timeline.py .snakemake/log/<date>.snakemake.log     # one run (the newest: ls -t)
     python tests/tools/job_timeline.py LOG --cores 2 --every 30                # the busy cores every 30 s

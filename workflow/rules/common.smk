@@ -77,16 +77,6 @@ SLOTS = config["resources"]["train"]["jobs_per_gpu"]
 GROUP_RUNS = config["resources"]["train"]["group_runs"]
 
 
-# Scheduling (Snakemake starts the ready job of highest `priority:` first, 0 when a rule gives none): a grouped
-# training job's priority is its number of runs (the longest first); calibrate and quantize come before every
-# training job (QUANTIZE_PRIORITY). They are short, they unlock the 4-bit runs (QeRL's own among them, the longest
-# job), and they take both cores of a 2-core machine (threads: 2): at a lower priority they waited until two cores
-# happened to be free at once, which on 2 cores was after most BF16 training (measured on a 2-core Xeon: the NVFP4
-# calibration started 284 s after pretraining, the 16-run QeRL job last, alone on one core). Scheduling changes no
-# output (a job's files do not depend on when it runs).
-QUANTIZE_PRIORITY = len(train_runs()) + 1
-
-
 def train_groups():
     """{(task, method): [(variant, seed), ...]} of train_runs(), in their order: the runs of one grouped training job."""
     groups = {}

@@ -9,6 +9,15 @@
 from qerl.quantize.calibration import calibration_file
 from qerl.quantize.dag import calibration_inputs, quantize_inputs, quantized_dirs, scales_path
 
+# Scheduling (Snakemake starts the ready job of highest `priority:` first, 0 when a rule gives none): calibrate and
+# quantize come before every training job, whose priority is at most its number of runs (workflow/rules/train.smk).
+# They are short, they unlock the 4-bit runs (QeRL's own among them, the longest job), and they take both cores of a
+# 2-core machine (threads: 2): at priority 0 they waited until two cores happened to be free at once, which came
+# after most BF16 training (measured on a 2-core Xeon: the NVFP4 calibration started 4-5 min after pretraining, and
+# the 16-run QeRL job ran last, alone on one core). Scheduling changes no output: a job's files do not depend on
+# when it runs.
+QUANTIZE_PRIORITY = len(train_runs()) + 1
+
 
 rule calibrate:
     input:
@@ -25,7 +34,7 @@ rule calibrate:
     conda:
         CONDA_ENV
     threads: 2  # capped at --cores by Snakemake
-    priority: QUANTIZE_PRIORITY  # before the training jobs it unlocks (workflow/rules/common.smk)
+    priority: QUANTIZE_PRIORITY  # before the training jobs it unlocks
     resources:
         gpu=1 if config["resources"]["train"]["gpus"] else 0,
     log:
@@ -51,7 +60,7 @@ rule quantize:
     conda:
         CONDA_ENV
     threads: 2  # capped at --cores by Snakemake
-    priority: QUANTIZE_PRIORITY  # before the training jobs it unlocks (workflow/rules/common.smk)
+    priority: QUANTIZE_PRIORITY  # before the training jobs it unlocks
     resources:
         gpu=1 if config["resources"]["train"]["gpus"] else 0,
     log:
