@@ -1,13 +1,13 @@
 # RL training: one run per folder, R/runs/<task>/<model>/<method>/<variant>/seed<k>/ (metrics.jsonl, adapter/ or
 # model/, eval.json, run.json, rollouts/ with the kept rollout samples); the trained policy is evaluated inside the
 # training job (no second process start).
-# Jobs: rule `train` trains one run (wildcards). With resources.train.group_runs (the tiny scale) one job per (task,
-# method) trains all its runs, variants and seeds, one after the other in one process (rule train_<task>_<method>,
-# its outputs every run's files): each run's files are what a job of its own writes, and the process start-up
-# (~8 CPU-seconds of imports on a 2-core Xeon, against ~14 of RL and evaluation per run) is paid once per (task,
-# method). Each run is still a file target: asking for one runs its group's job, whose runs trained already resume
-# at their last checkpoint and are only evaluated again. Without group_runs, one job per run, e.g. to spread the runs
-# over GPUs or SLURM jobs; a run the DAG needs outside train_runs() is a `train` job either way.
+# Jobs: rule `train` trains one run (wildcards). With resources.train.group_runs (the tiny and small scales) one job
+# per (task, method) trains all its runs, variants and seeds, one after the other in one process (rule
+# train_<task>_<method>, its outputs every run's files): each run's files are what a job of its own writes, and the
+# process start-up (~8 CPU-seconds of imports on a 2-core Xeon, against ~14 of RL and evaluation per run) is paid once
+# per (task, method). Each run is still a file target: asking for one runs its group's job, whose runs trained already
+# resume at their last checkpoint and are only evaluated again. Without group_runs, one job per run, e.g. to spread
+# the runs over GPUs or SLURM jobs; a run the DAG needs outside train_runs() is a `train` job either way.
 # resources.train.gpus = 0 runs `qerl train` on the CPU; N >= 1 claims N free GPUs for the job and launches N
 # data-parallel ranks with torchrun (qerl/rl/distributed.py); SLURM gets gpu/mem_mb/runtime as sbatch options.
 # Reruns: checkpoint.pt and rollouts/ are deliberately not outputs (qerl/rl/rollout_log.py says why). Snakemake deletes the outputs of a failed or incomplete job
