@@ -7,6 +7,8 @@
 # machine stays warm), then one call installs them and starts Snakemake in its own session (setsid), which keeps
 # running between calls; later calls wait on it and report. The checkout is copied to $SRC once, so the running
 # DAG never sees the checkout that each call re-sends.
+# The machine goes back (and the running DAG with it) when no call follows within its idle window (~30 s): issue
+# the next `wait` at once and read what `pack` brought back while that call runs, not between calls.
 #
 #   bash workflow/run_device.sh stage                     copy what this call carried (.whl .wb .gg .data) to $STAGE
 #   bash workflow/run_device.sh start CONFIG [TARGETS...] install, copy the checkout, start `snakemake [TARGETS]
