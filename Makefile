@@ -7,9 +7,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 TORCH ?= torch==2.13.0
 CORES ?= all
-# make small: GPU jobs running at once (one GPU x config/small.yaml's resources.train.jobs_per_gpu), so Snakemake's
-# priorities, not the slot locks, decide which job starts first
-GPU_SLOTS ?= 8
+# make small: GPU jobs at once (qerl.config.gpu_jobs_at_once of config/small.yaml), read when `small` runs
+GPU_SLOTS ?= $(shell $(PY) -c "from qerl.config import gpu_jobs_at_once; print(gpu_jobs_at_once('config/small.yaml'))")
 # make test: the suite on TEST_WORKERS pytest-xdist workers, whole test files per worker (tests/conftest.py says why).
 TEST_WORKERS ?= 2
 # Snakemake's jobs call the `qerl` console script: the venv's bin folder must come first on PATH.

@@ -16,7 +16,7 @@ from typing import Any
 import jsonschema
 import yaml
 
-__all__ = ["ConfigError", "SCHEMA_PATH", "REPO_ROOT", "load_schema", "validate_config", "load_config", "get"]
+__all__ = ["ConfigError", "SCHEMA_PATH", "REPO_ROOT", "load_schema", "validate_config", "load_config", "get", "gpu_jobs_at_once"]
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SCHEMA_PATH = REPO_ROOT / "workflow" / "schemas" / "config.schema.yaml"
@@ -186,3 +186,11 @@ def get(cfg: dict, dotted: str) -> Any:
             raise ConfigError(f"config key {dotted!r} is missing (stopped at {part!r})")
         node = node[part]
     return node
+
+
+def gpu_jobs_at_once(path: str | Path) -> int:
+    """How many GPU jobs may run at once under the config at `path`: resources.train.gpus x jobs_per_gpu (1 x ... on
+    a CPU config). `make small` and workflow/run_device.sh pass it to Snakemake as `--resources gpu=N`, so Snakemake's
+    priorities, not the GPU slot locks (qerl/rl/distributed.py), decide which GPU job starts first."""
+    train = load_config(path, check_data=False)["resources"]["train"]
+    return max(1, train["gpus"]) * train["jobs_per_gpu"]

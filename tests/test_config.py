@@ -165,3 +165,13 @@ def test_unknown_method_in_ablations_named():
 def test_unknown_task_key_named():
     with pytest.raises(ConfigError, match=r"unknown key\(s\) \['groups'\] under 'train.tasks.t'"):
         validate_config({"train": {"tasks": {"t": {"source": "tiny", "algorithm": "grpo", "groups": 3}}}})
+
+
+def test_gpu_jobs_at_once(repo_root, tmp_path):
+    from qerl.config import gpu_jobs_at_once
+
+    assert gpu_jobs_at_once(repo_root / "config" / "small.yaml") == 8  # 1 GPU x 8 jobs per GPU
+    assert gpu_jobs_at_once(repo_root / "config" / "config.yaml") == 1  # the CPU scale: gpus 0
+    cfg = tmp_path / "two.yaml"
+    cfg.write_text("resources: {train: {gpus: 2, jobs_per_gpu: 3}}\n")
+    assert gpu_jobs_at_once(cfg) == 6

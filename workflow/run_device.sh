@@ -13,6 +13,7 @@
 #   bash workflow/run_device.sh stage                     copy what this call carried (.whl .wb .gg .data) to $STAGE
 #   bash workflow/run_device.sh start CONFIG [TARGETS...] install, copy the checkout, start `snakemake [TARGETS]
 #                                                         --cores all --configfile CONFIG $SMK_ARGS` in the background
+#                                                         (SMK_ARGS default: --resources gpu=N, qerl.config.gpu_jobs_at_once)
 #   bash workflow/run_device.sh wait SECONDS              follow the DAG until it ends or SECONDS pass
 #   bash workflow/run_device.sh tests                     the GPU tests on the real model (while the DAG runs)
 #   bash workflow/run_device.sh pack NAME                 the results' small files -> $OUT/NAME.tgz
@@ -22,7 +23,6 @@ export PYTHONUNBUFFERED=1 PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
 STAGE=${STAGE:-/tmp/qerl-stage}
 SRC=${SRC:-/tmp/qerl-src}
 SITE=/tmp/site
-SMK_ARGS=${SMK_ARGS---resources gpu=8}   # GPU jobs at once = 1 GPU x jobs_per_gpu, as `make small`
 export PYTHONPATH=$SRC:$SITE PATH=$SITE/bin:$PATH
 mkdir -p "$STAGE"
 cmd=$1; shift
@@ -52,6 +52,8 @@ case $cmd in
     mkdir -p "$SRC/resources" && cp -r "$STAGE/data" "$SRC/resources/data"
     cd "$SRC" || exit 3
     config=$1; shift
+    slots=$(python3 -c "from qerl.config import gpu_jobs_at_once; print(gpu_jobs_at_once('$config'))") || exit 3
+    SMK_ARGS=${SMK_ARGS---resources gpu=$slots}
     { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
       python3 -c "import torch, transformers, peft, triton, snakemake; print('torch', torch.__version__, 'cuda', \
 torch.version.cuda, 'transformers', transformers.__version__, 'peft', peft.__version__, 'triton', triton.__version__, \
