@@ -30,7 +30,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from qerl.contract.grid import train_runs
-from qerl.contract.paths import (CHECKPOINT_FILE, EVAL_FILE, METRICS_FILE, RUN_INFO_FILE, run_dir, train_log)
+from qerl.contract.paths import (CHECKPOINT_FILE, EVAL_FILE, METRICS_FILE, RUN_INFO_FILE, run_dir, train_group_log,
+                                 train_log)
 from qerl.contract.records import BenchmarkRecord
 
 __all__ = ["RunStatus", "StatusReport", "collect_status", "format_table", "format_tsv", "format_json"]
@@ -157,7 +158,9 @@ def _run_status(cfg: dict, root: str, run: tuple, workdir: Path, marked: set[str
             scores = {}
     times = [r.get("time_rollout", 0) + r.get("time_logprobs", 0) + r.get("time_update", 0) for r in rows]
     is_marked = any(_relative(folder / name, workdir) in marked for name in (METRICS_FILE, EVAL_FILE))
-    error, detail = _last_error(Path(train_log(root, task, model, method, variant, seed))), ""
+    # the run's own job log, or the log of the job that trains its (task, method) group (resources.train.group_runs)
+    own = Path(train_log(root, task, model, method, variant, seed))
+    error, detail = _last_error(own if own.is_file() else Path(train_group_log(root, task, model, method))), ""
     if is_marked and locked:
         state = "running"
     elif is_marked:

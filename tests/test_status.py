@@ -14,7 +14,7 @@ import yaml
 
 from qerl.config import load_config
 from qerl.contract.grid import train_runs
-from qerl.contract.paths import run_dir, train_log
+from qerl.contract.paths import run_dir, train_group_log, train_log
 from qerl.status import collect_status, format_json, format_table, format_tsv
 
 REPO = Path(__file__).resolve().parents[1]
@@ -102,3 +102,20 @@ def test_copied_folder_through_the_cli_in_tsv_and_json(folder, tmp_path_factory)
     assert tsv[1].split("\t")[4:9] == ["16/16", "0.650", "tiny:54.2", "2.00", "done"]
     assert len(tsv) == len(runs) + 1
     assert json.loads(format_json(collect_status(cfg, copy, copy.parent))) == report
+
+
+def test_a_grouped_jobs_log_error_fails_its_unfinished_runs(folder, monkeypatch):
+    """resources.train.group_runs: the runs of a (task, method) share one job log (all-runs.log), whose error marks
+    every run of the group that has not finished as failed; the other groups' untouched runs stay not started."""
+    work, cfg, runs = folder
+    monkeypatch.chdir(work)
+    first = {(t, m) for t, m, _, _ in runs[:5]}
+    task, method = next((t, m) for t, m, _, _ in runs if (t, m) not in first)
+    log = work / train_group_log("results/tiny", task, "tiny", method)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text("step 1\nRuntimeError: CUDA out of memory\n")
+    report = collect_status(cfg)
+    group = [r for r in report.runs if (r.task, r.method) == (task, method)]
+    assert group and {r.state for r in group} == {"failed"}
+    assert {r.detail for r in group} == {"RuntimeError: CUDA out of memory"}
+    assert {r.state for r in report.runs[5:] if (r.task, r.method) != (task, method)} == {"not started"}

@@ -34,6 +34,7 @@ from pathlib import Path
 __all__ = [
     "METRICS_FILE", "EVAL_FILE", "RUN_INFO_FILE", "CHECKPOINT_FILE", "ADAPTER_DIR", "FULL_MODEL_DIR", "TINY_SPLITS",
     "ROLLOUTS_DIR", "TENSORBOARD_DIR", "trackio_dir", "rollout_chunk", "rollout_chunks", "run_name", "train_log",
+    "GROUP_RUNS_NAME", "train_group_log",
     "samples_page",
     "results_root", "root_of", "config_file", "tiny_split", "data_manifest", "base_model_dir", "pretrained_model_dir",
     "quantized_dir",
@@ -133,6 +134,17 @@ def trackio_dir(root: str) -> str:
 def train_log(root: str, task: str, model: str, method: str, variant: str, seed: int | str) -> str:
     """R/logs/train/<task>/<model>/<method>/<variant>/seed<k>.log: the training job's log."""
     return f"{root}/logs/train/{task}/{model}/{method}/{variant}/seed{seed}.log"
+
+
+# the file name (no suffix) of a grouped training job's log and benchmark (resources.train.group_runs), beside the
+# <variant>/ folders of its runs' own logs
+GROUP_RUNS_NAME = "all-runs"
+
+
+def train_group_log(root: str, task: str, model: str, method: str) -> str:
+    """R/logs/train/<task>/<model>/<method>/all-runs.log: the log of the job that trains every run of a (task, method)
+    (resources.train.group_runs)."""
+    return f"{root}/logs/train/{task}/{model}/{method}/{GROUP_RUNS_NAME}.log"
 
 
 def samples_page(root: str) -> str:

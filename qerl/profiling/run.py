@@ -217,7 +217,6 @@ def profile(cfg: dict, out: str | Path, *, archs: list[str], methods: list[str],
             print(f"# built {name} {method}: {_gb(size):.2f} GB weights "
                   f"({_gb(torch.cuda.memory_allocated() - before):.2f} GB allocated) in "
                   f"{time.perf_counter() - t0:.0f} s", flush=True)
-            ranks = ranks
             main_rank = 32 if 32 in ranks else ranks[0]
             policy = None
             order = [r for r in ranks if r != main_rank] + [main_rank]  # the GRPO step uses the main rank
@@ -225,8 +224,8 @@ def profile(cfg: dict, out: str | Path, *, archs: list[str], methods: list[str],
                 s = profile_settings(cfg, task, method, rank=rank, batch=1, completion=comp)
                 policy = build_run_policy(s, base, tokenizer=tokenizer)
                 model = policy.model
-                batches = batches if rank == main_rank else [1]
-                for batch in batches:
+                rank_batches = batches if rank == main_rank else [1]  # the other ranks: batch 1 only
+                for batch in rank_batches:
                     for full in ([False, True] if (rank == main_rank and batch in full_batches) else [False]):
                         key = dict(model=name, method=method, rank=rank, batch=batch,
                                    timing="full" if full else "buckets")

@@ -22,6 +22,7 @@ import json
 import sys
 from pathlib import Path
 
+from qerl.contract.paths import GROUP_RUNS_NAME
 from qerl.profiling.stage_costs import read_benchmark
 
 PHASES = ("time_rollout", "time_logprobs", "time_update")
@@ -35,7 +36,7 @@ def _train_job(tsv: Path, results: Path) -> dict:
     """Seconds of one training job split into RL, evaluation and rest: one run (<variant>/seed<k>.tsv) or all the
     runs of a (task, method) (all-runs.tsv, resources.train.group_runs)."""
     rel = tsv.relative_to(results / "benchmarks" / "train")
-    if tsv.stem == "all-runs":
+    if tsv.stem == GROUP_RUNS_NAME:
         runs = sorted((results / "runs" / rel.parent).glob("*/seed*"))
     else:
         runs = [results / "runs" / rel.parent / rel.stem]

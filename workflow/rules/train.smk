@@ -33,8 +33,6 @@ TRAIN_PARAMS = {
     "launch": train_launcher(config["resources"]["train"]["gpus"]),
     "device": "--device cpu" if config["resources"]["train"]["gpus"] == 0 else "",
 }
-# the log and benchmark file name of a grouped job, beside the <variant>/ folders of its runs' own files
-GROUP_NAME = "all-runs"
 TRAIN_RESOURCES = {key: config["resources"]["train"][name]
                    for key, name in (("gpu", "gpus"), ("mem_mb", "mem_mb"), ("runtime", "runtime"))}
 
@@ -103,8 +101,8 @@ for (_task, _method), _runs in train_groups().items() if GROUP_RUNS else ():
         resources:
             **{**TRAIN_RESOURCES, "runtime": TRAIN_RESOURCES["runtime"] * len(_runs)},
         log:
-            f"{R}/logs/train/{_task}/{MODEL}/{_method}/{GROUP_NAME}.log",
+            paths.train_group_log(R, _task, MODEL, _method),
         benchmark:
-            f"{R}/benchmarks/train/{_task}/{MODEL}/{_method}/{GROUP_NAME}.tsv"
+            f"{R}/benchmarks/train/{_task}/{MODEL}/{_method}/{paths.GROUP_RUNS_NAME}.tsv"
         shell:
             TRAIN_SHELL
