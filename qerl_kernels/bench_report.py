@@ -51,7 +51,8 @@ def grouped_table(rows, ceiling_gbs, model) -> list[str]:
     out = [f"## Qwen2.5-{model}, q/k/v and gate/up fused: 4 launches per layer (nvfp4 weights: "
            f"{8 * wbytes / nweights:.3f} bits per weight as held on the GPU)", "",
            "| M | bf16 7 GEMMs us | bf16 fused 4 GEMMs us | nvfp4 4 launches us | x bf16 (7) | x bf16 (fused) | "
-           "nvfp4 weight GB/s | % ceiling | nvfp4 7 launches x bf16 | bwd nvfp4/bf16 (7) | bwd grouped nvfp4/bf16 fused |",
+           "nvfp4 weight GB/s | % ceiling (weights) | nvfp4 7 launches x bf16 | bwd nvfp4/bf16 (7) | "
+           "bwd grouped nvfp4/bf16 fused |",
            "|---|---|---|---|---|---|---|---|---|---|---|"]
     for m in sorted(nv4):
         nv = nv4[m]
@@ -146,7 +147,7 @@ def summarize(rows, ceiling_gbs, models, ms, lines) -> str:
             wbytes[meth] = sum(int(r["weight_bytes"]) for r in rows if r["model"] == model and r["method"] == meth
                                and r["M"] == min(bf) and r["layer"] in LAYERS)
         out += [f"## Qwen2.5-{model} (7 GEMMs of one decoder layer, summed)", "",
-                "| M | bf16 us | nvfp4 us | x bf16 | nvfp4 weight GB/s | % ceiling | mxfp4 x bf16 | nf4 us | "
+                "| M | bf16 us | nvfp4 us | x bf16 | nvfp4 weight GB/s | % ceiling (weights) | mxfp4 x bf16 | nf4 us | "
                 "nvfp4 x nf4 | bwd nvfp4/bf16 | fused x bf16 | deq+cuBLAS x bf16 | tc x bf16 | bwd tc/bf16 |",
                 "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         sums = {meth: layer_sums(rows, model, meth) for meth in

@@ -1,7 +1,8 @@
 """The NVFP4 W4A16 GEMM for decode sizes (M <= 64) in Gluon: a persistent, warp-specialized, stream-K kernel.
 
-Why (issue 22): at M = 1..16 the Triton stream-K kernel (fp4_triton._fp4_gemm) reaches ~58 % of the copy bandwidth;
-its loads, decode and MMA share the same warps, so the memory pipe idles while the warps decode. Here one producer
+Why (issue 22): at M = 1..16 the Triton stream-K kernel (fp4_triton._fp4_gemm) reaches ~39 % of the measured read
+ceiling (H100, kernels.notes.md calls 1-3; the earlier "~58 %" was of a copy bandwidth measured too low); its loads,
+decode and MMA share the same warps, so the memory pipe idles while the warps decode. Here one producer
 warp only streams the weight through a STAGES-deep shared-memory ring with TMA (packed E2M1 words and e5m3 block
 scales of the load-time layout, layout.py), and the consumer warps only decode and multiply, so loads for later
 k-steps are in flight while the current one is decoded.
@@ -298,14 +299,13 @@ def launch_args(x: torch.Tensor, w: PreparedFP4, bias: torch.Tensor | None, y: t
     return plan["grid"], args, meta
 
 
-def fp4_gemm_gluon(x: torch.Tensor, w: PreparedFP4, bias: torch.Tensor | None = None, *, bn: int = 64,
-                   stages: int = 4, ctas_per_sm: int | None = None, num_warps: int = 4,
-                   load_regs: int = 40) -> torch.Tensor:
+def fp4_gemm_gluon(x: torch.Tensor, w: PreparedFP4, bias: torch.Tensor | None = None, **knobs) -> torch.Tensor:
     """y = x @ W^T (+ bias) for a prepared NVFP4 weight and x [M, K] fp16/bf16 on a Hopper GPU, M <= 64.
 
-    bn: weight rows per tile (a power of two, a multiple of 16 * num_warps); stages: ring depth; ctas_per_sm:
-    persistent CTAs per SM (default `default_ctas_per_sm`); num_warps: consumer warps (4 or 8); load_regs: the producer
-    warp's registers.
+    knobs (defaults in `launch_args`, the one place that holds them, so the offline compile check builds what this
+    launches): bn, weight rows per tile (a power of two, a multiple of 16 * num_warps); stages, ring depth;
+    ctas_per_sm, persistent CTAs per SM (default `default_ctas_per_sm`); num_warps, consumer warps (4 or 8);
+    load_regs, the producer warp's registers.
 
     Raises:
         RuntimeError: Gluon is not available (Triton without triton.experimental.gluon's Hopper modules).
@@ -326,7 +326,6 @@ def fp4_gemm_gluon(x: torch.Tensor, w: PreparedFP4, bias: torch.Tensor | None = 
     bias = bias.contiguous() if bias is not None else None
     y = torch.empty(x.shape[0], w.n, device=x.device, dtype=x.dtype)
     sms = torch.cuda.get_device_properties(x.device).multi_processor_count
-    grid, args, meta = launch_args(x, w, bias, y, sms, bn=bn, stages=stages, ctas_per_sm=ctas_per_sm,
-                                   num_warps=num_warps, load_regs=load_regs)
+    grid, args, meta = launch_args(x, w, bias, y, sms, **knobs)
     _fp4_gemm_ws[(grid,)](*args, **meta)
     return y

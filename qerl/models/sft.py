@@ -13,8 +13,8 @@ How: each training row becomes prompt (the paper's instruction in the model's ch
 completion (`qerl.models.pretrain.completion_text`: the solution's steps inside <think>, its final answer inside
 <answer>, GSM8K's `<<48/2=24>>` calculator notes removed) + EOS; the loss is on the completion only; rows longer than
 `sft.max_tokens` are dropped. The loop is the tiny scale's pretraining loop (AdamW, warm-up, cosine decay), on the
-GPU when there is one. OUT/sft_metrics.jsonl holds the loss every 50 steps, OUT/sft_info.json the settings, row
-counts, time and the source folder.
+device asked for (the DAG's `sft` rule: the GPU on a GPU config). OUT/sft_metrics.jsonl holds the loss every 50
+steps, OUT/sft_info.json the settings, row counts, time and the source folder.
 
 Run (qerl/commands/sft.py): `qerl sft --config config/small.yaml --base results/small/models/smollm2-135m/pretrained
       --out results/small/models/smollm2-135m/base`
@@ -47,14 +47,15 @@ def sft_rows(problems) -> list[dict]:
     return rows
 
 
-def run_sft(cfg: dict, base: str | Path, out: str | Path, device: str = "auto") -> dict:
+def run_sft(cfg: dict, base: str | Path, out: str | Path, device: str = "cpu") -> dict:
     """Fine-tune the model in `base` on `sft.source`'s training split and save it (with its tokenizer) to `out`.
 
     Args:
         cfg: a validated config (sections sft, data, prompt).
         base: the converted model folder (prepare_model's output).
         out: the folder to write (atomically).
-        device: auto (a CUDA GPU when there is one), cpu, cuda or cuda:N.
+        device: cpu (the default, as every stage's: the DAG passes cuda on a GPU config), cuda, cuda:N, or
+            auto (a CUDA GPU when there is one).
 
     Returns:
         What OUT/sft_info.json holds.

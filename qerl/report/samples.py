@@ -100,7 +100,9 @@ def render_samples(cfg: dict, per_step: int = 3, chars: int = 300) -> str:
         if name != task:
             task = name
             parts.append(f"<h2>Task {esc(name)}</h2>")
-        samples = read_rollouts(Path(run) / paths.ROLLOUTS_DIR)
+        chunks = paths.rollout_chunks(Path(run) / paths.ROLLOUTS_DIR)  # [(step, file)] in step order
+        samples = read_rollouts(Path(run) / paths.ROLLOUTS_DIR,
+                                steps=[chunks[0][0], chunks[-1][0]]) if chunks else []  # the first and last kept
         parts.append(f"<h3>{esc(get_method(method).label)} <small>({esc(Path(run).relative_to(R).as_posix())})"
                      f"</small></h3>")
         if not samples:
