@@ -90,7 +90,10 @@ for (_task, _method), _runs in train_groups().items() if GROUP_RUNS else ():
             method=_method,
             variant=" ".join(variant for variant, _ in _runs),
             seeds=" ".join(str(seed) for _, seed in _runs),
-            out=" ".join(_dirs),
+            # from the outputs (a function): as a plain string, Snakemake's params trigger would rerun finished jobs
+            out=lambda wildcards, output: " ".join(
+                os.path.dirname(f) for f in output if os.path.basename(f) == paths.EVAL_FILE
+            ),
         conda:
             CONDA_ENV
         threads: config["train"]["threads"]
