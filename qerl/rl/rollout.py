@@ -337,10 +337,14 @@ def _decoder_and_head(model):
     return (decoder, head) if isinstance(decoder, torch.nn.Module) and isinstance(head, torch.nn.Module) else None
 
 
-def _head_logp(head, hidden: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """Log-probs [n, L] of `target` under the LM head applied to `hidden` [n, L, d] (float32 log-softmax)."""
+def _head_logp(head, hidden: torch.Tensor, target: torch.Tensor, with_entropy: bool = False):
+    """Log-probs [n, L] of `target` under the LM head applied to `hidden` [n, L, d] (float32 log-softmax); with
+    `with_entropy` (no grad) the pair (log-probs, entropy [n, L])."""
     logp_all = torch.log_softmax(head(hidden).float(), dim=-1)
-    return logp_all.gather(-1, target.unsqueeze(-1)).squeeze(-1)
+    logp = logp_all.gather(-1, target.unsqueeze(-1)).squeeze(-1)
+    if with_entropy:
+        return logp, -(logp_all.exp() * logp_all).sum(-1)
+    return logp
 
 
 def sequence_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_len: int,
@@ -360,27 +364,35 @@ def sequence_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tens
     n, width = input_ids.shape
     per_row = (width - prompt_len) * _vocab_size(model)  # float logits of one row
     rows = max(1, LOGITS_BUDGET // per_row) if per_row else n  # rows per chunk; n: one pass
-    if rows < n and not torch.is_grad_enabled():
-        # a no-grad pass (old / reference log-probs, rollout statistics) over many long rows: row chunks, so the
-        # float logits of a 50k-token vocabulary never exceed the budget; each row's numbers are its own
-        parts = [sequence_logprobs(model, input_ids[i : i + rows], attention_mask[i : i + rows], prompt_len,
-                                   with_entropy) for i in range(0, n, rows)]
-        return (torch.cat([p[0] for p in parts]),
-                torch.cat([p[1] for p in parts]) if with_entropy else None)
+    grad = torch.is_grad_enabled()
+    parts = _decoder_and_head(model) if rows < n and not (grad and with_entropy) else None
+    if parts is None and rows < n and not grad:
+        # a model without a separate decoder and head: whole passes over row chunks; each row's numbers are its own
+        parts_ = [sequence_logprobs(model, input_ids[i : i + rows], attention_mask[i : i + rows], prompt_len,
+                                    with_entropy) for i in range(0, n, rows)]
+        return (torch.cat([p[0] for p in parts_]),
+                torch.cat([p[1] for p in parts_]) if with_entropy else None)
     position = attention_mask.long().cumsum(-1) - 1  # [N, P + L]
     position.masked_fill_(attention_mask == 0, 1)
-    parts = _decoder_and_head(model) if rows < n and not with_entropy else None
     if parts is not None:
-        # the update's pass over many long rows: the decoder once, then the LM head and log-softmax per row chunk
-        # under activation checkpointing, so only one chunk's float logits exist at a time (forward and backward)
+        # many long rows: the decoder once over all of them (one set of kernel launches: the passes are launch-bound
+        # at the small scale), then the LM head and the float log-softmax per row chunk, so only one chunk's float
+        # logits of a 50k-token vocabulary exist at a time; with grad under activation checkpointing, so the
+        # backward recomputes them chunk by chunk too
         decoder, head = parts
         hidden = decoder(input_ids=input_ids, attention_mask=attention_mask, position_ids=position,
                          use_cache=False).last_hidden_state[:, prompt_len - 1 : -1]
         target = input_ids[:, prompt_len:]
-        logp = torch.cat([torch.utils.checkpoint.checkpoint(_head_logp, head, hidden[i : i + rows],
-                                                            target[i : i + rows], use_reentrant=False)
-                          for i in range(0, n, rows)])
-        return logp, None
+        if grad:
+            logp = torch.cat([torch.utils.checkpoint.checkpoint(_head_logp, head, hidden[i : i + rows],
+                                                                target[i : i + rows], use_reentrant=False)
+                              for i in range(0, n, rows)])
+            return logp, None
+        chunks = [_head_logp(head, hidden[i : i + rows], target[i : i + rows], with_entropy)
+                  for i in range(0, n, rows)]
+        if with_entropy:
+            return torch.cat([c[0] for c in chunks]), torch.cat([c[1] for c in chunks])
+        return torch.cat(chunks), None
     logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position,
                    use_cache=False).logits  # [N, P + L, V]
     logits = logits[:, prompt_len - 1 : -1, :].float()  # [N, L, V] position t predicts token t + 1

@@ -238,6 +238,12 @@ def rollout_seed(seed: int, step: int, rank: int) -> int:
     return seed * 1_000_003 + step + rank * 1_000_000_007
 
 
+def _phase(name: str):
+    """A named range for the torch profiler (qerl.profiling.train_trace splits a step's kernels by it); without an
+    active profiler it costs about a microsecond."""
+    return torch.profiler.record_function(name)
+
+
 def _now(device: torch.device) -> float:
     """perf_counter after the device's queued work (CUDA kernels run asynchronously) is done."""
     if device.type == "cuda":
@@ -278,7 +284,7 @@ def rl_step(learner: Learner, batch: StepBatch, s: RunSettings, ctx: DistContext
     golds = [g for g in batch.golds for _ in range(G)]
     gen = torch.Generator(device=device).manual_seed(rollout_seed(s.seed, batch.step, ctx.rank))
     t0 = _now(device)
-    with learner.policy.rollout_noise(batch.step, device) as sigma:
+    with _phase("rl_step.rollout"), learner.policy.rollout_noise(batch.step, device) as sigma:
         rb = sample(model, tokenizer, batch.prompts, group_size=G, max_new_tokens=s.max_new_tokens,
                     temperature=s.temperature, top_p=s.top_p, generator=gen, max_rows=s.rollout_max_rows,
                     engine=False if learner.policy.eager_rollout else None)
@@ -301,7 +307,7 @@ def rl_step(learner: Learner, batch: StepBatch, s: RunSettings, ctx: DistContext
     if s.overlong_filter:
         mask = overlong_filter(mask, rb.truncated.to(device))
     t0 = _now(device)
-    with torch.no_grad():
+    with _phase("rl_step.logprobs"), torch.no_grad():
         old_logp = sequence_logprobs(model, ids, attn, P)[0] if s.updates_per_rollout > 1 else None
         ref_logp = None
         if s.kl_coef > 0:
@@ -310,9 +316,10 @@ def rl_step(learner: Learner, batch: StepBatch, s: RunSettings, ctx: DistContext
     t_logprobs = _now(device) - t0
     t0 = _now(device)
     rows = batch.global_rows if batch.global_rows is not None else len(batch.prompts) * G
-    upd = policy_update(learner, s, UpdateBatch(ids, attn, P, mask, adv, old_logp, ref_logp, batch.row_offset, rows,
-                                                rb.sample_logp.to(device), sampled.to(device)),
-                        batch.step, ctx)
+    with _phase("rl_step.update"):
+        upd = policy_update(learner, s, UpdateBatch(ids, attn, P, mask, adv, old_logp, ref_logp, batch.row_offset, rows,
+                                                    rb.sample_logp.to(device), sampled.to(device)),
+                            batch.step, ctx)
     t_update = _now(device) - t0
     diags, grad_norms = upd["diags"], upd["grad_norms"]
     comp = sampled.cpu()
