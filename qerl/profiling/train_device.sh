@@ -24,7 +24,7 @@ run() { local name=$1; shift; log "start $name: $*"; local t=$(date +%s)
         log "end $name rc=$rc $(( $(date +%s) - t ))s"; grep -vE "Warn|warn|^\s*$" "$W/$name.log" | tail -${TAILN:-6} | tee -a "$W/diag.log"; }
 log "commit ${COMMIT:-unknown} $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)"
 
-run prep snakemake --cores all --configfile "$CFG" --scheduler greedy --resources gpu=8 "$R/quantized/$M/nvfp4"
+run prep snakemake "$R/quantized/$M/nvfp4" --cores all --configfile "$CFG" --scheduler greedy --resources gpu=8
 for f in "$R"/benchmarks/*.tsv "$R"/benchmarks/*/*.tsv "$R"/benchmarks/*/*/*.tsv; do
   [ -f "$f" ] && echo "$f $(tail -1 "$f" | cut -f1)" | tee -a "$W/diag.log"; done
 cp "$R"/models/$M/base/sft_info.json "$W/" 2>/dev/null

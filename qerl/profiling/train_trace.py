@@ -63,7 +63,7 @@ def phase_summary(events, phases=PHASES, top: int = 8) -> dict:
         top: kernels listed per phase.
     """
     found = sorted((e.time_range.start, e.time_range.end, e.name) for e in events if e.name in phases)
-    kernels = [e for e in events if e.device_type == torch.autograd.DeviceType.CUDA]
+    kernels = [e for e in events if e.device_type == torch.autograd.DeviceType.CUDA and e.name not in phases]
     out = {}
     for i, (lo, hi, name) in enumerate(found):
         stop = found[i + 1][0] if i + 1 < len(found) else math.inf
@@ -98,6 +98,8 @@ class _FiniteWatch:
 
     def _hook(self, name):
         def f(module, args, output):
+            if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+                return  # the rollout engine capturing a CUDA graph: no host reads inside a capture
             t = output[0] if isinstance(output, (tuple, list)) else getattr(output, "logits", output)
             if not torch.is_tensor(t) or not t.is_floating_point() or bool(torch.isfinite(t).all()):
                 return

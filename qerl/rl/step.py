@@ -149,8 +149,9 @@ def policy_update(learner: Learner, s: RunSettings, b: UpdateBatch, step: int,
     of a minibatch it holds. The loss is normalised over the global minibatch (DAPO: its valid tokens; GRPO: its
     completions with a valid token), so summing the ranks' gradients gives exactly the gradient one process computes
     on the whole batch (up to the order of float additions). A minibatch with no valid token anywhere is skipped on
-    every rank; a non-finite global loss, or a non-finite gradient norm (identical on every rank after the
-    all-reduce), skips its update on every rank.
+    every rank; one whose counted rows all have advantage 0 (and no KL term) gets zero gradients without a
+    backward and still takes its optimizer step; a non-finite global loss, or a non-finite gradient norm
+    (identical on every rank after the all-reduce), skips its update on every rank.
 
     Args:
         learner: the policy, its optimizer, LR scheduler and trainable parameters (clipped and all-reduced).
@@ -185,9 +186,18 @@ def policy_update(learner: Learner, s: RunSettings, b: UpdateBatch, step: int,
             if mask[mb].sum() == 0:
                 continue
             run_local = True
+        # No signal: every advantage of the minibatch's counted rows is 0 and there is no KL term, so the loss is 0
+        # and so is its exact gradient. The backward is skipped (on an H100 in bfloat16 the backward of this
+        # all-zero loss gave NaN gradients in every LoRA weight whenever a step's rewards were all 0) and the
+        # optimizer steps on zero gradients, as it would after that backward on the CPU.
+        signal = float(((adv[mb] != 0) & (mask[mb].sum(1) > 0)).any()) if run_local else 0.0
+        if ctx.distributed:
+            (signal,) = reduce_sum(ctx, [signal])
+        zero_signal = signal == 0 and s.kl_coef == 0
         loss, diag = None, {}
         if run_local:
-            logp, _ = sequence_logprobs(model, ids[mb], attn[mb], P)
+            with torch.set_grad_enabled(not zero_signal):
+                logp, _ = sequence_logprobs(model, ids[mb], attn[mb], P)
             old = b.old_logp[mb] if b.old_logp is not None else logp.detach()  # the policy before this update
             ref = None if b.ref_logp is None else b.ref_logp[mb]
             weights = None
@@ -215,7 +225,10 @@ def policy_update(learner: Learner, s: RunSettings, b: UpdateBatch, step: int,
             skipped += 1
             opt.zero_grad(set_to_none=True)
             continue
-        if loss is not None:
+        if zero_signal:
+            for p in trainable:
+                p.grad = torch.zeros_like(p)
+        elif loss is not None:
             loss.backward()
         all_reduce_grads(ctx, trainable)
         norm = float(torch.nn.utils.clip_grad_norm_(trainable, s.grad_clip))
