@@ -58,6 +58,9 @@ from qerl.rl.sampling import gumbel_sample
 
 __all__ = ["DecodeEngine", "EngineOutput", "supports"]
 
+#: bytes of float32 attention scores one prefill chunk of rows may hold (the prefill's attention runs in row chunks)
+PREFILL_SCORES_BYTES = 2**30
+
 
 @dataclass
 class EngineOutput:
@@ -211,13 +214,22 @@ class DecodeEngine:
         bias = torch.zeros(allowed.shape, dtype=self.dtype, device=self.device).masked_fill_(~allowed, float("-inf"))
         bias = bias.unsqueeze(1).unsqueeze(1).expand(bsz, kvh, g, t, t).reshape(bsz * kvh, g * t, t)
 
+        # rows per attention chunk: the float32 scores of a chunk stay under PREFILL_SCORES_BYTES (384 rows of long
+        # MATH prompts at once asked for 13.5 GiB and ran out of memory beside other jobs on an H100)
+        rows = max(1, min(bsz, PREFILL_SCORES_BYTES // (kvh * g * t * t * 4)))
+
         def attend(i, q):  # q [B, T, h, d]
             kk = self.k_cache[i, :, :, :t].reshape(bsz * kvh, t, d)
             vv = self.v_cache[i, :, :, :t].reshape(bsz * kvh, t, d)
             qg = q.transpose(1, 2).reshape(bsz * kvh, g * t, d)  # head kv*g + j -> row (j, t) of group kv
-            scores = torch.baddbmm(bias, qg, kk.transpose(1, 2), alpha=d ** -0.5)  # [B*kvh, g*T, S]
-            p = torch.softmax(scores, dim=-1, dtype=torch.float32).to(self.dtype)
-            return torch.bmm(p, vv).view(bsz, kvh, g, t, d).permute(0, 3, 1, 2, 4).reshape(bsz, t, h_ * d)
+            out = []
+            for lo in range(0, bsz * kvh, rows * kvh):
+                hi = lo + rows * kvh
+                scores = torch.baddbmm(bias[lo:hi], qg[lo:hi], kk[lo:hi].transpose(1, 2), alpha=d ** -0.5)
+                p = torch.softmax(scores, dim=-1, dtype=torch.float32).to(self.dtype)  # [rows*kvh, g*T, S]
+                out.append(torch.bmm(p, vv[lo:hi]))
+            o = out[0] if len(out) == 1 else torch.cat(out)
+            return o.view(bsz, kvh, g, t, d).permute(0, 3, 1, 2, 4).reshape(bsz, t, h_ * d)
 
         hidden = self.inner.embed_tokens(ids)
         x = self._layers_forward(hidden, pos, torch.zeros(1, dtype=torch.long, device=self.device), attend)

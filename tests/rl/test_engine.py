@@ -351,3 +351,16 @@ def test_fp4_weights_without_the_triton_kernels_replay_no_graphs(tiny_model):
     eng = DecodeEngine(model, batch=2, max_len=32, graphs=True)
     assert "fp4" in eng.group_kinds() and not eng.use_triton
     assert eng.graphs is False
+
+
+def test_prefill_in_row_chunks_equals_one_chunk(tiny_model, monkeypatch):
+    """The prefill's attention runs in row chunks bounded by PREFILL_SCORES_BYTES; the logits do not change."""
+    import qerl.rl.engine as E
+
+    ids = torch.randint(3, tiny_model.config.vocab_size, (3, 9), generator=torch.Generator().manual_seed(3))
+    mask = torch.ones_like(ids)
+    mask[1, :4] = 0  # a left-padded prompt
+    whole = E.DecodeEngine(tiny_model, batch=3, max_len=16, graphs=False).prefill(ids, mask)
+    monkeypatch.setattr(E, "PREFILL_SCORES_BYTES", 1)  # one row a chunk
+    chunked = E.DecodeEngine(tiny_model, batch=3, max_len=16, graphs=False).prefill(ids, mask)
+    torch.testing.assert_close(chunked, whole, rtol=1e-5, atol=1e-6)
