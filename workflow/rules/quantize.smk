@@ -6,8 +6,7 @@
 #   R/quantized/<model>/awq_scales/<fmt>.safetensors   AWQ per-channel scales (nvfp4, mxfp4; when quantize.awq)
 #   R/quantized/<model>/<fmt>/                         compressed-tensors checkpoint (nvfp4, mxfp4) or the NF4
 #                                                      recipe (nf4), plus layer_errors.json (held-out RTN/AWQ errors)
-from qerl.quantize.calibration import calibration_file
-from qerl.quantize.dag import calibration_inputs, quantize_inputs, quantized_dirs, scales_path
+from qerl.quantize.dag import calibration_file, calibration_inputs, quantize_inputs, quantized_dirs, scales_path
 
 # Scheduling (Snakemake starts the ready job of highest `priority:` first, 0 when a rule gives none): calibrate and
 # quantize come before every training job, whose priority is at most its number of runs (workflow/rules/train.smk).
