@@ -49,9 +49,10 @@ __all__ = [
 ]
 
 DEFAULT_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-#: QuantLinear.dense_weight keeps the dequantized weight of CPU layers up to this size (2**16 weights: 256 KB in
-#: float32; every tiny-scale layer, none of SmolLM2-135M's)
-DENSE_CACHE_ELEMENTS = 2**16
+#: QuantLinear.dense_weight keeps the dequantized weight of CPU layers up to this size (2**21 weights, 8 MB in
+#: float32): every layer of the tiny model and of SmolLM2-135M (at most 1536 x 576; ~0.4 GB dense in all on a CPU),
+#: none of a Qwen2.5-0.5B or larger, whose CPU runs keep only their 4-bit bytes
+DENSE_CACHE_ELEMENTS = 2**21
 
 
 class QuantLinear(nn.Module):
@@ -174,12 +175,13 @@ class QuantLinear(nn.Module):
         of at most DENSE_CACHE_ELEMENTS weights in the storage layout on the CPU; None otherwise (the torch path then
         dequantizes on every call, and the Triton path never needs it).
 
-        Why: a CPU forward dequantizes the whole weight (about ten small ops) before its matmul. For the tiny
-        scale's 64-wide layers that cost more than the matmul itself in a decode step: 18 % of an NVFP4 rollout
-        on a 2-core Xeon. The kept copy is what each call would compute (the same function of the same buffers),
-        so every number stays the same; the size cap keeps the 4-bit memory saving of real-size layers. The copy is
-        keyed on the buffers' identity and in-place version, so load_state_dict, .to() or a prepare_kernels()
-        replace it, and it is never saved (not a buffer).
+        Why: a CPU forward dequantizes the whole weight (about ten small ops) before its matmul, and the backward
+        again. For the tiny scale's 64-wide layers that cost more than the matmul itself in a decode step: 18 % of
+        an NVFP4 rollout on a 2-core Xeon (SmolLM2-135M's 2-step CPU smoke run: rollout 4.0 -> 2.1 s). The kept copy
+        is what each call would compute (the same function of the same buffers), so every number stays the same;
+        the size cap keeps the 4-bit memory saving of larger models. The copy is keyed on the buffers' identity and
+        in-place version, so load_state_dict, .to() or a prepare_kernels() replace it, and it is never saved (not a
+        buffer).
         """
         if (self.is_prepared or self.codes.is_cuda or self.in_features * self.out_features > DENSE_CACHE_ELEMENTS
                 or torch.compiler.is_compiling()):
