@@ -104,7 +104,12 @@ class QuantLinear(nn.Module):
 
     @property
     def weight(self) -> torch.Tensor:
-        """The dequantized weight [out, in] in compute_dtype (materialized on each access: for inspection only)."""
+        """The dequantized weight [out, in] in compute_dtype, for inspection only: the kept copy of dense_weight where
+        there is one (peft reads `weight` of every layer it wraps: re-dequantizing SmolLM2-135M's layers on each read
+        was a quarter of a 2-step CPU training job), else materialized on each access."""
+        kept = self.dense_weight(self.compute_dtype)
+        if kept is not None:
+            return kept
         with torch.no_grad():
             return dequantize_weight(self.codes, self.scales, self.global_scale, self.fmt, self.compute_dtype)
 
