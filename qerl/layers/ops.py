@@ -9,7 +9,9 @@ in the kernels' layout (QuantLinear after `prepare_kernels`, or a fused q/k/v gr
 
 Autograd: the frozen 4-bit weight gets no gradient; the input gradient is grad_y @ W_dequant, recomputed from the
 packed weight in backward (nothing of weight size is saved between forward and backward, which is what saves memory
-during LoRA training). A bias that requires grad gets grad_y summed over the leading dimensions. Works under
+during LoRA training). A bias that requires grad gets grad_y summed over the leading dimensions. A caller that keeps
+the dequantized weight itself (QuantLinear does for small layers on the CPU: `QuantLinear.dense_weight`) passes it
+as `dense`, and both passes use it instead of dequantizing: the same tensor, so the same numbers. Works under
 torch.compile (dynamo traces the autograd.Function) and under gradient checkpointing (forward is a pure function of
 its inputs).
 
@@ -60,34 +62,41 @@ class _W4A16Linear(torch.autograd.Function):
     """y = x @ W^T + b with W packed; grad_x = grad_y @ W; no gradient for W."""
 
     @staticmethod
-    def forward(ctx, x, codes, scales, global_scale, bias, fmt):
-        ctx.save_for_backward(codes, scales, global_scale)
+    def forward(ctx, x, codes, scales, global_scale, bias, fmt, dense):
+        ctx.save_for_backward(codes, scales, global_scale, dense)
         ctx.fmt = fmt
         ctx.has_bias = bias is not None
         if _use_kernels(x):  # Triton W4A16 kernels (qerl_kernels/): fused dequantize-GEMM, fp32 accumulation
             from qerl_kernels import fp4_linear
             return fp4_linear(x, codes, scales, global_scale, bias, fmt)
-        w = dequantize_weight(codes, scales, global_scale, fmt, x.dtype)
+        w = _dense_or_dequantize(dense, codes, scales, global_scale, fmt, x.dtype)
         return F.linear(x, w, bias)
 
     @staticmethod
     def backward(ctx, grad_y):
-        codes, scales, global_scale = ctx.saved_tensors
+        codes, scales, global_scale, dense = ctx.saved_tensors
         grad_x = grad_b = None
         if ctx.needs_input_grad[0]:
             if _use_kernels(grad_y):  # fused transposed kernel (small M) or dequantize kernel + cuBLAS
                 from qerl_kernels import fp4_linear_grad_input
                 grad_x = fp4_linear_grad_input(grad_y, codes, scales, global_scale, ctx.fmt)
             else:
-                w = dequantize_weight(codes, scales, global_scale, ctx.fmt, grad_y.dtype)
+                w = _dense_or_dequantize(dense, codes, scales, global_scale, ctx.fmt, grad_y.dtype)
                 grad_x = grad_y @ w  # [..., N] @ [N, K] -> [..., K]
         if ctx.has_bias and ctx.needs_input_grad[4]:
             grad_b = grad_y.reshape(-1, grad_y.shape[-1]).sum(0)
-        return grad_x, None, None, None, grad_b, None
+        return grad_x, None, None, None, grad_b, None, None
+
+
+def _dense_or_dequantize(dense, codes, scales, global_scale, fmt: str, dtype: torch.dtype) -> torch.Tensor:
+    """The caller's dequantized weight when it is in `dtype`, else the packed weight dequantized now."""
+    if dense is not None and dense.dtype == dtype:
+        return dense
+    return dequantize_weight(codes, scales, global_scale, fmt, dtype)
 
 
 def w4a16_linear(x: torch.Tensor, codes: torch.Tensor, scales: torch.Tensor, global_scale: torch.Tensor | None = None,
-                 bias: torch.Tensor | None = None, *, fmt: str) -> torch.Tensor:
+                 bias: torch.Tensor | None = None, *, fmt: str, dense: torch.Tensor | None = None) -> torch.Tensor:
     """y = x @ dequant(W)^T + bias, with a 4-bit packed weight W [N, K] and activations in x's dtype.
 
     Args:
@@ -97,6 +106,8 @@ def w4a16_linear(x: torch.Tensor, codes: torch.Tensor, scales: torch.Tensor, glo
         global_scale: float32 0-dim (nvfp4 only).
         bias: optional [N], in x's dtype.
         fmt: "nvfp4" or "mxfp4".
+        dense: the weight already dequantized (dequantize_weight of these tensors), used off the Triton path
+            instead of dequantizing again when its dtype is x's; None: dequantize on each call.
 
     Returns:
         [..., N] in x's dtype.
@@ -111,7 +122,7 @@ def w4a16_linear(x: torch.Tensor, codes: torch.Tensor, scales: torch.Tensor, glo
             f"w4a16_linear: input of shape {tuple(x.shape)} does not match a weight of shape "
             f"({codes.shape[0]}, {codes.shape[-1] * 2})"
         )
-    return _W4A16Linear.apply(x, codes, scales, global_scale, bias, fmt)
+    return _W4A16Linear.apply(x, codes, scales, global_scale, bias, fmt, dense)
 
 
 def w4a16_linear_prepared(x: torch.Tensor, prepared, bias: torch.Tensor | None = None) -> torch.Tensor:

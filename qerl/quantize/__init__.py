@@ -7,9 +7,28 @@ The stage reads and converts models through the policy core (qerl.policy: `build
 writes its checkpoints with qerl.policy.checkpoint (the compressed-tensors layout, and the NF4 recipe), which the
 trainer and the evaluator load; the conversion itself (`quantize_`, QuantLinear) lives in qerl.layers, the formats
 in qerl.formats.
+
+Imports are lazy (PEP 562 `__getattr__`): the Snakefile imports `qerl.quantize.dag` (torch-free input functions)
+every time Snakemake parses the workflow, and eager imports of awq / calibration here pulled torch into every
+`snakemake` call (1.1 of the 3.3 s of a dry run on a 2-core Xeon).
 """
-from qerl.quantize.awq import AWQResult, apply_awq, calibrate, fake_quantize, layer_errors, load_scales, save_scales
-from qerl.quantize.calibration import calibration_file, layerwise_inputs, read_texts, token_chunks
+from __future__ import annotations
+
+import importlib
+
+_HOME = {
+    **dict.fromkeys(("AWQResult", "apply_awq", "calibrate", "fake_quantize", "layer_errors", "load_scales",
+                     "save_scales"), "awq"),
+    **dict.fromkeys(("layerwise_inputs", "read_texts", "token_chunks"), "calibration"),
+    "calibration_file": "dag",
+}
+
+
+def __getattr__(name: str):
+    if name in _HOME:
+        return getattr(importlib.import_module(f"qerl.quantize.{_HOME[name]}"), name)
+    raise AttributeError(f"module 'qerl.quantize' has no attribute {name!r}")
+
 
 __all__ = [
     "AWQResult",

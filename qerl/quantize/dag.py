@@ -7,9 +7,37 @@ Paths (R = <results_dir>/<scale>; qerl/contract/paths.py):
 from __future__ import annotations
 
 from qerl.contract import paths
-from qerl.quantize.calibration import calibration_file
 
-__all__ = ["calibration_inputs", "quantize_inputs", "quantized_dirs", "scales_path"]
+__all__ = ["calibration_file", "calibration_inputs", "quantize_inputs", "quantized_dirs", "scales_path"]
+
+
+def calibration_file(cfg: dict) -> str:
+    """The JSONL file config key quantize.calibration.source names (for the rules and the CLI).
+
+    "train" is the scale's own training problems: the tiny scale's generated RL split
+    (R/data/tiny/rl.jsonl, qerl.contract.paths), else GSM8K's or MATH's train split under data.root, whichever of
+    gsm8k / math_train the config's data.benchmarks lists first. A benchmark name picks its train split directly.
+
+    Raises:
+        ValueError: naming the key and the value when no train split fits.
+    """
+    from qerl.contract.paths import BENCHMARK_FILES, root_of, tiny_split
+
+    source = cfg["quantize"]["calibration"]["source"]
+    root = cfg["data"]["root"]
+    if source == "train":
+        if cfg["model"]["source"] == "tiny":
+            return tiny_split(root_of(cfg), "rl")
+        for name in ("gsm8k", "math_train"):
+            if name in cfg["data"]["benchmarks"]:
+                return f"{root}/{BENCHMARK_FILES[name]['train']}"
+        raise ValueError("key 'quantize.calibration.source' = 'train': data.benchmarks lists neither gsm8k nor "
+                         f"math_train (it lists {cfg['data']['benchmarks']}); name a benchmark with a train split")
+    if "train" not in BENCHMARK_FILES.get(source, {}):
+        known = sorted(n for n, splits in BENCHMARK_FILES.items() if "train" in splits)
+        raise ValueError(f"key 'quantize.calibration.source' = {source!r}: not 'train' nor a benchmark with a train "
+                         f"split ({known})")
+    return f"{root}/{BENCHMARK_FILES[source]['train']}"
 
 
 def calibration_inputs(config: dict, results: str) -> dict:

@@ -151,10 +151,14 @@ def sample(model, tokenizer, prompts: list[str], *, group_size: int, max_new_tok
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()
-    enc = tokenizer([p for p in prompts for _ in range(group_size)], return_tensors="pt", padding=True,
-                    padding_side="left", add_special_tokens=False)
-    prompt_ids = enc["input_ids"].to(device)  # [N, P]
-    attn = enc["attention_mask"].to(device)  # [N, P]
+    rows = [p for p in prompts for _ in range(group_size)]
+    distinct = list(dict.fromkeys(rows))  # the prefill runs once per distinct prompt (_shared_prefill)
+    enc = tokenizer(distinct, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
+    where = {p: i for i, p in enumerate(distinct)}
+    row_of = torch.tensor([where[p] for p in rows], dtype=torch.long, device=device)  # [N] -> its distinct prompt
+    unique_ids, unique_attn = enc["input_ids"].to(device), enc["attention_mask"].to(device)  # [U, P]
+    prompt_ids, prompt_attn = unique_ids[row_of], unique_attn[row_of]  # [N, P]
+    attn = prompt_attn  # [A, P + t]: grows as tokens are sampled, loses the rows that finish
     n, plen = prompt_ids.shape
     limit = getattr(getattr(model, "config", None), "max_position_embeddings", None)
     if isinstance(limit, int) and plen + max_new_tokens > limit:
@@ -173,8 +177,7 @@ def sample(model, tokenizer, prompts: list[str], *, group_size: int, max_new_tok
     position = attn.long().cumsum(-1) - 1  # [N, P]
     position.masked_fill_(attn == 0, 1)
     cache_arg = kv_cache_arg(model)
-    out = model(input_ids=prompt_ids, attention_mask=attn, position_ids=position, use_cache=True)
-    cache, logits = getattr(out, cache_arg), out.logits[:, -1, :].float()  # [A, V]
+    cache, logits = _shared_prefill(model, cache_arg, unique_ids, unique_attn, row_of)  # [A, V]
     next_pos = position[:, -1:] + 1  # [A, 1]
     for t in range(max_new_tokens):
         if temperature > 0:
@@ -212,12 +215,32 @@ def sample(model, tokenizer, prompts: list[str], *, group_size: int, max_new_tok
     tokens, entropy, sample_logp = tokens[:, :width], entropy[:, :width], sample_logp[:, :width]
     comp_mask = torch.arange(width, device=device).unsqueeze(0) < lengths.unsqueeze(1)  # [N, L]
     input_ids = torch.cat([prompt_ids, tokens], dim=1)  # [N, P + L]
-    attention = torch.cat([enc["attention_mask"].to(device), comp_mask.long()], dim=1)  # [N, P + L]
+    attention = torch.cat([prompt_attn, comp_mask.long()], dim=1)  # [N, P + L]
     completion_mask = torch.cat([torch.zeros_like(prompt_ids), comp_mask.long()], dim=1)  # [N, P + L]
     texts = tokenizer.batch_decode(tokens, skip_special_tokens=True)
     model.train(was_training)
     return RolloutBatch(input_ids, attention, completion_mask, plen, texts, lengths.cpu(), (~done).cpu(),
                         entropy.cpu(), sample_logp.cpu())
+
+
+def _shared_prefill(model, cache_arg: str, ids: torch.Tensor, attn: torch.Tensor, row_of: torch.Tensor):
+    """The prompt pass of the eager loop, once per distinct prompt: (KV cache, last-position float logits [N, V]),
+    both gathered to the N rows (`row_of`: each row's distinct prompt).
+
+    Why: the G samples of a GRPO group (and lm-eval's repeats of a problem) share their prompt, and the prompt is
+    most of a tiny-scale sequence (~80 of ~100 tokens), so the prefill of every row was most of a rollout's prompt
+    work. On the CPU a row's numbers do not depend on the other rows of the batch (every op is row by row at these
+    shapes), so the cache and logits are the ones a pass over all N rows gives, bit for bit
+    (tests/rl/test_rollout.py checks it); sampling then goes on exactly as before.
+    """
+    position = attn.long().cumsum(-1) - 1  # [U, P]
+    position.masked_fill_(attn == 0, 1)
+    out = model(input_ids=ids, attention_mask=attn, position_ids=position, use_cache=True)
+    cache, logits = getattr(out, cache_arg), out.logits[:, -1, :].float()  # [U, V]
+    if ids.shape[0] == row_of.shape[0]:  # every prompt distinct: the rows are the distinct prompts, in order
+        return cache, logits
+    cache.batch_select_indices(row_of)
+    return cache, logits[row_of]
 
 
 def _concat(parts: list[RolloutBatch], pad: int) -> RolloutBatch:

@@ -105,6 +105,32 @@ def test_state_dict_roundtrip(linear, fmt):
     assert torch.equal(q.packed().codes, q.codes)
 
 
+@pytest.mark.parametrize("fmt", FMTS)
+def test_kept_dense_weight_gives_the_same_numbers_and_follows_the_buffers(linear, fmt, monkeypatch):
+    """QuantLinear.dense_weight: forward and input gradient bit for bit those of dequantizing on every call; a new
+    copy after load_state_dict or a dtype change; none for a layer above the size cap."""
+    import qerl.layers.quant_linear as ql
+
+    q = QuantLinear.from_linear(linear, fmt)
+    x = torch.randn(3, 5, 64, requires_grad=True)
+    x_ref = x.detach().clone().requires_grad_()
+    y = q(x)
+    kept = q.dense_weight(torch.float32)
+    assert kept is q.dense_weight(torch.float32)  # computed once, then reused
+    y_ref = w4a16_linear(x_ref, q.codes, q.scales, q.global_scale, q.bias, fmt=fmt)  # dequantized on the call
+    assert torch.equal(y, y_ref)
+    g = torch.randn_like(y)
+    y.backward(g)
+    y_ref.backward(g)
+    assert torch.equal(x.grad, x_ref.grad)
+    other = QuantLinear.from_linear(nn.Linear(64, 48), fmt)
+    q.load_state_dict(other.state_dict())  # in-place copies into the buffers: the kept copy is stale
+    assert torch.equal(q.dense_weight(torch.float32), other.weight) and torch.equal(q(x), other(x))
+    assert torch.equal(q.dense_weight(torch.bfloat16), other.weight.to(torch.bfloat16))
+    monkeypatch.setattr(ql, "DENSE_CACHE_ELEMENTS", 64 * 48 - 1)
+    assert q.dense_weight(torch.float32) is None
+
+
 # ---------------------------------------------------------------- quantize_
 def test_quantize_targets_only_the_seven_projections():
     model = tiny_qwen2()

@@ -6,7 +6,7 @@ import torch
 
 from qerl.data.prompts import build_prompt
 from qerl.models.tiny import build_model, build_tokenizer
-from qerl.rl.rollout import sample, sequence_logprobs
+from qerl.rl.rollout import _shared_prefill, kv_cache_arg, sample, sequence_logprobs
 
 
 @pytest.fixture(scope="module")
@@ -84,3 +84,24 @@ def test_finished_rows_leave_the_batch_without_changing_results(policy):
     assert len(set(batch.lengths.tolist())) > 1
     mask = batch.completion_mask[:, batch.prompt_len:].bool()
     assert torch.allclose(logp[mask], batch.sample_logp[mask], atol=1e-4)
+
+
+def test_prefill_once_per_distinct_prompt_equals_the_prefill_of_every_row(policy):
+    """The eager loop's prompt pass runs once per distinct prompt and is gathered to the rows of its group: the KV
+    cache and the logits are bit for bit those of a pass over every row (why the sampled tokens do not change)."""
+    model, tok, prompts = policy
+    rows = [p for p in prompts for _ in range(3)] + [prompts[0]]  # groups of 3, and a repeat out of its group
+    enc = tok(rows, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
+    ids, attn = enc["input_ids"], enc["attention_mask"]
+    position = attn.cumsum(-1) - 1
+    position.masked_fill_(attn == 0, 1)
+    arg = kv_cache_arg(model)
+    with torch.no_grad():
+        out = model(input_ids=ids, attention_mask=attn, position_ids=position, use_cache=True)
+        row_of = torch.tensor([0, 0, 0, 1, 1, 1, 0])
+        first = torch.tensor([0, 3])
+        cache, logits = _shared_prefill(model, arg, ids[first], attn[first], row_of)
+    assert torch.equal(logits, out.logits[:, -1, :].float())
+    full = getattr(out, arg)
+    for layer, ref in zip(cache.layers, full.layers):
+        assert torch.equal(layer.keys, ref.keys) and torch.equal(layer.values, ref.values)

@@ -6,16 +6,18 @@
 #   R/quantized/<model>/awq_scales/<fmt>.safetensors   AWQ per-channel scales (nvfp4, mxfp4; when quantize.awq)
 #   R/quantized/<model>/<fmt>/                         compressed-tensors checkpoint (nvfp4, mxfp4) or the NF4
 #                                                      recipe (nf4), plus layer_errors.json (held-out RTN/AWQ errors)
-from qerl.quantize.calibration import calibration_file
-from qerl.quantize.dag import calibration_inputs, quantize_inputs, quantized_dirs, scales_path
+from qerl.quantize.dag import calibration_file, calibration_inputs, quantize_inputs, quantized_dirs, scales_path
 
 # Scheduling (Snakemake starts the ready job of highest `priority:` first, 0 when a rule gives none): calibrate and
 # quantize come before every training job, whose priority is at most its number of runs (workflow/rules/train.smk).
-# They are short, they unlock the 4-bit runs (QeRL's own among them, the longest job), and they take both cores of a
-# 2-core machine (threads: 2): at priority 0 they waited until two cores happened to be free at once, which came
+# They are short and they unlock the 4-bit runs (QeRL's own among them, the longest job): at priority 0 they came
 # after most BF16 training (measured on a 2-core Xeon: the NVFP4 calibration started 4-5 min after pretraining, and
-# the 16-run QeRL job ran last, alone on one core). Scheduling changes no output: a job's files do not depend on
-# when it runs.
+# the 16-run QeRL job ran last, alone on one core). Threads: at the tiny scale a job is ~6 s of single-threaded
+# process start-up (imports) around ~1 s of work, so with `threads: 2` everywhere the five jobs ran one after another,
+# each holding both cores of a 2-core machine. `quantize` takes one thread (its ops are too small for torch to
+# split: its files are the same with one thread or two), so two of them run side by side; `calibrate` keeps two,
+# because its AWQ search losses (recorded in the scales file's metadata) are sums that torch does split, and their
+# last bits change with the thread count. Scheduling changes no output: a job's files do not depend on when it runs.
 QUANTIZE_PRIORITY = len(train_runs()) + 1
 
 
@@ -33,7 +35,7 @@ rule calibrate:
         data=calibration_file(config),
     conda:
         CONDA_ENV
-    threads: 2  # capped at --cores by Snakemake
+    threads: 2  # capped at --cores by Snakemake; see above
     priority: QUANTIZE_PRIORITY  # before the training jobs it unlocks
     resources:
         gpu=1 if config["resources"]["train"]["gpus"] else 0,
@@ -59,7 +61,7 @@ rule quantize:
         scales=lambda wildcards, input: f"--scales {input.scales}" if "scales" in input.keys() else "",
     conda:
         CONDA_ENV
-    threads: 2  # capped at --cores by Snakemake
+    threads: 1  # see above
     priority: QUANTIZE_PRIORITY  # before the training jobs it unlocks
     resources:
         gpu=1 if config["resources"]["train"]["gpus"] else 0,
