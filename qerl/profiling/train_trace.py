@@ -269,7 +269,8 @@ def main(argv=None) -> int:
         results.append(trace_method(cfg, args.task, m, args.base, args.quantized_root, args.steps, args.check_finite,
                                     args.gc, args.first_step, not args.no_profile))
         results[-1]["tf32"] = torch.backends.cuda.matmul.allow_tf32
-        torch.cuda.empty_cache() if torch.cuda.is_available() else None
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
         if args.out:
             Path(args.out).write_text(json.dumps(results, indent=1) + "\n")
     md = markdown(results)
