@@ -10,6 +10,9 @@ One name per concept across subcommands (README "CLI"): `--config FILE`, `--base
 `--out PATH` (the file or folder written), `--data-root DIR`, and lists space-separated (`--benchmarks gsm8k
 math500`, `qerl.args.add_list`). A command module may define `RENAMED = {old: new}`: an old spelling still works and
 prints one note on stderr (`qerl.args.parse_args`); the comma form of a list does the same.
+
+When a DAG run's job server is up ($QERL_JOB_SERVER, `resources.job_server`), the console script hands the command
+to it: a child forked from a process that has imported the stages already runs `main` with the same arguments.
 """
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ import argparse
 import importlib
 import sys
 
+from qerl import jobserver
 from qerl.args import parse_args
 
 __all__ = ["SUBCOMMANDS", "module_name", "main"]
@@ -43,6 +47,8 @@ SUBCOMMANDS: dict[str, str] = {
     "samples": "write the report's samples page: completions per method at the first and last kept step, and each "
                "reward figure's rollout files",
     "status": "where every training run of a config stands: steps, reward, pass@1, state",
+    "job-server": "serve a DAG run's qerl jobs from one process that has imported the stages (started by the "
+                  "Snakefile: resources.job_server)",
 }
 
 
@@ -52,6 +58,10 @@ def module_name(command: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if argv is None:  # the `qerl` console script: the DAG's job server, when one runs, runs it (qerl/jobserver.py)
+        code = jobserver.forward(sys.argv[1:])
+        if code is not None:
+            return code
     parser = argparse.ArgumentParser(prog="qerl", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, help_ in SUBCOMMANDS.items():

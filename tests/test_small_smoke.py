@@ -48,7 +48,9 @@ def _smoke_config(repo_root: Path, results: Path, data_root: Path) -> dict:
     cfg["seeds"] = [0]
     cfg["data"].update(root=str(data_root), download=False, benchmarks=["gsm8k", "math500", "math_train"])
     cfg["model"]["dtype"] = "float32"  # the CPU (the shipped config is for one GPU)
-    cfg["resources"] = {"train": {"gpus": 0}}
+    # the CPU: no GPU claims; the job server spares each of the six jobs its ~7 s of imports (off in small.yaml,
+    # whose GPU runs' benchmark files qerl.profiling.stage_costs reads)
+    cfg["resources"] = {"train": {"gpus": 0}, "job_server": True}
     cfg["sft"].update(steps=2, limit=4, batch_size=2)  # the SFT warm-up stage runs too, for 2 steps
     cfg["evaluate"].update(benchmarks=["gsm8k"], n_repeats=1, repeats={}, limit=2, max_new_tokens=TOKENS,
                            batch_size=2)

@@ -7,6 +7,7 @@ import os
 
 import yaml
 
+from qerl import jobserver
 from qerl.contract import grid, paths
 from qerl.contract.methods import get_method
 from qerl.io import write_text
@@ -38,6 +39,19 @@ def write_effective_config(path=CONFIGFILE):
     """Write the effective config to `path` atomically, unless the file already holds it."""
     if not os.path.exists(path) or open(path, encoding="utf-8").read() != EFFECTIVE_CONFIG:
         write_text(path, EFFECTIVE_CONFIG)
+
+
+def start_job_server():
+    """With resources.job_server: start this run's job server (qerl/jobserver.py); the jobs' `qerl` finds it
+    through $QERL_JOB_SERVER, which they inherit from this process. Called by `onstart`, so a dry run starts none."""
+    if config["resources"]["job_server"]:
+        os.makedirs(f"{R}/logs", exist_ok=True)
+        os.environ[jobserver.ENV_VAR] = jobserver.start(os.getpid(), log=f"{R}/logs/job_server.log")
+
+
+def stop_job_server():
+    """Stop the job server of this run, if it started one (`onsuccess`, `onerror`)."""
+    jobserver.stop(os.environ.pop(jobserver.ENV_VAR, None))
 
 
 MODEL = config["model"]["name"]

@@ -7,6 +7,7 @@
 # rerun checks, so a rule that reran on each config edit would hide the `params: section(...)` changes of the jobs
 # that read the edited section. As it is, editing a section reruns exactly the jobs that read it. (Deleting
 # R/config.yaml reruns every job: it is an input of all of them.)
+# The same hooks start and stop the run's job server (resources.job_server; common.smk, qerl/jobserver.py).
 
 
 rule effective_config:
@@ -21,3 +22,12 @@ rule effective_config:
 
 onstart:
     write_effective_config()
+    start_job_server()
+
+
+onsuccess:
+    stop_job_server()
+
+
+onerror:
+    stop_job_server()
