@@ -39,7 +39,7 @@ if HAVE_TRITON:
     from qerl_kernels.fp4_tuning import _fp4_gemm_t_tuned, _fp4_gemm_tc_tuned, _fp4_gemm_tuned
 
 __all__ = ["fp4_gemm", "fp4_gemm_t", "fp4_gemm_tc", "fp4_dequantize", "dispatch_table", "FUSED_MAX_M",
-           "BWD_FUSED_MAX_M", "TC_MAX_M"]
+           "BWD_FUSED_MAX_M", "TC_MAX_M", "dequantize_only_above"]
 
 # Dispatch by M (see results/measured/*/kernels.csv): the fused kernel up to FUSED_MIN_TRY, dequantize + cuBLAS
 # above FUSED_MAX_M, and in between whichever of the two was faster when first timed for that shape.
@@ -211,6 +211,13 @@ def _choose_path(x: torch.Tensor, w, bias) -> str:
         times = {p: _time_or_inf(lambda p=p: fp4_gemm(x, w, bias, path=p), p) for p in cands}
         _DISPATCH[key] = min(times, key=times.get)
     return _DISPATCH[key]
+
+
+def dequantize_only_above() -> int:
+    """The M above which `fp4_gemm` and `fp4_gemm_t` have one candidate path only, dequantize + cuBLAS: above the
+    fused kernels' limits (FUSED_MAX_M, BWD_FUSED_MAX_M) and, when the tensor-core tiles are in the dispatch, theirs
+    (TC_MAX_M). A caller that keeps the dequantized weight (`fp4_dequantize`) may compute such products itself."""
+    return max(FUSED_MAX_M, BWD_FUSED_MAX_M, TC_MAX_M if TC_IN_DISPATCH else 0)
 
 
 def _time_or_inf(fn, name: str) -> float:

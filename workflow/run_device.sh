@@ -24,6 +24,11 @@
 #                                                         qerl/profiling/train_device.sh
 #   bash workflow/run_device.sh follow NAME SECONDS       follow a `bg` command until it ends or SECONDS pass
 # Without the pulp wheel (16 MB, Snakemake's ILP scheduler) pass SMK_ARGS="--scheduler greedy --resources gpu=N".
+# A machine is held for at most 30 minutes. To go on where an earlier machine stopped: `pack` there, put the tgz it
+# brought back at .resume.tgz in the checkout, carry it with the next machine's `start` and add
+# `--rerun-triggers params input software-env code` to SMK_ARGS: the finished jobs' small files are restored, the
+# models (packed without their weights) are rebuilt, and the mtime trigger, left out, does not rerun the finished
+# jobs behind the rebuilt models. An unfinished job (a group with some runs done included) runs again from step 0.
 set -o pipefail
 export PYTHONUNBUFFERED=1 PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
 STAGE=${STAGE:-/tmp/qerl-stage}
@@ -47,8 +52,14 @@ install() {
 
 copy_source() {  # the checkout as this call sent it, and the staged benchmark files, to $SRC
   rm -rf "$SRC" && mkdir -p "$SRC" && cp -r . "$SRC" && rm -rf "$SRC"/.whl "$SRC"/.wb "$SRC"/.gg "$SRC"/.data \
-    "$SRC"/.data.tgz
+    "$SRC"/.data.tgz "$SRC"/.resume.tgz
   mkdir -p "$SRC/resources" && cp -r "$STAGE/data" "$SRC/resources/data"
+  if [ -f .resume.tgz ]; then  # an earlier machine's `pack`: its finished jobs' files, without the weights
+    tar xzf .resume.tgz -C "$SRC" || exit 3
+    rm -rf "$SRC"/results/*/models "$SRC"/results/*/quantized  # packed without their weights: rebuilt here
+    for f in qerl-dag.log qerl-env.txt; do [ -f "$SRC/results/$f" ] && mv "$SRC/results/$f" "$SRC/results/resumed-$f"; done
+    echo "resumed from .resume.tgz: $(find "$SRC/results" -name eval.json | wc -l) eval.json files"
+  fi
 }
 
 case $cmd in

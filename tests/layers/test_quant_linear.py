@@ -131,6 +131,38 @@ def test_kept_dense_weight_gives_the_same_numbers_and_follows_the_buffers(linear
     assert q.dense_weight(torch.float32) is None
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the CUDA kernels' dispatch")
+@pytest.mark.parametrize("fmt", FMTS)
+def test_cuda_kept_dense_weight_is_the_dispatch_product_above_its_fused_limit(fmt):
+    """On CUDA a small layer keeps its dequantized weight for calls above dequantize_only_above() rows only, and its
+    forward there equals the kernels' entry point (dequantize + cuBLAS at those rows) bit for bit, its input and bias
+    gradients within bfloat16 rounding; decode-sized calls get no copy (the fused kernels run)."""
+    from qerl.layers.ops import w4a16_linear_prepared
+    from qerl_kernels.fp4_launch import dequantize_only_above
+
+    torch.manual_seed(0)
+    q = QuantLinear.from_linear(nn.Linear(576, 1536, bias=True), fmt).to("cuda", torch.bfloat16)
+    q.prepare_kernels()
+    m = dequantize_only_above() + 64
+    assert q.dense_weight(torch.bfloat16, rows=16) is None and q.dense_weight(torch.bfloat16) is None
+    q.bias.requires_grad_(True)
+    x = torch.randn(2, m // 2, 576, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    x_ref = x.detach().clone().requires_grad_()
+    y = q(x)
+    kept = q.dense_weight(torch.bfloat16, rows=m)
+    assert kept is not None and kept is q.dense_weight(torch.bfloat16, rows=m)
+    y_ref = w4a16_linear_prepared(x_ref, q.prepared(), q.bias)
+    assert torch.equal(y, y_ref)
+    g = torch.randn_like(y)
+    y.backward(g)
+    gb, q.bias.grad = q.bias.grad.clone(), None
+    y_ref.backward(g)
+    torch.testing.assert_close(x.grad, x_ref.grad)
+    torch.testing.assert_close(gb, q.bias.grad)
+    small = x[:, :8].detach()
+    assert torch.equal(q(small), w4a16_linear_prepared(small, q.prepared(), q.bias))
+
+
 # ---------------------------------------------------------------- quantize_
 def test_quantize_targets_only_the_seven_projections():
     model = tiny_qwen2()
