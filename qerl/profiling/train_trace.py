@@ -90,7 +90,7 @@ class _FiniteWatch:
 
     def __init__(self, model):
         self.model, self.handles, self.saved, self.records, self.step = model, [], {}, [], -1
-        self.mask = None
+        self.mask, self.seen = None, 0
 
     def _pre(self, module, args, kwargs):
         m = kwargs.get("attention_mask")
@@ -101,6 +101,8 @@ class _FiniteWatch:
             if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
                 return  # the rollout engine capturing a CUDA graph: no host reads inside a capture
             t = output[0] if isinstance(output, (tuple, list)) else getattr(output, "logits", output)
+            if torch.is_tensor(t) and t.requires_grad and torch.is_grad_enabled():
+                t.register_hook(self._grad_hook(name))
             if not torch.is_tensor(t) or not t.is_floating_point() or bool(torch.isfinite(t).all()):
                 return
             if any(r["step"] == self.step and r["kind"] == "forward" for r in self.records):
@@ -114,6 +116,22 @@ class _FiniteWatch:
                                  "shape": list(t.shape), "nonfinite": int(bad.sum()),
                                  "rows": sorted(set(pos.nonzero()[:, 0].tolist()))[:16] if pos is not None else None,
                                  "only_padding": only_pad, "grad": torch.is_grad_enabled()})
+        return f
+
+    def _grad_hook(self, name):
+        """The gradient reaching a module's output in the backward: the first ones of a step that hold a non-finite
+        value are recorded in backward order ("backward" records, `seq` = how many module gradients came before), so
+        the first names the module just after the one whose backward made it (the gradient flows from the loss)."""
+        def f(grad):
+            self.seen += 1
+            if torch.isfinite(grad).all():
+                return
+            if sum(r["step"] == self.step and r["kind"] == "backward" for r in self.records) >= 4:
+                return
+            bad = ~torch.isfinite(grad)
+            self.records.append({"step": self.step, "kind": "backward", "module": name, "seq": self.seen,
+                                 "shape": list(grad.shape), "nonfinite": int(bad.sum()),
+                                 "nan": int(torch.isnan(grad).sum())})
         return f
 
     def install(self):

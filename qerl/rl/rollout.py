@@ -370,6 +370,39 @@ def _head_logp(head, hidden: torch.Tensor, target: torch.Tensor, with_entropy: b
     return logp
 
 
+def _right_align_on(t: torch.Tensor) -> bool:
+    """Whether sequence_logprobs rolls its rows (_right_align): on CUDA, where left padding broke the backward; the
+    CPU keeps the left-padded rows (their numbers, and the tiny scale's results, unchanged)."""
+    return t.is_cuda
+
+
+RIGHT_ALIGN = _right_align_on  # tests swap it to run the rolled path on the CPU
+
+
+def _right_align(input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_len: int):
+    """The rows rolled left by their prompt's left padding (the padding moves to the end), and where each position
+    that predicts a completion token (prompt_len - 1 .. width - 2 of the original rows) sits in them: (ids, mask,
+    pick [N, L]).
+
+    Why: with left padding, the query of a padding position attends to no key at all. On CUDA the fused attention's
+    backward returns NaN for such fully masked rows (H100, torch 2.11, SmolLM2-135M at 448 positions: NaN in the
+    query gradient of exactly the padding positions of the top layer, so every LoRA gradient of every update was NaN
+    and skipped), although they feed nothing a loss counts. Rolled, every padding position comes after its row's
+    tokens and attends to them; the real tokens see the same keys at the same RoPE positions (position ids count
+    the mask), so their numbers are those of the left-padded rows up to the kernels' summation order."""
+    n, width = input_ids.shape
+    pads = (attention_mask[:, :prompt_len] == 0).sum(1, keepdim=True)  # [N, 1] left padding of each row
+    cols = torch.arange(width, device=input_ids.device).unsqueeze(0)
+    src = (cols + pads) % width  # rolled[j] = row[(j + pad) % width]
+    pick = (torch.arange(prompt_len - 1, width - 1, device=input_ids.device).unsqueeze(0) - pads) % width
+    return input_ids.gather(1, src), attention_mask.gather(1, src), pick
+
+
+def _take(x: torch.Tensor, pick: torch.Tensor) -> torch.Tensor:
+    """x[i, pick[i, t]] for every row i: [N, T, d] -> [N, L, d]."""
+    return x.gather(1, pick.unsqueeze(-1).expand(-1, -1, x.shape[-1]))
+
+
 def sequence_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_len: int,
                       with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs of the completion tokens under `model` (teacher forcing; grads flow if enabled).
@@ -395,6 +428,10 @@ def sequence_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tens
                                     with_entropy) for i in range(0, n, rows)]
         return (torch.cat([p[0] for p in parts_]),
                 torch.cat([p[1] for p in parts_]) if with_entropy else None)
+    target = input_ids[:, prompt_len:]  # [N, L]
+    pick = None  # [N, L] where each completion-predicting position sits in the rolled rows
+    if RIGHT_ALIGN(input_ids):
+        input_ids, attention_mask, pick = _right_align(input_ids, attention_mask, prompt_len)
     position = attention_mask.long().cumsum(-1) - 1  # [N, P + L]
     position.masked_fill_(attention_mask == 0, 1)
     if parts is not None:
@@ -404,8 +441,8 @@ def sequence_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tens
         # backward recomputes them chunk by chunk too
         decoder, head = parts
         hidden = decoder(input_ids=input_ids, attention_mask=attention_mask, position_ids=position,
-                         use_cache=False).last_hidden_state[:, prompt_len - 1 : -1]
-        target = input_ids[:, prompt_len:]
+                         use_cache=False).last_hidden_state
+        hidden = hidden[:, prompt_len - 1 : -1] if pick is None else _take(hidden, pick)
         if grad:
             logp = torch.cat([torch.utils.checkpoint.checkpoint(_head_logp, head, hidden[i : i + rows],
                                                                 target[i : i + rows], use_reentrant=False)
@@ -418,8 +455,8 @@ def sequence_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tens
         return torch.cat(chunks), None
     logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position,
                    use_cache=False).logits  # [N, P + L, V]
-    logits = logits[:, prompt_len - 1 : -1, :].float()  # [N, L, V] position t predicts token t + 1
-    target = input_ids[:, prompt_len:]  # [N, L]
+    # [N, L, V]: position t predicts token t + 1
+    logits = (logits[:, prompt_len - 1 : -1, :] if pick is None else _take(logits, pick)).float()
     logp_all = torch.log_softmax(logits, dim=-1)  # [N, L, V]
     logp = logp_all.gather(-1, target.unsqueeze(-1)).squeeze(-1)  # [N, L]
     ent = None

@@ -262,7 +262,11 @@ def test_gradient_checkpointing_gives_the_same_lora_gradients(reentrant):
                 torch.nn.init.normal_(p, std=0.02, generator=torch.Generator().manual_seed(hash(n) % 1000))
         model.train()
         if checkpointing:
-            model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": reentrant})
+            kwargs = {"use_reentrant": reentrant}
+            if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.24 (earlier: gradient_*)
+                model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+            else:
+                model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
             model.enable_input_require_grads()
         model(input_ids=ids, labels=ids).loss.backward()
         grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad})
