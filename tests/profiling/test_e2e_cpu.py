@@ -1,5 +1,6 @@
 """The GRPO step `qerl profile` and the DDP benchmark time is the trainer's own (qerl.rl.step.rl_step), with the
-run's settings: checked on the CPU at a 1-layer 0.5B shape (the GPU numbers come from the same function)."""
+run's settings: checked on the CPU at a 1-layer shape with Qwen2.5-0.5B's vocabulary and 64-wide layers (NARROW;
+the GPU numbers come from the same function at the real shapes, which tests/profiling/test_profile_cpu.py checks)."""
 from __future__ import annotations
 
 import math
@@ -9,11 +10,16 @@ import pytest
 import torch
 
 from qerl.config import load_config
+from qerl.profiling.archs import ARCHS, Arch
 from qerl.profiling.build import random_base
 from qerl.profiling.e2e import RandomPromptTokenizer, RandomRewards, default_task, e2e_timing, profile_settings
 from qerl.rl.settings import build_run_policy, lora_spec, make_optimizer
 
 CONFIG = Path(__file__).resolve().parents[2] / "config" / "config.yaml"
+# 0.5B's vocabulary, so its EOS odds (the rollout must run to its length), with narrow layers: at 0.5B's widths (896,
+# MLP 4864) the two cases took ~13 s, spent on the shapes, not on what the test checks
+NARROW = Arch("narrow", hidden=64, intermediate=128, layers=1, heads=4, kv_heads=2, vocab=ARCHS["0.5B"].vocab,
+              tied=True)
 
 
 @pytest.fixture(scope="module")
@@ -42,11 +48,12 @@ def test_random_rewards_are_seeded_draws():
 
 
 @pytest.mark.parametrize("method", ["qerl", "lora"])
-def test_e2e_step_times_every_phase_on_cpu(cfg, method):
+def test_e2e_step_times_every_phase_on_cpu(cfg, method, monkeypatch):
     torch.set_num_threads(1)
     s = profile_settings(cfg, "tiny_grpo", method, rank=4, batch=2, completion=3)
     weights = "nvfp4" if method == "qerl" else "bf16"
-    base = random_base("0.5B", weights, layers=1, device="cpu", dtype=torch.float32)
+    monkeypatch.setitem(ARCHS, NARROW.name, NARROW)
+    base = random_base(NARROW.name, weights, device="cpu", dtype=torch.float32)
     policy = build_run_policy(s, base, tokenizer=RandomPromptTokenizer(base.config.vocab_size, 8, 151643))
     assert (policy.aqn is not None) == (method == "qerl")
     before = {n: p.detach().clone() for n, p in policy.model.named_parameters() if p.requires_grad}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from qerl.profiling.archs import ARCHS, qwen25_config
+from qerl.profiling.archs import ARCHS, Arch, qwen25_config
 from qerl.profiling.build import build_random_model, random_base
 from qerl.contract.measured import MeasuredCsv
 from qerl.profiling.run import _Csv, model_size_bytes
@@ -38,10 +38,14 @@ def test_random_base_matches_the_architecture(weights):
     assert torch.isfinite(model(input_ids=x).logits.float()).all()
 
 
-def test_lora_model_size_excludes_adapters():
-    lora = build_random_model("0.5B", "qerl", rank=8, layers=1, device="cpu")
+def test_lora_model_size_excludes_adapters(monkeypatch):
+    # a narrow 1-layer shape (the accounting is per tensor; 0.5B's widths took ~7 s): 64-wide, 0.5B's vocabulary
+    narrow = Arch("narrow", hidden=64, intermediate=128, layers=1, heads=4, kv_heads=2, vocab=ARCHS["0.5B"].vocab,
+                  tied=True)
+    monkeypatch.setitem(ARCHS, narrow.name, narrow)
+    lora = build_random_model(narrow.name, "qerl", rank=8, device="cpu")
     assert any(p.requires_grad for p in lora.parameters())
-    assert model_size_bytes(lora) == model_size_bytes(random_base("0.5B", "nvfp4", layers=1, device="cpu"))
+    assert model_size_bytes(lora) == model_size_bytes(random_base(narrow.name, "nvfp4", device="cpu"))
 
 
 def test_csv_appends_and_resumes(tmp_path):

@@ -6,7 +6,8 @@ done by one process here:
   * policy_update (qerl.rl.step) on a fixed global batch (GRPO with a KL term, DAPO's token normalisation; LoRA and full): the same
     global losses and the same weights after two optimizer steps;
   * the GPU benchmark (qerl.profiling.ddp: the trainer's rl_step on random weights) runs on the two ranks (a
-    1-layer 0.5B shape, the tiny config's settings) and writes its CSV;
+    1-layer shape with Qwen2.5's vocabulary and narrow layers, DDP_ARCH, the tiny config's settings) and writes its
+    CSV;
   * train() end to end (qerl = NVFP4 + AQN, GRPO with KL, two off-policy updates per step) with a rollout that is a
     function of the prompt alone (per-prompt seeded sampling) and rewards hashed from the text, so one and two
     processes see the same global batch: the same metrics and adapter, metrics.jsonl written once, and a killed
@@ -33,6 +34,7 @@ from qerl.contract.records import read_rollouts
 from qerl.data.tiny import write_splits
 from qerl.models.tiny import build_model, build_tokenizer
 from qerl.profiling import ddp
+from qerl.profiling.archs import ARCHS, Arch
 from qerl.rl import step as S
 from qerl.rl import trainer as T
 from qerl.rl.distributed import DistContext, claim_gpus, init_distributed, shard_range, shutdown
@@ -44,6 +46,10 @@ B, G, PROMPT, COMPLETION = 4, 4, 6, 8  # the synthetic global batch of the polic
 UPDATE_CASES = [("lora", "grpo"), ("lora", "dapo"), ("full", "dapo")]
 TIMING = {"time_rollout", "time_logprobs", "time_update", "peak_memory_bytes", "rollout_tokens_per_s"}
 REPO = Path(__file__).resolve().parents[2]
+# The benchmark's smoke test checks what it writes, not speed: Qwen2.5-0.5B's vocabulary (and so its EOS odds) with
+# 64-wide layers, registered under its own name in the ranks only; at 0.5B's widths (896, MLP 4864) one layer took
+# ~11 of the ranks' ~16 s.
+DDP_ARCH = Arch("test-narrow", hidden=64, intermediate=128, layers=1, heads=4, kv_heads=2, vocab=151936, tied=True)
 CONFIG = {
     "prompt": {"instruction": "none"},
     "train": {"steps": 2, "prompts_per_step": 3, "checkpoint_every": 1, "lr": 1e-3, "lr_by_method": {},
@@ -131,6 +137,7 @@ def _worker(root: Path) -> None:
     resumed = _train(cfg, root, "killed")
     torch.save({"full": _trainable(full["model"]), "resumed": _trainable(resumed["model"])},
                root / f"train_rank{ctx.rank}.pt")
+    ARCHS[DDP_ARCH.name] = DDP_ARCH
     ddp.run(_ddp_args(root / "ddp"))  # the GPU benchmark's smoke test, on the same two ranks (it ends the group)
     shutdown(ctx)
 
@@ -138,7 +145,7 @@ def _worker(root: Path) -> None:
 def _ddp_args(out: Path):
     parser = argparse.ArgumentParser()
     ddp.add_arguments(parser)
-    return parser.parse_args(["--arch", "0.5B", "--layers", "1", "--method", "qerl", "--rank", "4",
+    return parser.parse_args(["--arch", DDP_ARCH.name, "--layers", "1", "--method", "qerl", "--rank", "4",
                               "--prompts-per-rank", "2", "--group-size", "2", "--prompt", "8", "--completion", "4",
                               "--steps", "2", "--dtype", "float32", "--config", str(REPO / "config" / "config.yaml"),
                               "--out", str(out)])
@@ -228,7 +235,7 @@ def test_ddp_benchmark_runs_on_two_ranks(ran):
     row = rows[0]
     assert (row["world_size"], row["global_prompts"], row["group_size"]) == ("2", "4", "2")
     assert float(row["tokens_per_s"]) > 0 and float(row["step_s"]) >= float(row["rollout_s"]) > 0
-    detail = json.loads((root / "ddp" / "ddp_0.5B_qerl_w2.json").read_text())
+    detail = json.loads((root / "ddp" / f"ddp_{DDP_ARCH.name}_qerl_w2.json").read_text())
     assert detail["replicas_in_sync"] and [r["tokens"] for r in detail["steps"]] == [32.0, 32.0]  # 2 ranks x 2 prompts x 2 samples x 4 tokens
 
 
