@@ -123,3 +123,30 @@ def test_report_table_page_shows_a_table_in_a_browser(trimmed_dag, tmp_path):
     area = 1600 * 1000
     ours_cells, ours_header = (0xEA, 0xF2, 0xFC), (0xC9, 0xDC, 0xF3)  # td.ours / th.ours of qerl.report.tables
     assert pixels[ours_cells] > 0.02 * area and pixels[ours_header] > 0.001 * area, pixels.most_common(5)
+
+
+@pytest.mark.slow
+def test_resume_without_weights_reruns_only_the_unfinished_jobs(trimmed_dag, repo_root, tmp_path, trimmed_config):
+    """workflow/resume.sh on a copy of the finished DAG whose models and quantized checkpoints are gone (as packed by
+    workflow/run_device.sh, without weights) and one training run unfinished: the models are rebuilt, the rest marked
+    current, and Snakemake then plans only that run and what renders from it."""
+    shutil.copytree(trimmed_dag["results"], tmp_path / "results" / "tiny")
+    config = tmp_path / "trimmed.yaml"
+    config.write_text(yaml.safe_dump(trimmed_config(tmp_path / "results")))
+    out = tmp_path / "results" / "tiny"
+    shutil.rmtree(out / "models")
+    shutil.rmtree(out / "quantized")
+    (out / "runs/tiny_grpo/tiny/lora/default/seed0/eval.json").unlink()
+    where = ["-s", str(repo_root / "Snakefile"), "-d", str(tmp_path), "--max-threads", "1"]
+    proc = subprocess.run(["bash", str(repo_root / "workflow" / "resume.sh"), str(config), *where],
+                          capture_output=True, text=True, timeout=900,
+                          env={**ENV, "PATH": f"{_BIN}{os.pathsep}{ENV['PATH']}"})
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    assert (out / "models/tiny/base").is_dir() and (out / "quantized/tiny/nvfp4").is_dir()
+    plan = subprocess.run([SNAKEMAKE, *where, "--cores", "1", "--configfile", str(config), "-n"],
+                          capture_output=True, text=True, timeout=600, env=ENV)
+    assert plan.returncode == 0, (plan.stdout + plan.stderr)[-4000:]
+    rules = set(re.findall(r"^(?:local)?rule (\w+):", plan.stdout, re.M))
+    trains = re.findall(r"^(?:local)?rule (train\w*):", plan.stdout, re.M)
+    assert len(trains) == 1 and "runs/tiny_grpo/tiny/lora/default/seed0/eval.json" in plan.stdout, plan.stdout[-3000:]
+    assert not rules & {"pretrain_tiny", "calibrate", "quantize", "evaluate", "gen_tiny"}, " ".join(sorted(rules))

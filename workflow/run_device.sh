@@ -25,10 +25,11 @@
 #   bash workflow/run_device.sh follow NAME SECONDS       follow a `bg` command until it ends or SECONDS pass
 # Without the pulp wheel (16 MB, Snakemake's ILP scheduler) pass SMK_ARGS="--scheduler greedy --resources gpu=N".
 # A machine is held for at most 30 minutes. To go on where an earlier machine stopped: `pack` there, put the tgz it
-# brought back at .resume.tgz in the checkout, carry it with the next machine's `start` and add
-# `--rerun-triggers params input software-env code` to SMK_ARGS: the finished jobs' small files are restored, the
-# models (packed without their weights) are rebuilt, and the mtime trigger, left out, does not rerun the finished
-# jobs behind the rebuilt models. An unfinished job (a group with some runs done included) runs again from step 0.
+# brought back at .resume.tgz in the checkout and carry it with the next machine's `start`: the finished jobs' small
+# files are restored, the models (packed without their weights) rebuilt and the restored outputs marked up to date
+# (workflow/resume.sh: `snakemake --until quantize`, then `snakemake --touch`), so only the jobs that had not
+# finished run. An unfinished job (a training group with some of its runs done included) runs again from step 0:
+# checkpoints are not packed.
 set -o pipefail
 export PYTHONUNBUFFERED=1 PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
 STAGE=${STAGE:-/tmp/qerl-stage}
@@ -59,6 +60,7 @@ copy_source() {  # the checkout as this call sent it, and the staged benchmark f
     rm -rf "$SRC"/results/*/models "$SRC"/results/*/quantized  # packed without their weights: rebuilt here
     for f in qerl-dag.log qerl-env.txt; do [ -f "$SRC/results/$f" ] && mv "$SRC/results/$f" "$SRC/results/resumed-$f"; done
     echo "resumed from .resume.tgz: $(find "$SRC/results" -name eval.json | wc -l) eval.json files"
+    touch "$SRC/.resumed"
   fi
 }
 
@@ -84,7 +86,10 @@ torch.version.cuda, 'transformers', transformers.__version__, 'peft', peft.__ver
       echo "commit ${COMMIT:-unknown} start $(date -u +%FT%TZ)"
       echo "command: snakemake $* --cores all --keep-going --configfile $config $SMK_ARGS"; } | tee /tmp/qerl-env.txt
     date +%s > /tmp/qerl-dag.start
-    setsid nohup snakemake "$@" --cores all --keep-going --configfile "$config" $SMK_ARGS > /tmp/qerl-dag.log 2>&1 < /dev/null &
+    pre=""; [ -f .resumed ] && pre="bash workflow/resume.sh $config $* &&"  # rebuild the models, mark the rest current
+    export SMK_ARGS
+    setsid nohup bash -c "$pre snakemake $* --cores all --keep-going --configfile $config $SMK_ARGS" \
+      > /tmp/qerl-dag.log 2>&1 < /dev/null &
     echo $! > /tmp/qerl-dag.pid; sleep 20; tail -5 /tmp/qerl-dag.log ;;
   wait)
     end=$(( $(date +%s) + ${1:-540} ))
