@@ -97,14 +97,24 @@ def token_chunks(texts: list[str], tokenizer, n: int, seq_len: int, seed: int, e
     Raises:
         ValueError: the texts hold fewer than n + exclude chunks (the message gives the token count).
     """
-    if n < 1 or seq_len < 1:
-        raise ValueError(f"token_chunks: n and seq_len must be positive, got n={n}, seq_len={seq_len}")
+    return _draw_chunks(_concatenated_ids(texts, tokenizer), n, seq_len, seed, exclude)
+
+
+def _concatenated_ids(texts: list[str], tokenizer) -> list[int]:
+    """The texts' token ids, one after another, each followed by the tokenizer's EOS when it has one."""
     ids: list[int] = []
     eos = getattr(tokenizer, "eos_token_id", None)
     for text in texts:
         ids.extend(tokenizer(text, add_special_tokens=False)["input_ids"])
         if eos is not None:
             ids.append(eos)
+    return ids
+
+
+def _draw_chunks(ids: list[int], n: int, seq_len: int, seed: int, exclude: int) -> torch.Tensor:
+    """token_chunks' draw from already concatenated ids."""
+    if n < 1 or seq_len < 1:
+        raise ValueError(f"token_chunks: n and seq_len must be positive, got n={n}, seq_len={seq_len}")
     total = len(ids) // seq_len
     if total < n + exclude:
         raise ValueError(f"calibration texts give {len(ids)} tokens = {total} chunks of {seq_len}, "
@@ -222,9 +232,10 @@ def calibration_tokens(cfg: dict, tokenizer, data: str | None, heldout: int = 0)
                          f"{cal['source']!r})")
     # the policy's own view of the data (chat template + <think>/<answer> completion) when the tokenizer has a template
     instruction = cfg["prompt"]["instruction"] if getattr(tokenizer, "chat_template", None) else None
-    texts = read_texts(path, tokenizer=tokenizer, instruction=instruction)
-    calib = token_chunks(texts, tokenizer, cal["n_sequences"], cal["seq_len"], cal["seed"])
+    # tokenized once for both draws (the whole file: which chunks are drawn depends on its total length)
+    ids = _concatenated_ids(read_texts(path, tokenizer=tokenizer, instruction=instruction), tokenizer)
+    calib = _draw_chunks(ids, cal["n_sequences"], cal["seq_len"], cal["seed"], 0)
     held = None
     if heldout:
-        held = token_chunks(texts, tokenizer, heldout, cal["seq_len"], cal["seed"], exclude=cal["n_sequences"])
+        held = _draw_chunks(ids, heldout, cal["seq_len"], cal["seed"], cal["n_sequences"])
     return calib, held

@@ -163,6 +163,27 @@ def test_token_chunks_are_seeded_and_disjoint():
         token_chunks(texts, _CharTokenizer(), 1000, 16, seed=0)
 
 
+
+def test_calibration_tokens_tokenize_once_and_draw_as_token_chunks(tmp_path, monkeypatch):
+    """calibration_tokens tokenizes the file once for both draws; they are token_chunks' calibration and held-out
+    draws exactly (same seed, the held-out set after the n calibration chunks)."""
+    from qerl.quantize.calibration import calibration_tokens
+
+    f = tmp_path / "rows.jsonl"
+    f.write_text("".join(json.dumps({"question": f"problem {i}?", "answer": f"{i * 7}"}) + "\n" for i in range(40)))
+    cfg = {"quantize": {"calibration": {"n_sequences": 5, "seq_len": 16, "seed": 3, "source": "gsm8k"}},
+           "prompt": {"instruction": "none"}}
+    texts = read_texts(f)
+    tok = _CharTokenizer()
+    calls = []
+    monkeypatch.setattr(_CharTokenizer, "__call__", lambda self, text, add_special_tokens=False: calls.append(text)
+                        or {"input_ids": [1 + ord(c) % 90 for c in text]})
+    calib, held = calibration_tokens(cfg, tok, str(f), heldout=4)
+    assert len(calls) == len(texts)  # one pass over the file
+    assert torch.equal(calib, token_chunks(texts, tok, 5, 16, seed=3))
+    assert torch.equal(held, token_chunks(texts, tok, 4, 16, seed=3, exclude=5))
+    assert calibration_tokens(cfg, tok, str(f))[1] is None
+
 def test_read_texts(tmp_path):
     f = tmp_path / "rows.jsonl"
     f.write_text(json.dumps({"question": "1+1?", "answer": "2\n#### 2"}) + "\n"
