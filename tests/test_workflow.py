@@ -42,6 +42,9 @@ def test_dry_run_lists_every_stage(repo_root, tmp_path):
     priority = _priorities(out)
     training = [p for rule, ps in priority.items() if rule.startswith("train") for p in ps]
     assert min(priority["calibrate"] + priority["quantize"]) > max(training) > len(cfg["seeds"])
+    # a two-thread calibration outweighs any pair of one-thread jobs the scheduler could start instead (it
+    # maximizes the sum of the started jobs' priorities): a quantize job beside a training job, or two quantize jobs
+    assert min(priority["calibrate"]) > max(priority["quantize"]) + max(max(training), max(priority["quantize"]))
     assert not (tmp_path / "results").exists()  # a dry run writes nothing, not even the effective config
     cfg["resources"] = {"train": {"group_runs": False}}
     path.write_text(yaml.safe_dump(cfg))

@@ -18,7 +18,13 @@ from qerl.quantize.dag import calibration_file, calibration_inputs, quantize_inp
 # split: its files are the same with one thread or two), so two of them run side by side; `calibrate` keeps two,
 # because its AWQ search losses (recorded in the scales file's metadata) are sums that torch does split, and their
 # last bits change with the thread count. Scheduling changes no output: a job's files do not depend on when it runs.
+# Snakemake's scheduler (milp) maximizes the sum of the priorities of the jobs it starts at once, so a two-thread
+# `calibrate` at QUANTIZE_PRIORITY lost to a one-thread `quantize` (nf4) plus a training job started beside it:
+# measured on the 2-core Xeon, the calibrations waited until 243 s (pretraining ended at 115 s) and the 16-run QeRL
+# job started at 249 s and ended the DAG at 462 s. CALIBRATE_PRIORITY outweighs any such pair (a training job's
+# priority is at most len(train_runs())), and a pair of quantize jobs, so both calibrations run first.
 QUANTIZE_PRIORITY = len(train_runs()) + 1
+CALIBRATE_PRIORITY = 2 * QUANTIZE_PRIORITY + 1
 
 
 rule calibrate:
@@ -36,7 +42,7 @@ rule calibrate:
     conda:
         CONDA_ENV
     threads: 2  # capped at --cores by Snakemake; see above
-    priority: QUANTIZE_PRIORITY  # before the training jobs it unlocks
+    priority: CALIBRATE_PRIORITY  # before the training jobs it unlocks, and before a quantize + train pair
     resources:
         gpu=1 if config["resources"]["train"]["gpus"] else 0,
     log:
