@@ -199,7 +199,7 @@ class QuantLinear(nn.Module):
         Why: SmolLM2-135M's update passes are launch-bound (H100: 42k kernels, GPU busy 28 %; QeRL's update 3.1-4.1 s
         against BF16 LoRA's 1.4-2.1 s at the same shapes). Decode steps (small M) keep the fused 4-bit kernels.
         """
-        if (self.in_features * self.out_features > DENSE_CACHE_ELEMENTS or torch.compiler.is_compiling()):
+        if self.in_features * self.out_features > DENSE_CACHE_ELEMENTS or torch.compiler.is_compiling():
             return None
         cuda = self.is_prepared and self.w4_words.is_cuda
         if cuda:

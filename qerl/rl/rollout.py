@@ -390,7 +390,7 @@ def _right_align(input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_l
     and skipped), although they feed nothing a loss counts. Rolled, every padding position comes after its row's
     tokens and attends to them; the real tokens see the same keys at the same RoPE positions (position ids count
     the mask), so their numbers are those of the left-padded rows up to the kernels' summation order."""
-    n, width = input_ids.shape
+    width = input_ids.shape[1]
     pads = (attention_mask[:, :prompt_len] == 0).sum(1, keepdim=True)  # [N, 1] left padding of each row
     cols = torch.arange(width, device=input_ids.device).unsqueeze(0)
     src = (cols + pads) % width  # rolled[j] = row[(j + pad) % width]
