@@ -57,8 +57,12 @@ copy_source() {  # the checkout as this call sent it, and the staged benchmark f
   mkdir -p "$SRC/resources" && cp -r "$STAGE/data" "$SRC/resources/data"
   if [ -f .resume.tgz ]; then  # an earlier machine's `pack`: its finished jobs' files, without the weights
     tar xzf .resume.tgz -C "$SRC" || exit 3
-    rm -rf "$SRC"/results/*/models "$SRC"/results/*/quantized  # packed without their weights: rebuilt here
-    for f in qerl-dag.log qerl-env.txt; do [ -f "$SRC/results/$f" ] && mv "$SRC/results/$f" "$SRC/results/resumed-$f"; done
+    # packed without their weights: rebuilt here (results/<scale>/, or results/random/paper/ of paper_random.yaml)
+    find "$SRC/results" -mindepth 2 -maxdepth 3 -type d \( -name models -o -name quantized \) \
+      -not -path "*/measured/*" -prune -exec rm -rf {} +
+    for f in qerl-dag.log qerl-env.txt; do
+      [ -f "$SRC/results/$f" ] && mv "$SRC/results/$f" "$SRC/results/resumed-$f"
+    done
     echo "resumed from .resume.tgz: $(find "$SRC/results" -name eval.json | wc -l) eval.json files"
     touch "$SRC/.resumed"
   fi

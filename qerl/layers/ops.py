@@ -10,8 +10,11 @@ in the kernels' layout (QuantLinear after `prepare_kernels`, or a fused q/k/v gr
 Autograd: the frozen 4-bit weight gets no gradient; the input gradient is grad_y @ W_dequant, recomputed from the
 packed weight in backward (nothing of weight size is saved between forward and backward, which is what saves memory
 during LoRA training). A bias that requires grad gets grad_y summed over the leading dimensions. A caller that keeps
-the dequantized weight itself (QuantLinear does for small layers on the CPU: `QuantLinear.dense_weight`) passes it
-as `dense`, and both passes use it instead of dequantizing: the same tensor, so the same numbers. Works under
+the dequantized weight itself (QuantLinear does for small layers: `QuantLinear.dense_weight`) passes it as `dense` on
+the CPU, and both passes use it instead of dequantizing: the same tensor, so the same numbers. The one exception to
+"every 4-bit product goes through here": on CUDA a small QuantLinear computes calls above
+qerl_kernels' `dequantize_only_above()` rows as F.linear with that kept weight, which is the kernels' only path at
+those rows (dequantize + cuBLAS) without the custom op around it. Works under
 torch.compile (dynamo traces the autograd.Function) and under gradient checkpointing (forward is a pure function of
 its inputs).
 

@@ -181,8 +181,9 @@ class QuantLinear(nn.Module):
 
     def dense_weight(self, dtype: torch.dtype, rows: int | None = None) -> torch.Tensor | None:
         """The dequantized weight in `dtype`, kept between calls while the packed buffers are unchanged, for a layer
-        of at most DENSE_CACHE_ELEMENTS weights in the storage layout on the CPU; None otherwise (the torch path then
-        dequantizes on every call, and the Triton path never needs it).
+        of at most DENSE_CACHE_ELEMENTS weights: on the CPU (storage layout) always, on CUDA (prepared layout) for
+        calls of more than `dequantize_only_above()` rows (below); None otherwise (the torch path then dequantizes on
+        every call, the Triton kernels read the packed weight).
 
         Why: a CPU forward dequantizes the whole weight (about ten small ops) before its matmul, and the backward
         again. For the tiny scale's 64-wide layers that cost more than the matmul itself in a decode step: 18 % of

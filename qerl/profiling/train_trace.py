@@ -90,7 +90,7 @@ class _FiniteWatch:
 
     def __init__(self, model):
         self.model, self.handles, self.saved, self.records, self.step = model, [], {}, [], -1
-        self.mask, self.seen = None, 0
+        self.mask, self.seen, self.seen_step = None, 0, -1
 
     def _pre(self, module, args, kwargs):
         m = kwargs.get("attention_mask")
@@ -120,9 +120,12 @@ class _FiniteWatch:
 
     def _grad_hook(self, name):
         """The gradient reaching a module's output in the backward: the first ones of a step that hold a non-finite
-        value are recorded in backward order ("backward" records, `seq` = how many module gradients came before), so
-        the first names the module just after the one whose backward made it (the gradient flows from the loss)."""
+        value are recorded in backward order ("backward" records; `seq`: the gradient's place in the step's backward,
+        from 1), so the first names the module just after the one whose backward made it (gradients flow from the
+        loss)."""
         def f(grad):
+            if self.seen_step != self.step:
+                self.seen, self.seen_step = 0, self.step
             self.seen += 1
             if torch.isfinite(grad).all():
                 return

@@ -372,11 +372,9 @@ def _head_logp(head, hidden: torch.Tensor, target: torch.Tensor, with_entropy: b
 
 def _right_align_on(t: torch.Tensor) -> bool:
     """Whether sequence_logprobs rolls its rows (_right_align): on CUDA, where left padding broke the backward; the
-    CPU keeps the left-padded rows (their numbers, and the tiny scale's results, unchanged)."""
+    CPU keeps the left-padded rows (their numbers, and the tiny scale's results, unchanged). Tests patch this to run
+    the rolled path on the CPU."""
     return t.is_cuda
-
-
-RIGHT_ALIGN = _right_align_on  # tests swap it to run the rolled path on the CPU
 
 
 def _right_align(input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_len: int):
@@ -430,7 +428,7 @@ def sequence_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tens
                 torch.cat([p[1] for p in parts_]) if with_entropy else None)
     target = input_ids[:, prompt_len:]  # [N, L]
     pick = None  # [N, L] where each completion-predicting position sits in the rolled rows
-    if RIGHT_ALIGN(input_ids):
+    if _right_align_on(input_ids):
         input_ids, attention_mask, pick = _right_align(input_ids, attention_mask, prompt_len)
     position = attention_mask.long().cumsum(-1) - 1  # [N, P + L]
     position.masked_fill_(attention_mask == 0, 1)

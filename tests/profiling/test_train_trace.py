@@ -33,3 +33,24 @@ def test_kernels_split_by_phase_windows():
     assert out["logprobs"]["kernels"] == 1 and out["update"]["kernels"] == 2
     assert out["update"]["wall_ms"] == round(150 / 1e3, 2)  # to the last kernel's end
     assert [t[0] for t in out["rollout"]["top"]] == ["decode", "head"]
+
+
+def test_finite_watch_names_the_first_non_finite_gradient_of_each_step(tiny_model):
+    """--check-finite's backward records: a NaN made in the loss reaches the model's last module first (seq 1 of the
+    step's backward), and each step counts its own order; finite gradients leave no record."""
+    from qerl.profiling.train_trace import _FiniteWatch
+
+    watch = _FiniteWatch(tiny_model).install()
+    try:
+        ids = torch.randint(3, tiny_model.config.vocab_size, (2, 6), generator=torch.Generator().manual_seed(0))
+        for step, poison in ((0, False), (1, True), (2, True)):
+            watch.step = step
+            logits = tiny_model(input_ids=ids).logits
+            (logits.sum() * (float("nan") if poison else 1.0)).backward()
+            tiny_model.zero_grad(set_to_none=True)
+    finally:
+        watch.remove()
+    back = [r for r in watch.records if r["kind"] == "backward"]
+    assert [r["step"] for r in back if r["seq"] == 1] == [1, 2]
+    first = next(r for r in back if r["step"] == 1)
+    assert first["module"] == "lm_head" and first["nan"] == first["nonfinite"] == logits.numel()

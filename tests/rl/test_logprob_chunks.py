@@ -59,7 +59,7 @@ def test_right_aligned_rows_give_the_left_padded_numbers_and_no_fully_masked_que
                                                       with_kwargs=True)
 
     def run(aligned, budget=2**28):
-        monkeypatch.setattr(rollout, "RIGHT_ALIGN", lambda t: aligned)
+        monkeypatch.setattr(rollout, "_right_align_on", lambda t: aligned)
         monkeypatch.setattr(rollout, "LOGITS_BUDGET", budget)
         tiny_model.zero_grad(set_to_none=True)
         seen.clear()
