@@ -32,8 +32,11 @@ reproduce: install
 
 # the small scale on a GPU box (install with TORCH=torch for a CUDA build); the benchmark files must be in
 # resources/data (or data.download: true on a machine online); README "Scales" says what it costs
+# MPS=1 (the default here) runs the jobs under CUDA's multi-process service where it can start (workflow/with_mps.sh);
+# MPS=0 lets them time-slice the GPU
+MPS ?= 1
 small: install
-	$(VENV)/bin/snakemake --cores $(CORES) --resources gpu=$(GPU_SLOTS) --configfile config/small.yaml
+	$(if $(filter 1,$(MPS)),QERL_PYTHON=$(PY) bash workflow/with_mps.sh) $(VENV)/bin/snakemake --cores $(CORES) --resources gpu=$(GPU_SLOTS) --configfile config/small.yaml
 
 test: install
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder

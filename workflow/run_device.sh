@@ -23,8 +23,8 @@
 #                                                         background (log /tmp/qerl-NAME.log), e.g. the diagnosis
 #                                                         qerl/profiling/train_device.sh
 #   bash workflow/run_device.sh follow NAME SECONDS       follow a `bg` command until it ends or SECONDS pass
-# MPS=1 before `start` or `bg` runs the jobs under CUDA's multi-process service (falls back to time-slicing if the
-# daemon cannot start).
+# MPS=1 before `start` or `bg` runs the command under CUDA's multi-process service (workflow/with_mps.sh; it falls
+# back to time-slicing where the daemon cannot start).
 # Without the pulp wheel (16 MB, Snakemake's ILP scheduler) pass SMK_ARGS="--scheduler greedy --resources gpu=N".
 # A machine is held for at most 30 minutes. To go on where an earlier machine stopped: `pack` there, put the tgz it
 # brought back at .resume.tgz in the checkout and carry it with the next machine's `start`: the finished jobs' small
@@ -70,17 +70,8 @@ copy_source() {  # the checkout as this call sent it, and the staged benchmark f
   fi
 }
 
-mps_on() {  # MPS=1: CUDA's multi-process service, so the jobs' kernels share the GPU at once instead of time-slicing
-  [ "${MPS:-0}" = 1 ] || return 0
-  export CUDA_MPS_PIPE_DIRECTORY=/tmp/qerl-mps/pipe CUDA_MPS_LOG_DIRECTORY=/tmp/qerl-mps/log
-  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-  if nvidia-cuda-mps-control -d && python3 -c "import torch; torch.ones(1, device='cuda').sum().item()"; then
-    echo "MPS on (nvidia-cuda-mps-control -d)" | tee -a /tmp/qerl-env.txt
-  else  # no daemon, or clients cannot reach it: time-slicing as without MPS
-    echo quit | nvidia-cuda-mps-control 2>/dev/null
-    unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
-    echo "MPS requested but unavailable: time-slicing" | tee -a /tmp/qerl-env.txt
-  fi
+mps() {  # MPS=1: the command under CUDA's multi-process service (workflow/with_mps.sh), else as it is
+  [ "${MPS:-0}" = 1 ] && echo "bash workflow/with_mps.sh"
 }
 
 case $cmd in
@@ -104,11 +95,11 @@ torch.version.cuda, 'transformers', transformers.__version__, 'peft', peft.__ver
 'snakemake', snakemake.__version__)"
       echo "commit ${COMMIT:-unknown} start $(date -u +%FT%TZ)"
       echo "command: snakemake $* --cores all --keep-going --configfile $config $SMK_ARGS"; } | tee /tmp/qerl-env.txt
-    mps_on
+    [ "${MPS:-0}" = 1 ] && echo "MPS=1: under workflow/with_mps.sh (the log says whether it started)" >> /tmp/qerl-env.txt
     date +%s > /tmp/qerl-dag.start
     pre=""; [ -f .resumed ] && pre="bash workflow/resume.sh $config $* &&"  # rebuild the models, mark the rest current
     export SMK_ARGS
-    setsid nohup bash -c "$pre snakemake $* --cores all --keep-going --configfile $config $SMK_ARGS" \
+    setsid nohup $(mps) bash -c "$pre snakemake $* --cores all --keep-going --configfile $config $SMK_ARGS" \
       > /tmp/qerl-dag.log 2>&1 < /dev/null &
     echo $! > /tmp/qerl-dag.pid; sleep 20; tail -5 /tmp/qerl-dag.log ;;
   wait)
@@ -135,9 +126,8 @@ torch.version.cuda, 'transformers', transformers.__version__, 'peft', peft.__ver
   bg)
     install; [ -d "$SRC/qerl" ] || copy_source; cd "$SRC" || exit 3
     name=$1; shift
-    mps_on
     date +%s > "/tmp/qerl-$name.start"
-    setsid nohup "$@" > "/tmp/qerl-$name.log" 2>&1 < /dev/null &
+    setsid nohup $(mps) "$@" > "/tmp/qerl-$name.log" 2>&1 < /dev/null &
     echo $! > "/tmp/qerl-$name.pid"; sleep 5; tail -3 "/tmp/qerl-$name.log" ;;
   follow)
     name=$1; end=$(( $(date +%s) + ${2:-540} ))
