@@ -128,25 +128,37 @@ def test_report_table_page_shows_a_table_in_a_browser(trimmed_dag, tmp_path):
 @pytest.mark.slow
 def test_resume_without_weights_reruns_only_the_unfinished_jobs(trimmed_dag, repo_root, tmp_path, trimmed_config):
     """workflow/resume.sh on a copy of the finished DAG whose models and quantized checkpoints are gone (as packed by
-    workflow/run_device.sh, without weights) and one training run unfinished: the models are rebuilt, the rest marked
-    current, and Snakemake then plans only that run and what renders from it."""
+    workflow/run_device.sh, without weights) and one run of a grouped training job unfinished: the models are
+    rebuilt, the rest marked current, and then only that run trains, in a job of its own; the group's finished runs
+    (QeRL's ablation variants) and every evaluation are left as they were."""
     shutil.copytree(trimmed_dag["results"], tmp_path / "results" / "tiny")
     config = tmp_path / "trimmed.yaml"
     config.write_text(yaml.safe_dump(trimmed_config(tmp_path / "results")))
     out = tmp_path / "results" / "tiny"
     shutil.rmtree(out / "models")
     shutil.rmtree(out / "quantized")
-    (out / "runs/tiny_grpo/tiny/lora/default/seed0/eval.json").unlink()
+    group = out / "runs/tiny_grpo/tiny/qerl"
+    unfinished = group / "default/seed0"
+    finished = {p: p.read_bytes() for p in group.glob("*/seed0/eval.json") if p.parent != unfinished}
+    assert len(finished) >= 2, sorted(finished)  # the group holds more runs than the unfinished one
+    (unfinished / "eval.json").unlink()
+    shutil.rmtree(unfinished / "adapter", ignore_errors=True)
+    for ckpt in unfinished.glob("checkpoint*"):  # as on a new machine: no checkpoint to resume from
+        ckpt.unlink()
     where = ["-s", str(repo_root / "Snakefile"), "-d", str(tmp_path), "--max-threads", "1"]
     proc = subprocess.run(["bash", str(repo_root / "workflow" / "resume.sh"), str(config), *where],
                           capture_output=True, text=True, timeout=900,
                           env={**ENV, "PATH": f"{_BIN}{os.pathsep}{ENV['PATH']}"})
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, log[-4000:]
     assert (out / "models/tiny/base").is_dir() and (out / "quantized/tiny/nvfp4").is_dir()
+    step3 = log.split("resume.sh: step 3", 1)[1].split("resume.sh: step 4", 1)[0]
+    ran = re.findall(r"^(?:local)?rule (\w+):", step3, re.M)
+    trains = [r for r in ran if r.startswith("train")]
+    assert trains == ["train"], " ".join(ran)  # one job of the per-run rule, not the group's
+    assert (unfinished / "eval.json").exists()
+    assert all(p.read_bytes() == data for p, data in finished.items())
+    assert not set(ran) & {"pretrain_tiny", "calibrate", "quantize", "evaluate", "gen_tiny"}, " ".join(ran)
     plan = subprocess.run([SNAKEMAKE, *where, "--cores", "1", "--configfile", str(config), "-n"],
                           capture_output=True, text=True, timeout=600, env=ENV)
-    assert plan.returncode == 0, (plan.stdout + plan.stderr)[-4000:]
-    rules = set(re.findall(r"^(?:local)?rule (\w+):", plan.stdout, re.M))
-    trains = re.findall(r"^(?:local)?rule (train\w*):", plan.stdout, re.M)
-    assert len(trains) == 1 and "runs/tiny_grpo/tiny/lora/default/seed0/eval.json" in plan.stdout, plan.stdout[-3000:]
-    assert not rules & {"pretrain_tiny", "calibrate", "quantize", "evaluate", "gen_tiny"}, " ".join(sorted(rules))
+    assert plan.returncode == 0 and "Nothing to be done" in plan.stdout + plan.stderr, (plan.stdout + plan.stderr)[-3000:]

@@ -29,9 +29,8 @@
 # A machine is held for at most 30 minutes. To go on where an earlier machine stopped: `pack` there, put the tgz it
 # brought back at .resume.tgz in the checkout and carry it with the next machine's `start`: the finished jobs' small
 # files are restored, the models (packed without their weights) rebuilt and the restored outputs marked up to date
-# (workflow/resume.sh: `snakemake --until quantize`, then `snakemake --touch`), so only the jobs that had not
-# finished run. An unfinished job (a training group with some of its runs done included) runs again from step 0:
-# checkpoints are not packed.
+# (workflow/resume.sh: `snakemake --until quantize`, then `snakemake --touch`), then only the runs and evaluations
+# that had not finished run, one job each. An unfinished run starts again from step 0: checkpoints are not packed.
 set -o pipefail
 export PYTHONUNBUFFERED=1 PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
 STAGE=${STAGE:-/tmp/qerl-stage}
@@ -97,10 +96,11 @@ torch.version.cuda, 'transformers', transformers.__version__, 'peft', peft.__ver
       echo "command: snakemake $* --cores all --keep-going --configfile $config $SMK_ARGS"; } | tee /tmp/qerl-env.txt
     [ "${MPS:-0}" = 1 ] && echo "MPS=1: under workflow/with_mps.sh (the log says whether it started)" >> /tmp/qerl-env.txt
     date +%s > /tmp/qerl-dag.start
-    pre=""; [ -f .resumed ] && pre="bash workflow/resume.sh $config $* &&"  # rebuild the models, mark the rest current
+    run="snakemake $* --cores all --keep-going --configfile $config $SMK_ARGS"
+    # from an earlier machine's pack: rebuild the models, mark the rest current, run what had not finished
+    [ -f .resumed ] && run="bash workflow/resume.sh $config $*"
     export SMK_ARGS
-    setsid nohup $(mps) bash -c "$pre snakemake $* --cores all --keep-going --configfile $config $SMK_ARGS" \
-      > /tmp/qerl-dag.log 2>&1 < /dev/null &
+    setsid nohup $(mps) bash -c "$run" > /tmp/qerl-dag.log 2>&1 < /dev/null &
     echo $! > /tmp/qerl-dag.pid; sleep 20; tail -5 /tmp/qerl-dag.log ;;
   wait)
     end=$(( $(date +%s) + ${1:-540} ))
