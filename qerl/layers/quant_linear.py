@@ -176,8 +176,10 @@ class QuantLinear(nn.Module):
             if kept is not None:  # what the kernels' dispatch computes at these rows, minus its dequantize launch
                 return F.linear(x, kept, self.bias)
             return w4a16_linear_prepared(x, self.prepared(), self.bias)
-        return w4a16_linear(x, self.codes, self.scales, self.global_scale, self.bias, fmt=self.fmt,
-                            dense=self.dense_weight(x.dtype))
+        dense = self.dense_weight(x.dtype)
+        if dense is not None and not torch.is_grad_enabled():  # rollouts, log-prob and evaluation passes
+            return F.linear(x, dense, self.bias)  # w4a16_linear's product with `dense`, without its autograd.Function
+        return w4a16_linear(x, self.codes, self.scales, self.global_scale, self.bias, fmt=self.fmt, dense=dense)
 
     def dense_weight(self, dtype: torch.dtype, rows: int | None = None) -> torch.Tensor | None:
         """The dequantized weight in `dtype`, kept between calls while the packed buffers are unchanged, for a layer

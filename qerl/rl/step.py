@@ -11,7 +11,8 @@ A step (settings s, this rank's prompts):
      RMSNorm weights perturbed during the rollout only, restored bit-exactly before any log-prob);
   2. grade them (qerl.rl.rewards, or the caller's reward function) and normalise rewards within each group; DAPO may
      drop groups whose rewards are all equal (dynamic sampling) and mask truncated completions (overlong filter);
-  3. with several updates per rollout, compute the clean pre-update policy's log-probs ("old"); with a KL term the
+  3. with several updates per rollout, compute the clean pre-update policy's log-probs ("old") of the rows after the
+     first minibatch (that minibatch's own pass, at the same weights, gives its rows'); with a KL term the
      reference's (the same model with its adapters disabled, or a frozen copy for full fine-tuning);
   4. `policy_update`: `updates_per_rollout` optimizer steps over disjoint minibatches of the GLOBAL batch, the loss
      normalised over the global minibatch, gradients summed over ranks;
@@ -45,7 +46,8 @@ from qerl.rl.rollout import sample, sequence_logprobs
 from qerl.rl.rollout_log import step_samples
 from qerl.rl.settings import RunSettings, lr_schedule, make_optimizer
 
-__all__ = ["Learner", "make_learner", "StepBatch", "UpdateBatch", "policy_update", "rollout_seed", "rl_step"]
+__all__ = ["Learner", "make_learner", "StepBatch", "UpdateBatch", "minibatches", "policy_update", "rollout_seed",
+           "rl_step"]
 
 
 @dataclass
@@ -117,7 +119,8 @@ class UpdateBatch:
         prompt_len: P.
         mask: [n, L] float, 1 on the completion tokens that count (after dynamic sampling / overlong filtering).
         advantages: [n].
-        old_logp: [n, L] rollout-policy log-probs (off-policy steps), or None (on-policy: the detached policy's).
+        old_logp: [n, L] log-probs of the policy before the update (off-policy steps), or None (on-policy: the
+            detached policy's).
         ref_logp: [n, L] KL-reference log-probs, or None.
         row_offset: global index of this rank's first row (rows of a rank are contiguous: whole groups).
         global_rows: N, the number of rows of the global batch.
@@ -126,6 +129,9 @@ class UpdateBatch:
             token's loss by min(pi_old / pi_sampler, tis_cap).
         valid: [n, L] 1 on every sampled completion token (the mismatch is measured on all of them, also those the
             loss mask drops); defaults to `mask`.
+        old_skips_first: old_logp leaves out the rows of the first minibatch (`minibatches`; rl_step leaves them
+            NaN): that minibatch runs before any optimizer step, at the weights old_logp was computed with, so its own
+            pass's detached log-probs are its old ones.
     """
 
     input_ids: torch.Tensor
@@ -139,19 +145,28 @@ class UpdateBatch:
     global_rows: int | None = None
     sample_logp: torch.Tensor | None = None
     valid: torch.Tensor | None = None
+    old_skips_first: bool = False
+
+
+def minibatches(s: RunSettings, step: int, n_global: int) -> tuple[torch.Tensor, ...]:
+    """The update's minibatches: `updates_per_rollout` chunks of a permutation of the step's global rows, seeded by
+    (seed, step)."""
+    order = torch.randperm(n_global, generator=torch.Generator().manual_seed(s.seed * 7919 + step))
+    return order.chunk(s.updates_per_rollout)
 
 
 def policy_update(learner: Learner, s: RunSettings, b: UpdateBatch, step: int,
                   ctx: DistContext = DistContext()) -> dict:
     """`updates_per_rollout` optimizer steps over disjoint minibatches of the step's global batch.
 
-    The minibatches are chunks of a permutation of the GLOBAL rows seeded by (seed, step); each rank runs the rows
-    of a minibatch it holds. The loss is normalised over the global minibatch (DAPO: its valid tokens; GRPO: its
-    completions with a valid token), so summing the ranks' gradients gives exactly the gradient one process computes
-    on the whole batch (up to the order of float additions). A minibatch with no valid token anywhere is skipped on
-    every rank; one whose counted rows all have advantage 0 (and no KL term) gets zero gradients without a
-    backward and still takes its optimizer step; a non-finite global loss, or a non-finite gradient norm
-    (identical on every rank after the all-reduce), skips its update on every rank.
+    The minibatches are chunks of a permutation of the GLOBAL rows seeded by (seed, step) (`minibatches`); each rank
+    runs the rows of a minibatch it holds (with b.old_skips_first, the first takes its old log-probs from its own
+    pass). The loss is normalised over the global minibatch (DAPO: its valid tokens; GRPO: its completions with a
+    valid token), so summing the ranks' gradients gives exactly the gradient one process computes on the whole batch
+    (up to the order of float additions). A minibatch with no valid token anywhere is skipped on every rank; one whose
+    counted rows all have advantage 0 (and no KL term) gets zero gradients without a backward and still takes its
+    optimizer step; a non-finite global loss, or a non-finite gradient norm (identical on every rank after the
+    all-reduce), skips its update on every rank.
 
     Args:
         learner: the policy, its optimizer, LR scheduler and trainable parameters (clipped and all-reduced).
@@ -169,11 +184,10 @@ def policy_update(learner: Learner, s: RunSettings, b: UpdateBatch, step: int,
     n_global = b.global_rows if b.global_rows is not None else b.input_ids.shape[0]
     lo, hi = b.row_offset, b.row_offset + b.input_ids.shape[0]
     ids, attn, P, mask, adv = b.input_ids, b.attention_mask, b.prompt_len, b.mask, b.advantages
-    order = torch.randperm(n_global, generator=torch.Generator().manual_seed(s.seed * 7919 + step))
     diags, grad_norms, losses, skipped, ratios = [], [], [], 0, []
     valid_all = b.valid if b.valid is not None else mask
     model.train()
-    for mb in order.chunk(s.updates_per_rollout):
+    for i, mb in enumerate(minibatches(s, step, n_global)):
         if ctx.distributed:
             mb = mb[(mb >= lo) & (mb < hi)] - lo  # this rank's rows of the minibatch, in the global order
             local_tokens = float(mask[mb].sum())
@@ -198,7 +212,8 @@ def policy_update(learner: Learner, s: RunSettings, b: UpdateBatch, step: int,
         if run_local:
             with torch.set_grad_enabled(not zero_signal):
                 logp, _ = sequence_logprobs(model, ids[mb], attn[mb], P)
-            old = b.old_logp[mb] if b.old_logp is not None else logp.detach()  # the policy before this update
+            own = b.old_logp is None or (i == 0 and b.old_skips_first)  # the policy before this update
+            old = logp.detach() if own else b.old_logp[mb]
             ref = None if b.ref_logp is None else b.ref_logp[mb]
             weights = None
             if b.sample_logp is not None:
@@ -320,18 +335,20 @@ def rl_step(learner: Learner, batch: StepBatch, s: RunSettings, ctx: DistContext
     if s.overlong_filter:
         mask = overlong_filter(mask, rb.truncated.to(device))
     t0 = _now(device)
+    rows = batch.global_rows if batch.global_rows is not None else len(batch.prompts) * G
     with _phase("rl_step.logprobs"), torch.no_grad():
-        old_logp = sequence_logprobs(model, ids, attn, P)[0] if s.updates_per_rollout > 1 else None
+        old_logp = _old_logprobs(model, ids, attn, P, minibatches(s, batch.step, rows), batch.row_offset) \
+            if s.updates_per_rollout > 1 else None
         ref_logp = None
         if s.kl_coef > 0:
             with _reference(learner) as ref:
                 ref_logp = sequence_logprobs(ref, ids, attn, P)[0]
     t_logprobs = _now(device) - t0
     t0 = _now(device)
-    rows = batch.global_rows if batch.global_rows is not None else len(batch.prompts) * G
     with _phase("rl_step.update"):
         upd = policy_update(learner, s, UpdateBatch(ids, attn, P, mask, adv, old_logp, ref_logp, batch.row_offset, rows,
-                                                    rb.sample_logp.to(device), sampled.to(device)),
+                                                    rb.sample_logp.to(device), sampled.to(device),
+                                                    old_skips_first=old_logp is not None),
                             batch.step, ctx)
     t_update = _now(device) - t0
     diags, grad_norms = upd["diags"], upd["grad_norms"]
@@ -355,6 +372,28 @@ def rl_step(learner: Learner, batch: StepBatch, s: RunSettings, ctx: DistContext
         row.update(_global_metrics(ctx, rewards, correct, rb.entropy, comp, rb.lengths, mask, rb.truncated,
                                    t_rollout, t_logprobs, t_update, adv, G))
     return MetricsRow(**row)
+
+
+def _old_logprobs(model, ids: torch.Tensor, attn: torch.Tensor, prompt_len: int, mbs: tuple[torch.Tensor, ...],
+                  row_offset: int = 0) -> torch.Tensor:
+    """The pre-update policy's log-probs [n, L] of this rank's rows (the global rows row_offset .. row_offset + n) in
+    the update's minibatches `mbs` (global row indices), but for the first minibatch's rows, which stay NaN:
+    policy_update takes those from that minibatch's own pass at the same weights.
+
+    Why: with U updates per rollout that skips 1/U of the old pass (GRPO at the tiny scale: 32 of 128 rows). On the
+    CPU a row's log-probs do not depend on the other rows of a pass, with or without grad (every op is row by row at
+    these shapes), so they are the ones one pass over every row gives, bit for bit (tests/rl/test_trainer.py); on
+    CUDA equal up to the kernels' choice by batch size. On the CPU the pass runs minibatch by minibatch, at the rows
+    of the update's own passes: one 96-row pass touched three times the memory of a 32-row one (page faults, cache)
+    and took ~25 % longer than three of them; on CUDA, where passes are launch-bound, one pass over all those rows.
+    """
+    n = ids.shape[0]
+    local = [mb[(mb >= row_offset) & (mb < row_offset + n)] - row_offset for mb in mbs[1:]]
+    local = [rows.to(ids.device) for rows in local if len(rows)]
+    old = torch.full((n, ids.shape[1] - prompt_len), float("nan"), device=ids.device)  # [n, L]
+    for rows in ([torch.cat(local)] if ids.is_cuda and local else local):
+        old[rows] = sequence_logprobs(model, ids[rows], attn[rows], prompt_len)[0]
+    return old
 
 
 def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> float:

@@ -107,8 +107,9 @@ def test_state_dict_roundtrip(linear, fmt):
 
 @pytest.mark.parametrize("fmt", FMTS)
 def test_kept_dense_weight_gives_the_same_numbers_and_follows_the_buffers(linear, fmt, monkeypatch):
-    """QuantLinear.dense_weight: forward and input gradient bit for bit those of dequantizing on every call; a new
-    copy after load_state_dict or a dtype change; none for a layer above the size cap."""
+    """QuantLinear.dense_weight: forward and input gradient bit for bit those of dequantizing on every call, also
+    without autograd (F.linear with the kept copy, no autograd.Function); a new copy after load_state_dict or a dtype
+    change; none for a layer above the size cap."""
     import qerl.layers.quant_linear as ql
 
     q = QuantLinear.from_linear(linear, fmt)
@@ -119,6 +120,8 @@ def test_kept_dense_weight_gives_the_same_numbers_and_follows_the_buffers(linear
     assert kept is q.dense_weight(torch.float32)  # computed once, then reused
     y_ref = w4a16_linear(x_ref, q.codes, q.scales, q.global_scale, q.bias, fmt=fmt)  # dequantized on the call
     assert torch.equal(y, y_ref)
+    with torch.no_grad():
+        assert torch.equal(q(x), y_ref)
     g = torch.randn_like(y)
     y.backward(g)
     y_ref.backward(g)

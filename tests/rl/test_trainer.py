@@ -18,12 +18,13 @@ from qerl.config import validate_config
 from qerl.contract.paths import rollout_chunks
 from qerl.contract.records import METRIC_FIELDS, WALL_CLOCK_FIELDS, read_metrics_rows, read_rollouts
 from qerl.contract.variants import canonical_variant, parse_variant
+from qerl.data.prompts import build_prompt
 from qerl.data.tiny import write_splits
 from qerl.models.pretrain import encode_examples, pretrain
 from qerl.models.tiny import build_model, build_tokenizer
 from qerl.rl import step as S
 from qerl.rl import trainer as T
-from qerl.rl.settings import resolve_settings
+from qerl.rl.settings import build_run_policy, resolve_settings
 
 TIMING = set(WALL_CLOCK_FIELDS)
 
@@ -88,6 +89,36 @@ def test_every_method_trains(setup, tmp_path, method):
 def test_dapo_task_trains(setup, tmp_path):
     _, run_dir = _run(setup, tmp_path, "qerl", task="d")
     assert len(_metrics(run_dir)) == 4
+
+
+@pytest.mark.parametrize("method", ["full", "lora", "qerl"])
+def test_first_minibatch_pass_gives_its_rows_old_logprobs(setup, method):
+    """rl_step's old pass leaves out the rows of the update's first minibatch, whose own pass (with grad, before any
+    optimizer step) gives their old log-probs, and runs minibatch by minibatch: on the CPU bit for bit one pass over
+    every row."""
+    cfg, root = setup
+    s = resolve_settings(cfg, "t", method, "default", seed=0)  # GRPO, 2 updates per rollout
+    torch.manual_seed(0)
+    policy = build_run_policy(s, root / "base")
+    problems = T.load_task_problems(cfg, s, root / "data")[:3]
+    prompts = [build_prompt(p.question, policy.tokenizer, s.instruction) for p in problems]
+    rb = S.sample(policy.model, policy.tokenizer, prompts, group_size=s.group_size, max_new_tokens=s.max_new_tokens,
+                  generator=torch.Generator().manual_seed(0))
+    ids, attn, P, n = rb.input_ids, rb.attention_mask, rb.prompt_len, rb.input_ids.shape[0]
+    mbs = S.minibatches(s, 1, n)
+    first = mbs[0]
+    rest = torch.tensor([i not in first.tolist() for i in range(n)])
+    with torch.no_grad():
+        full, _ = S.sequence_logprobs(policy.model, ids, attn, P)
+        old = S._old_logprobs(policy.model, ids, attn, P, mbs)
+    assert torch.isnan(old[first]).all() and torch.equal(old[rest], full[rest])
+    policy.model.train()
+    logp, _ = S.sequence_logprobs(policy.model, ids[first], attn[first], P)  # the update's pass of that minibatch
+    assert logp.requires_grad and torch.equal(logp.detach(), full[first])
+    with torch.no_grad():  # a rank holding rows 4..7 of the batch: its rows of the first minibatch left out
+        shard = S._old_logprobs(policy.model, ids[4:8], attn[4:8], P, mbs, row_offset=4)
+    skipped = torch.isin(torch.arange(4), first - 4)
+    assert torch.isnan(shard[skipped]).all() and torch.equal(shard[~skipped], full[4:8][~skipped])
 
 
 def _strip(rows):
