@@ -25,12 +25,16 @@ def test_e5m3_exact_for_every_e4m3():
 
 def test_quantizers_roundtrip_representable_values():
     # MXFP4: values that E2M1 represents survive quantize -> dequantize unchanged
+    g = torch.Generator().manual_seed(0)
     vals = torch.tensor(R.E2M1_VALUES[:8])
-    w = vals[torch.randint(0, 8, (4, 64))] * torch.sign(torch.randn(4, 64))
+    w = vals[torch.randint(0, 8, (4, 64), generator=g)] * torch.sign(torch.randn(4, 64, generator=g))
     codes, scales = R.mxfp4_quantize_reference(w)
     assert torch.equal(R.mxfp4_dequantize_reference(codes, scales), w)
-    # NVFP4 rounds block scales to E4M3, so only check the 4-bit error bound (half a step of 6 -> 4 levels)
-    x = torch.randn(4, 64)
-    codes, scales, gs = R.nvfp4_quantize_reference(x)
-    err = (R.nvfp4_dequantize_reference(codes, scales, gs) - x).abs().reshape(4, 4, 16).amax(-1)
-    assert (err <= x.abs().reshape(4, 4, 16).amax(-1) / 6 * 1.01 + 1e-6).all()
+    # NVFP4 rounds block scales to E4M3, so only check the 4-bit error bound: half the widest step (6 -> 4 levels) of
+    # the block's scale amax / 6, which E4M3's rounding may raise by half its unit in the last place (2**-4). On 3000
+    # random blocks of this shape the error reached 1.056x amax / 6 (a bound of 1.01x, before, failed 506 of them)
+    for _ in range(20):
+        x = torch.randn(4, 64, generator=g)
+        codes, scales, gs = R.nvfp4_quantize_reference(x)
+        err = (R.nvfp4_dequantize_reference(codes, scales, gs) - x).abs().reshape(4, 4, 16).amax(-1)
+        assert (err <= x.abs().reshape(4, 4, 16).amax(-1) / 6 * (1 + 2 ** -4) + 1e-6).all()
