@@ -88,17 +88,17 @@ case $cmd in
     config=$1; shift
     slots=$(python3 -c "from qerl.config import gpu_jobs_at_once; print(gpu_jobs_at_once('$config'))") || exit 3
     SMK_ARGS=${SMK_ARGS---resources gpu=$slots}
+    run="snakemake $* --cores all --keep-going --configfile $config $SMK_ARGS"
+    # from an earlier machine's pack: rebuild the models, mark the rest current, run what had not finished
+    [ -f .resumed ] && run="bash workflow/resume.sh $config $*"
     { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
       python3 -c "import torch, transformers, peft, triton, snakemake; print('torch', torch.__version__, 'cuda', \
 torch.version.cuda, 'transformers', transformers.__version__, 'peft', peft.__version__, 'triton', triton.__version__, \
 'snakemake', snakemake.__version__)"
       echo "commit ${COMMIT:-unknown} start $(date -u +%FT%TZ)"
-      echo "command: snakemake $* --cores all --keep-going --configfile $config $SMK_ARGS"; } | tee /tmp/qerl-env.txt
-    [ "${MPS:-0}" = 1 ] && echo "MPS=1: under workflow/with_mps.sh (the log says whether it started)" >> /tmp/qerl-env.txt
+      echo "command: SMK_ARGS='$SMK_ARGS' $(mps) $run"
+    } | tee /tmp/qerl-env.txt
     date +%s > /tmp/qerl-dag.start
-    run="snakemake $* --cores all --keep-going --configfile $config $SMK_ARGS"
-    # from an earlier machine's pack: rebuild the models, mark the rest current, run what had not finished
-    [ -f .resumed ] && run="bash workflow/resume.sh $config $*"
     export SMK_ARGS
     setsid nohup $(mps) bash -c "$run" > /tmp/qerl-dag.log 2>&1 < /dev/null &
     echo $! > /tmp/qerl-dag.pid; sleep 20; tail -5 /tmp/qerl-dag.log ;;
