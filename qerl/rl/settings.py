@@ -47,6 +47,7 @@ class RunSettings:
     steps: int
     prompts_per_step: int
     rollout_max_rows: int | None
+    update_max_rows: int | None
     lr: float
     warmup_steps: int
     min_lr_ratio: float
@@ -106,7 +107,7 @@ def resolve_settings(cfg: dict, task: str, method: str, variant: str, seed: int)
         algorithm=t["algorithm"], group_size=t.get("group_size", 8), updates_per_rollout=t.get("updates_per_rollout", 1),
         max_new_tokens=t.get("max_new_tokens", 96), dynamic_sampling=t.get("dynamic_sampling", False),
         overlong_filter=t.get("overlong_filter", False), steps=tr["steps"], prompts_per_step=tr["prompts_per_step"],
-        rollout_max_rows=tr["rollout_max_rows"], lr=method_lr(cfg, method),
+        rollout_max_rows=tr["rollout_max_rows"], update_max_rows=tr["update_max_rows"], lr=method_lr(cfg, method),
         warmup_steps=tr["warmup_steps"], min_lr_ratio=tr["min_lr_ratio"],
         weight_decay=tr["weight_decay"], grad_clip=tr["grad_clip"], optimizer=tr["optimizer"],
         temperature=tr["temperature"], top_p=tr["top_p"], clip_eps_low=tr["clip_eps_low"],

@@ -208,25 +208,16 @@ def policy_update(learner: Learner, s: RunSettings, b: UpdateBatch, step: int,
         if ctx.distributed:
             (signal,) = reduce_sum(ctx, [signal])
         zero_signal = signal == 0 and s.kl_coef == 0
-        loss, diag = None, {}
+        loss, diag, done = None, {}, False
         if run_local:
-            with torch.set_grad_enabled(not zero_signal):
-                logp, _ = sequence_logprobs(model, ids[mb], attn[mb], P)
-            own = b.old_logp is None or (i == 0 and b.old_skips_first)  # the policy before this update
-            old = logp.detach() if own else b.old_logp[mb]
-            ref = None if b.ref_logp is None else b.ref_logp[mb]
-            weights = None
-            if b.sample_logp is not None:
-                valid = valid_all[mb]
-                ratios.append(importance_ratios(old, b.sample_logp[mb], valid)[valid.bool()].cpu())
-                if s.tis_cap > 0:
-                    weights = tis_weights(old, b.sample_logp[mb], valid, s.tis_cap)  # [m, L]
-            if s.algorithm == "grpo":
-                loss, diag = grpo_loss(logp, old, adv[mb], mask[mb], ref, beta=s.kl_coef, eps=s.clip_eps_low,
-                                       token_weights=weights)
-            else:
-                loss, diag = dapo_loss(logp, old, adv[mb], mask[mb], eps_low=s.clip_eps_low,
-                                       eps_high=s.clip_eps_high, ref_logp=ref, token_weights=weights)
+            parts = mb.split(s.update_max_rows) if s.update_max_rows and len(mb) > s.update_max_rows else (mb,)
+            if len(parts) == 1:
+                loss, diag = _minibatch_loss(model, s, b, mb, i, zero_signal, valid_all, ratios)
+            else:  # gradient accumulation over row parts, each weighted by its share of the minibatch's loss
+                rank_share = 1.0 if not ctx.distributed else (
+                    local_tokens / global_tokens if s.algorithm == "dapo" else local_seqs / global_seqs)
+                loss, diag = _accumulate(model, s, b, mb, parts, i, zero_signal, valid_all, ratios, rank_share)
+                done = True  # each part's backward has run (a non-finite total below still drops the gradients)
         if ctx.distributed:  # the local share of the global loss, and the global diagnostics (token-weighted)
             if loss is not None:
                 loss = loss * (local_tokens / global_tokens if s.algorithm == "dapo" else local_seqs / global_seqs)
@@ -243,7 +234,7 @@ def policy_update(learner: Learner, s: RunSettings, b: UpdateBatch, step: int,
         if zero_signal:
             for p in trainable:
                 p.grad = torch.zeros_like(p)
-        elif loss is not None:
+        elif loss is not None and not done:
             loss.backward()
         all_reduce_grads(ctx, trainable)
         norm = float(torch.nn.utils.clip_grad_norm_(trainable, s.grad_clip))
@@ -259,6 +250,65 @@ def policy_update(learner: Learner, s: RunSettings, b: UpdateBatch, step: int,
         losses.append(total)
     return {"diags": diags, "grad_norms": grad_norms, "losses": losses, "skipped": skipped,
             "ratios": torch.cat(ratios) if ratios else torch.zeros(0)}
+
+
+def _minibatch_loss(model, s: RunSettings, b: UpdateBatch, rows: torch.Tensor, i: int, zero_signal: bool,
+                    valid_all: torch.Tensor, ratios: list) -> tuple[torch.Tensor, dict]:
+    """The policy loss of `rows` (local row indices of minibatch `i`) and its diagnostics; appends the rows'
+    importance ratios (pi_old / pi_sampler) to `ratios` where the sampler's log-probs are known."""
+    with torch.set_grad_enabled(not zero_signal):
+        logp, _ = sequence_logprobs(model, b.input_ids[rows], b.attention_mask[rows], b.prompt_len)
+    own = b.old_logp is None or (i == 0 and b.old_skips_first)  # the policy before this update
+    old = logp.detach() if own else b.old_logp[rows]
+    ref = None if b.ref_logp is None else b.ref_logp[rows]
+    mask, adv = b.mask[rows], b.advantages[rows]
+    weights = None
+    if b.sample_logp is not None:
+        valid = valid_all[rows]
+        ratios.append(importance_ratios(old, b.sample_logp[rows], valid)[valid.bool()].cpu())
+        if s.tis_cap > 0:
+            weights = tis_weights(old, b.sample_logp[rows], valid, s.tis_cap)  # [m, L]
+    if s.algorithm == "grpo":
+        return grpo_loss(logp, old, adv, mask, ref, beta=s.kl_coef, eps=s.clip_eps_low, token_weights=weights)
+    return dapo_loss(logp, old, adv, mask, eps_low=s.clip_eps_low, eps_high=s.clip_eps_high, ref_logp=ref,
+                     token_weights=weights)
+
+
+def _accumulate(model, s: RunSettings, b: UpdateBatch, mb: torch.Tensor, parts: tuple[torch.Tensor, ...], i: int,
+                zero_signal: bool, valid_all: torch.Tensor, ratios: list,
+                rank_share: float = 1.0) -> tuple[torch.Tensor, dict]:
+    """Minibatch `i`'s loss over row parts of at most train.update_max_rows rows, each part's backward run at once
+    (its activations freed before the next part), so the peak memory is one part's. Each part's loss is weighted by
+    its share of the minibatch's normaliser (DAPO: valid tokens; GRPO: completions with a valid token), the weighting
+    the ranks of a distributed update use: the summed gradients are the one-pass gradient up to the order of float
+    additions. `rank_share`: this rank's share of the global minibatch's loss (1 in one process), applied to the
+    backward only (the caller scales the returned loss as for an unsplit minibatch). Returns the summed (detached)
+    loss of the rank's rows and the diagnostics: token-weighted means, ratio_min / ratio_max the extremes."""
+    mask = b.mask
+    tokens = lambda r: float(mask[r].sum())  # noqa: E731
+    seqs = lambda r: float((mask[r].sum(1) > 0).sum())  # noqa: E731
+    share = tokens if s.algorithm == "dapo" else seqs
+    whole = share(mb)
+    total, sums, weight_sum, diag = 0.0, {}, 0.0, {}
+    for part in parts:
+        w = share(part) / whole
+        if w == 0:
+            continue
+        loss, d = _minibatch_loss(model, s, b, part, i, zero_signal, valid_all, ratios)
+        if not zero_signal:
+            (loss * (w * rank_share)).backward()
+        total += float(loss.detach()) * w
+        t = tokens(part)
+        weight_sum += t
+        for k, v in d.items():
+            if k == "ratio_min":
+                diag[k] = min(diag.get(k, math.inf), v)
+            elif k == "ratio_max":
+                diag[k] = max(diag.get(k, -math.inf), v)
+            else:
+                sums[k] = sums.get(k, 0.0) + v * t
+    diag.update({k: v / weight_sum for k, v in sums.items()})
+    return torch.tensor(total), diag
 
 
 def rollout_seed(seed: int, step: int, rank: int) -> int:
