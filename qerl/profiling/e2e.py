@@ -30,6 +30,7 @@ import torch
 
 from qerl.contract.methods import get_method
 from qerl.contract.variants import rank_variant
+from qerl.rl.rewards import coin_draws
 
 __all__ = ["RandomPromptTokenizer", "RandomRewards", "default_task", "profile_settings", "e2e_timing"]
 
@@ -82,9 +83,8 @@ class RandomRewards:
         self.seed, self.calls = seed, 0
 
     def __call__(self, texts: list[str], golds: list, format_weight: float = 0.0) -> list[_Reward]:
-        gen = torch.Generator().manual_seed(self.seed * 7919 + self.calls)
+        draws = coin_draws(self.seed * 7919 + self.calls, len(texts))  # [n]
         self.calls += 1
-        draws = (torch.rand(len(texts), generator=gen) < 0.5).tolist()  # [n]
         return [_Reward(float(d), bool(d)) for d in draws]
 
 

@@ -47,6 +47,8 @@ __all__ = [
     "accuracy_reward",
     "format_reward",
     "compute_rewards",
+    "coin_draws",
+    "coin_rewards",
 ]
 
 MAX_ANSWER_CHARS = 1000
@@ -303,3 +305,24 @@ def compute_rewards(
         formatted = format_reward(completion) == 1.0
         results.append(RewardResult(float(correct) + format_weight * float(formatted), correct, formatted, extracted))
     return results
+
+
+def coin_draws(seed: int, n: int) -> list[bool]:
+    """n fair-coin draws from a CPU generator seeded with `seed` (the same list for the same seed everywhere)."""
+    import torch  # here, not at the top: grading alone does not need torch
+
+    gen = torch.Generator().manual_seed(seed)
+    return (torch.rand(n, generator=gen) < 0.5).tolist()
+
+
+def coin_rewards(seed: int, step: int, rank: int = 0):
+    """The reward function of `train.tasks.<t>.reward: coin` for one step: 0/1 rewards by a fair coin per completion,
+    ignoring the texts and golds, drawn from (seed, step, rank) alone, so a resumed run draws the same ones. Timing
+    runs on random weights use it so that advantages are non-zero and every update runs its backward; nothing is
+    graded (`correct` and `formatted` are False)."""
+    def reward_fn(completions, golds, format_weight: float = 0.0) -> list[RewardResult]:
+        if len(completions) != len(golds):
+            raise ValueError(f"coin_rewards: {len(completions)} completions but {len(golds)} gold answers")
+        draws = coin_draws((seed * 1_000_003 + step) * 101 + rank, len(completions))
+        return [RewardResult(float(d), False, False, None) for d in draws]
+    return reward_fn

@@ -60,6 +60,7 @@ class RunSettings:
     clip_eps_high: float
     kl_coef: float
     format_weight: float
+    reward: str
     gradient_checkpointing: bool
     checkpoint_every: int
     max_bad_steps: int
@@ -111,7 +112,7 @@ def resolve_settings(cfg: dict, task: str, method: str, variant: str, seed: int)
         warmup_steps=tr["warmup_steps"], min_lr_ratio=tr["min_lr_ratio"],
         weight_decay=tr["weight_decay"], grad_clip=tr["grad_clip"], optimizer=tr["optimizer"],
         temperature=tr["temperature"], top_p=tr["top_p"], clip_eps_low=tr["clip_eps_low"],
-        clip_eps_high=tr["clip_eps_high"], kl_coef=tr["kl_coef"], format_weight=tr["format_weight"],
+        clip_eps_high=tr["clip_eps_high"], kl_coef=tr["kl_coef"], format_weight=tr["format_weight"], reward=t.get("reward", "answer"),
         gradient_checkpointing=tr["gradient_checkpointing"], checkpoint_every=tr["checkpoint_every"],
         max_bad_steps=tr["max_bad_steps"], lora_rank=tr["lora"]["rank"], lora_alpha=tr["lora"]["alpha"],
         lora_dropout=tr["lora"]["dropout"], lora_targets=tuple(tr["lora"]["targets"]), aqn=meth.aqn,

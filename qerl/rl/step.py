@@ -41,7 +41,7 @@ from qerl.rl.distributed import (DistContext, all_gather_cat, all_reduce_grads, 
                                  reduce_sum)
 from qerl.rl.losses import dapo_loss, dynamic_sampling_mask, grpo_loss, group_advantages, overlong_filter
 from qerl.rl.mismatch import importance_ratios, mismatch_stats, tis_weights
-from qerl.rl.rewards import compute_rewards
+from qerl.rl.rewards import coin_rewards, compute_rewards
 from qerl.rl.rollout import sample, sequence_logprobs
 from qerl.rl.rollout_log import step_samples
 from qerl.rl.settings import RunSettings, lr_schedule, make_optimizer
@@ -367,6 +367,8 @@ def rl_step(learner: Learner, batch: StepBatch, s: RunSettings, ctx: DistContext
                     temperature=s.temperature, top_p=s.top_p, generator=gen, max_rows=s.rollout_max_rows,
                     engine=False if learner.policy.eager_rollout else None)
     t_rollout = _now(device) - t0
+    if reward_fn is None and s.reward == "coin":  # timing runs on random weights (train.tasks.<t>.reward)
+        reward_fn = coin_rewards(s.seed, batch.step, ctx.rank)
     results = (reward_fn or compute_rewards)(rb.texts, golds, format_weight=s.format_weight)
     rewards = torch.tensor([r.reward for r in results], dtype=torch.float32)  # [n]
     correct = torch.tensor([float(r.correct) for r in results])  # [n]
