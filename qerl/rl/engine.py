@@ -60,6 +60,11 @@ __all__ = ["DecodeEngine", "EngineOutput", "supports"]
 
 #: bytes of float32 attention scores one prefill chunk of rows may hold (the prefill's attention runs in row chunks)
 PREFILL_SCORES_BYTES = 2**30
+#: bytes of one float32 [rows, prompt width, intermediate] MLP tensor a prefill pass may hold: wider batches run the
+#: whole layer stack in row chunks. On an H100 (small scale, run 10) 256-row evaluations of MATH-500 (prompts padded
+#: to ~940 tokens) held 17-25 GB per process, 1.41 GB per such tensor and several at once in the MLP, and ran out of
+#: memory beside 7 other jobs
+PREFILL_MLP_BYTES = 2**29
 
 
 @dataclass
@@ -167,9 +172,11 @@ class DecodeEngine:
         return {g.kind for groups in self._groups for g in groups}
 
     # ---- the step ------------------------------------------------------------------------------------------------
-    def _layers_forward(self, hidden: torch.Tensor, pos: torch.Tensor, slot: torch.Tensor, attend) -> torch.Tensor:
-        """The decoder layers over hidden [B, T, H]; `attend(i, q [B, T, heads, d]) -> [B, T, heads * d]` after
-        q/k/v of layer i are written at slots slot..slot+T-1. Returns the final-normed hidden state [B, T, H]."""
+    def _layers_forward(self, hidden: torch.Tensor, pos: torch.Tensor, slot: torch.Tensor, attend,
+                        rows: slice = slice(None)) -> torch.Tensor:
+        """The decoder layers over hidden [B, T, H] (the cache rows `rows`); `attend(i, q [B, T, heads, d]) ->
+        [B, T, heads * d]` after q/k/v of layer i are written at slots slot..slot+T-1. Returns the final-normed hidden
+        state [B, T, H]."""
         tri = self.use_triton and hidden.shape[1] == 1
         kt = dict(use_triton=tri)
         n1 = self._norms[0][0]
@@ -180,7 +187,7 @@ class DecodeEngine:
             nxt = self._norms[i + 1][0] if i + 1 < len(self.layers) else self._final_norm
             (q, k, v), t, bias = qkv.project(x)
             q = qkv_rope_cache(q, k, v, t, qkv.lora_b if t is not None else None, bias, self.cos, self.sin, pos,
-                               slot, self.k_cache[i], self.v_cache[i], **kt)
+                               slot, self.k_cache[i, rows], self.v_cache[i, rows], **kt)
             a = attend(i, q)
             hidden = o_proj.residual(a, hidden)
             x = _rmsnorm(hidden, n2, None, tri)
@@ -204,12 +211,23 @@ class DecodeEngine:
         return self.lm_head(x[:, -1])  # [B, V]
 
     def _prefill_logits(self, ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
-        """Logits [B, V] after the prompts ids [B, P] (positions pos), their K/V written to slots [0, P)."""
+        """Logits [B, V] after the prompts ids [B, P] (positions pos), their K/V written to slots [0, P): in row
+        chunks whose float32 MLP tensors stay under PREFILL_MLP_BYTES (each row's numbers are its own)."""
+        bsz, t = ids.shape
+        inter = self.cfg.intermediate_size
+        rows = max(1, min(bsz, PREFILL_MLP_BYTES // (t * inter * 4)))
+        if rows >= bsz:
+            return self._prefill_rows(ids, pos, slice(None))
+        return torch.cat([self._prefill_rows(ids[lo:lo + rows], pos[lo:lo + rows], slice(lo, lo + rows))
+                          for lo in range(0, bsz, rows)])
+
+    def _prefill_rows(self, ids: torch.Tensor, pos: torch.Tensor, cache_rows: slice) -> torch.Tensor:
+        """`_prefill_logits` for the prompts of the cache rows `cache_rows` (ids, pos: those rows)."""
         bsz, t = ids.shape
         h_, kvh, d = self.heads, self.kv_heads, self.head_dim
         g = h_ // kvh
         keys = torch.arange(t, device=self.device)
-        allowed = (keys.view(1, 1, t) <= keys.view(1, t, 1)) & self.valid[:, None, :t]  # [B, T, S]
+        allowed = (keys.view(1, 1, t) <= keys.view(1, t, 1)) & self.valid[cache_rows, None, :t]  # [B, T, S]
         allowed = allowed | (keys.view(1, 1, t) == keys.view(1, t, 1))
         bias = torch.zeros(allowed.shape, dtype=self.dtype, device=self.device).masked_fill_(~allowed, float("-inf"))
         bias = bias.unsqueeze(1).unsqueeze(1).expand(bsz, kvh, g, t, t).reshape(bsz * kvh, g * t, t)
@@ -219,8 +237,8 @@ class DecodeEngine:
         rows = max(1, min(bsz, PREFILL_SCORES_BYTES // (kvh * g * t * t * 4)))
 
         def attend(i, q):  # q [B, T, h, d]
-            kk = self.k_cache[i, :, :, :t].reshape(bsz * kvh, t, d)
-            vv = self.v_cache[i, :, :, :t].reshape(bsz * kvh, t, d)
+            kk = self.k_cache[i, cache_rows, :, :t].reshape(bsz * kvh, t, d)
+            vv = self.v_cache[i, cache_rows, :, :t].reshape(bsz * kvh, t, d)
             qg = q.transpose(1, 2).reshape(bsz * kvh, g * t, d)  # head kv*g + j -> row (j, t) of group kv
             out = []
             for lo in range(0, bsz * kvh, rows * kvh):
@@ -232,7 +250,8 @@ class DecodeEngine:
             return o.view(bsz, kvh, g, t, d).permute(0, 3, 1, 2, 4).reshape(bsz, t, h_ * d)
 
         hidden = self.inner.embed_tokens(ids)
-        x = self._layers_forward(hidden, pos, torch.zeros(1, dtype=torch.long, device=self.device), attend)
+        x = self._layers_forward(hidden, pos, torch.zeros(1, dtype=torch.long, device=self.device), attend,
+                                 cache_rows)
         return self.lm_head(x[:, -1])
 
     def _record(self, tok, logp, ent) -> None:

@@ -364,3 +364,31 @@ def test_prefill_in_row_chunks_equals_one_chunk(tiny_model, monkeypatch):
     monkeypatch.setattr(E, "PREFILL_SCORES_BYTES", 1)  # one row a chunk
     chunked = E.DecodeEngine(tiny_model, batch=3, max_len=16, graphs=False).prefill(ids, mask)
     torch.testing.assert_close(chunked, whole, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("variant", ["dense", "lora", "nvfp4"])
+def test_prefill_layer_stack_in_row_chunks_equals_one_pass(setup, monkeypatch, variant):
+    """A batch whose float32 MLP tensors would pass PREFILL_MLP_BYTES runs the whole layer stack in row chunks, each
+    writing its own rows of the KV cache: logits, cache and the greedy completions equal one pass (3 rows in chunks
+    of 1; left padding, a LoRA adapter, 4-bit weights)."""
+    import qerl.rl.engine as E
+
+    model, _, ids, attn = setup
+    model = {"dense": model, "lora": _lora(model), "nvfp4": _nvfp4(model)}[variant]
+    plen = ids.shape[1]
+
+    def run():
+        eng = E.DecodeEngine(model, batch=3, max_len=plen + 12, graphs=False)
+        logits = eng.prefill(ids, attn).clone()
+        cache = (eng.k_cache[:, :, :, :plen].clone(), eng.v_cache[:, :, :, :plen].clone())
+        out = eng.generate(ids, attn, max_new_tokens=12, temperature=0.0)
+        return logits, cache, out.tokens
+
+    whole = run()
+    assert E.PREFILL_MLP_BYTES // (plen * model.config.intermediate_size * 4) >= 3  # the default: one pass here
+    monkeypatch.setattr(E, "PREFILL_MLP_BYTES", 1)  # one row a chunk
+    chunked = run()
+    torch.testing.assert_close(chunked[0], whole[0], rtol=1e-5, atol=1e-5)
+    for a, b in zip(chunked[1], whole[1]):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    assert torch.equal(chunked[2], whole[2])
