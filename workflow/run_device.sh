@@ -26,6 +26,11 @@
 # MPS=1 before `start` or `bg` runs the command under CUDA's multi-process service (workflow/with_mps.sh; it falls
 # back to time-slicing where the daemon cannot start).
 # Without the pulp wheel (16 MB, Snakemake's ILP scheduler) pass SMK_ARGS="--scheduler greedy --resources gpu=N".
+# Two DAGs on a 2-GPU lease (small run 10 and paper-scale run 2 did this): `CUDA_VISIBLE_DEVICES=0 ... start
+# config/small.yaml`, then `CUDA_VISIBLE_DEVICES=1 SRC=/tmp/qerl-paper bash workflow/run_device.sh bg paper snakemake
+# TARGETS... --configfile config/paper_random.yaml --resources gpu=1` (its own copy of the checkout; TARGETS before
+# `--resources`, which takes every word after it); its results are under /tmp/qerl-paper/results, its log
+# /tmp/qerl-paper.log. One DAG over both GPUs instead: `--resources gpu=2` (each job locks a free GPU).
 # A machine is held for at most 30 minutes. To go on where an earlier machine stopped: `pack` there, put the tgz it
 # brought back at .resume.tgz in the checkout and carry it with the next machine's `start`: the finished jobs' small
 # files are restored, the models (packed without their weights) rebuilt and the restored outputs marked up to date
