@@ -22,6 +22,7 @@ Run: `qerl train --config config/config.yaml --task tiny_grpo --method qerl --va
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import torch
@@ -128,12 +129,16 @@ def _train_and_evaluate(args, cfg: dict, s, out: str, ctx) -> None:
         return
     info = {"method": s.method, "variant": s.variant, "task": s.task, "base": str(args.base),
             "quantized": args.quantized}
+    t0 = time.perf_counter()
     evaluation = evaluate_trained(cfg, s, result["model"], result["tokenizer"], info, tiny_test)
+    seconds = {**result["seconds"], "evaluate": round(time.perf_counter() - t0, 2)}
     evaluation["provenance"] = provenance(args.config)
-    evaluation["train"] = {"steps": result["steps"], "final": result["final"], "settings": s.__dict__}
+    evaluation["train"] = {"steps": result["steps"], "final": result["final"], "settings": s.__dict__,
+                           "seconds": seconds}
     if ctx.distributed:
         evaluation["train"]["world_size"] = ctx.world_size
     write_results(evaluation, Path(out) / EVAL_FILE)  # the rule's last output: written last, atomically
     summary = {n: round(b["pass_at_1"], 2) for n, b in evaluation["benchmarks"].items()}
     print(json.dumps({"variant": s.variant, "seed": s.seed, "steps": result["steps"],
-                      "final_reward": result["final"].get("reward"), "pass@1": summary}), flush=True)
+                      "final_reward": result["final"].get("reward"), "pass@1": summary, "seconds": seconds}),
+          flush=True)

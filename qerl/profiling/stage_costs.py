@@ -5,8 +5,10 @@ what each stage costs; the numbers are spread over Snakemake's benchmark files (
 and the host's max RSS in MB) and the jobs' own peak-memory records (qerl.memory.peak_memory_bytes: the GPU's
 allocator peak where CUDA ran, else the host RSS): models/<model>/base/prepare_info.json, the last line of
 logs/calibrate/<model>/<fmt>.log, quantized/<model>/<fmt>/layer_errors.json, evals/<model>/<method>/<benchmark>/
-seed<k>.json, and the largest step of runs/<task>/<model>/<method>/<variant>/seed<k>/metrics.jsonl. This reads them
-all and prints one row per job (the table and figure jobs summed into one row).
+seed<k>.json, and the largest step of runs/<task>/<model>/<method>/<variant>/seed<k>/metrics.jsonl. A training job's
+row also splits its seconds as its runs' eval.json record them (train.seconds: setup, steps, save, evaluate; summed
+over the runs of a grouped job). This reads them all and prints one row per job (the table and figure jobs summed
+into one row).
 
     python -m qerl.profiling.stage_costs results/random/paper            # Markdown on stdout
 """
@@ -32,10 +34,9 @@ def _peak(root: Path, rel: Path) -> int | None:
                               .get("peak_memory_bytes")],
         "quantize": lambda: [json.loads((root / "quantized" / Path(stem).relative_to("quantize") /
                                          "layer_errors.json").read_text()).get("peak_memory_bytes")],
-        "evaluate": lambda: [json.loads((root / "evals" / f"{Path(stem).relative_to('evaluate')}.json").read_text())
-                             .get("peak_memory_bytes")],
-        "train": lambda: [json.loads(line).get("peak_memory_bytes") for line in
-                          (root / "runs" / Path(stem).relative_to("train") / "metrics.jsonl").read_text().splitlines()],
+        "evaluate": lambda: [json.loads(path.read_text()).get("peak_memory_bytes") for path in _eval_files(root, rel)],
+        "train": lambda: [json.loads(line).get("peak_memory_bytes") for path in _run_files(root, rel, "metrics.jsonl")
+                          for line in path.read_text().splitlines()],
     }
     key = parts[0] if len(parts) > 1 else rel.stem
     if key not in candidates:
@@ -45,6 +46,40 @@ def _peak(root: Path, rel: Path) -> int | None:
     except (OSError, ValueError, IndexError):
         return None
     return max(values) if values else None
+
+
+def _eval_files(root: Path, rel: Path) -> list[Path]:
+    """The evaluation files of job `rel`: evaluate/<model>/<method>/<benchmark>/seed<k>, or a grouped job's
+    .../seed0-1-2 (one file per seed)."""
+    sub = rel.with_suffix("").relative_to("evaluate")
+    seeds = sub.name.removeprefix("seed").split("-")
+    return [root / "evals" / sub.parent / f"seed{k}.json" for k in seeds]
+
+
+def _run_files(root: Path, rel: Path, name: str) -> list[Path]:
+    """The file `name` of each run of training job `rel` (train/<task>/<model>/<method>/<variant>/seed<k>, or a
+    grouped job's train/<task>/<model>/<method>/all-runs: every variant and seed of the method)."""
+    parts = rel.with_suffix("").parts[1:]
+    if parts[-1] == "all-runs":
+        return sorted((root / "runs" / Path(*parts[:-1])).glob(f"*/seed*/{name}"))
+    return [root / "runs" / Path(*parts) / name]
+
+
+def _inside(root: Path, rel: Path) -> dict | None:
+    """A training job's seconds by phase ({"setup", "steps", "save", "evaluate"}), summed over its runs' eval.json
+    (train.seconds; a grouped job, train/<task>/<model>/<method>/all-runs, has several), or None where none records
+    them (older runs, other rules)."""
+    if rel.parts[0] != "train":
+        return None
+    total: dict[str, float] = {}
+    for path in _run_files(root, rel, "eval.json"):
+        try:
+            seconds = json.loads(path.read_text()).get("train", {}).get("seconds")
+        except (OSError, ValueError):
+            continue
+        for k, v in (seconds or {}).items():
+            total[k] = total.get(k, 0.0) + float(v)
+    return total or None
 
 
 def read_benchmark(tsv: str | Path) -> tuple[float, float] | None:
@@ -58,7 +93,8 @@ def read_benchmark(tsv: str | Path) -> tuple[float, float] | None:
 
 
 def stage_costs(root: str | Path) -> list[dict]:
-    """One dict per job: {"job", "seconds", "max_rss_gb" (host, GiB), "peak_gb" (1e9 bytes) (the job's own record, or None)}.
+    """One dict per job: {"job", "seconds", "max_rss_gb" (host, GiB), "peak_gb" (1e9 bytes) (the job's own record, or
+    None), "inside" (a training job's seconds by phase, `_inside`, or None)}.
 
     Args:
         root: a results/<scale>/ folder of a finished (or partly finished) DAG run.
@@ -70,7 +106,7 @@ def stage_costs(root: str | Path) -> list[dict]:
     if not (root / "benchmarks").is_dir():
         raise ValueError(f"{root}: no benchmarks/ folder (give a results/<scale>/ folder of a DAG run)")
     rows, rendered = [], {"job": "tables, figures, claims (summed)", "seconds": 0.0, "max_rss_gb": 0.0,
-                          "peak_gb": None, "jobs": 0}
+                          "peak_gb": None, "inside": None, "jobs": 0}
     for tsv in sorted((root / "benchmarks").rglob("*.tsv")):
         rel = tsv.relative_to(root / "benchmarks")
         read = read_benchmark(tsv)
@@ -84,7 +120,7 @@ def stage_costs(root: str | Path) -> list[dict]:
             continue
         peak = _peak(root, rel)
         rows.append({"job": rel.with_suffix("").as_posix(), "seconds": seconds, "max_rss_gb": rss,
-                     "peak_gb": None if peak is None else peak / 1e9})
+                     "peak_gb": None if peak is None else peak / 1e9, "inside": _inside(root, rel)})
     if rendered["jobs"]:
         rows.append({k: v for k, v in rendered.items() if k != "jobs"} | {"job": f"{rendered['job']}, "
                                                                          f"{rendered['jobs']} jobs"})
@@ -93,11 +129,15 @@ def stage_costs(root: str | Path) -> list[dict]:
 
 def render(rows: list[dict]) -> str:
     """The rows as a Markdown table with a total line."""
-    lines = ["| job | seconds | host max RSS (GiB) | peak memory (GB) |", "|---|---:|---:|---:|"]
+    lines = ["| job | seconds | of which (training: setup / steps / save / evaluation) | host max RSS (GiB) | "
+             "peak memory (GB) |", "|---|---:|---|---:|---:|"]
     for r in rows:
         peak = "n/a" if r["peak_gb"] is None else f"{r['peak_gb']:.2f}"
-        lines.append(f"| {r['job']} | {r['seconds']:.1f} | {r['max_rss_gb']:.2f} | {peak} |")
-    lines.append(f"| **total** | {sum(r['seconds'] for r in rows):.1f} | | |")
+        inside = r.get("inside")
+        split = "" if not inside else " / ".join(f"{inside[k]:.1f}" if k in inside else "-"
+                                                 for k in ("setup", "steps", "save", "evaluate"))
+        lines.append(f"| {r['job']} | {r['seconds']:.1f} | {split} | {r['max_rss_gb']:.2f} | {peak} |")
+    lines.append(f"| **total** | {sum(r['seconds'] for r in rows):.1f} | | | |")
     return "\n".join(lines) + "\n"
 
 

@@ -43,6 +43,7 @@ import itertools
 import json
 import random
 import shutil
+import time
 from dataclasses import asdict
 from pathlib import Path
 
@@ -135,12 +136,14 @@ def train(cfg: dict, s: RunSettings, base_dir: str | Path, out_dir: str | Path, 
 
     Returns:
         {"steps": steps done, "final": the last step's metrics (a dict; {} when no step ran), "policy", "model",
-         "tokenizer"}.
+         "tokenizer", "seconds": {"setup": data, policy, optimizer and checkpoint before the first step, "steps": the
+         step loop of this call, "save": the trained weights}}.
 
     Raises:
         RuntimeError: `max_bad_steps` consecutive non-finite losses.
         ValueError: fewer prompts per step than ranks; bad inputs (as build_policy and the data loaders).
     """
+    t0 = time.perf_counter()
     ctx = init_distributed() if dist_ctx is None else dist_ctx
     if ctx.distributed:
         shard_range(s.prompts_per_step, ctx.rank, ctx.world_size)  # fail before loading anything
@@ -166,21 +169,25 @@ def train(cfg: dict, s: RunSettings, base_dir: str | Path, out_dir: str | Path, 
                                  run_name=run_name(s.task, cfg["model"]["name"], s.method, s.variant, s.seed),
                                  config=cfg, info=info,
                                  history=[MetricsRow.parse(json.loads(l), f"{ckpt}: history") for l in history])
+    setup = time.perf_counter() - t0
     try:
         return _run_steps(s, out, policy, learner, problems, ctx, start, bad, history, identity, keep, trackers,
-                          stop_after, progress)
+                          stop_after, progress, setup)
     finally:
         trackers.close()
 
 
 def _run_steps(s: RunSettings, out: Path, policy, learner, problems: list, ctx: DistContext, start: int, bad: int,
                history: list[str], identity: dict, keep: RolloutKeep, trackers: Trackers, stop_after: int | None,
-               progress: bool) -> dict:
-    """The step loop of `train` from step `start`, then the trained weights (train's docstring)."""
+               progress: bool, setup: float) -> dict:
+    """The step loop of `train` from step `start`, then the trained weights (train's docstring); `setup`: the
+    seconds before the loop (reported in the log and in the result's "seconds")."""
     ckpt, metrics_path = out / CHECKPOINT_FILE, out / METRICS_FILE
     G, last = s.group_size, {}
     levels = [p.level for p in problems]
     bar = Readout(s.steps, start, f"{s.task}/{s.method}/{s.variant}/seed{s.seed}", enabled=progress and ctx.is_main)
+    bar.note(f"set up in {setup:.1f} s (data, policy, optimizer, checkpoint)")
+    t_loop = time.perf_counter()
     for step in range(start, s.steps):
         if stop_after is not None and step >= stop_after:
             break
@@ -210,13 +217,15 @@ def _run_steps(s: RunSettings, out: Path, policy, learner, problems: list, ctx: 
         if ((step + 1) % s.checkpoint_every == 0 or step + 1 == s.steps) and ctx.is_main:
             save_checkpoint(ckpt, learner, step + 1, bad, history, identity)
     bar.close()
+    seconds = {"setup": round(setup, 2), "steps": round(time.perf_counter() - t_loop, 2)}
     result = {"steps": s.steps, "final": last, "policy": policy, "model": policy.model,
-              "tokenizer": policy.tokenizer}
+              "tokenizer": policy.tokenizer, "seconds": seconds}
     if stop_after is not None and stop_after < s.steps:
         if ctx.is_main:
             save_checkpoint(ckpt, learner, len(history), bad, history, identity)
         barrier(ctx)
         return {**result, "steps": stop_after}
+    t_save = time.perf_counter()
     if ctx.is_main:
         full = policy.method.trainable == "all"
         weights_dir = out / (FULL_MODEL_DIR if full else ADAPTER_DIR)
@@ -227,4 +236,5 @@ def _run_steps(s: RunSettings, out: Path, policy, learner, problems: list, ctx: 
         elif not full:
             policy.model.save_pretrained(weights_dir)
     barrier(ctx)
+    seconds["save"] = round(time.perf_counter() - t_save, 2)
     return result

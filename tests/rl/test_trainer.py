@@ -229,7 +229,11 @@ def test_cli_killed_in_a_step_then_metrics_deleted_resumes_with_full_history(set
     assert [json.loads(line)["step"] for line in after] == [0, 1, 2, 3]
     assert after[:2] == before[:2]
     assert _strip([json.loads(after[2])]) == _strip([json.loads(before[2])])  # step 2 again from the checkpoint
-    assert json.loads((out / "eval.json").read_text())["train"]["steps"] == 4
+    train_info = json.loads((out / "eval.json").read_text())["train"]
+    assert train_info["steps"] == 4
+    # the job's seconds by phase (qerl.profiling.stage_costs reads them)
+    assert set(train_info["seconds"]) == {"setup", "steps", "save", "evaluate"}
+    assert all(v >= 0 for v in train_info["seconds"].values()) and train_info["seconds"]["steps"] > 0
 
 
 def test_checkpoint_without_history_refuses_a_short_metrics_file(setup, tmp_path):
