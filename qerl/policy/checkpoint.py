@@ -200,7 +200,7 @@ def load_quantized(model_dir: str | Path, dtype: torch.dtype | None = None, devi
     if dtype is None:
         dtype = getattr(config, "dtype", None) or torch.float32
         dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
-    model, empty = _empty_model(AutoModelForCausalLM, config, dtype)
+    model = AutoModelForCausalLM.from_config(config, dtype=dtype)
     prefixes = [k[: -len(".weight_packed")] for k in tensors if k.endswith(".weight_packed")]
     for prefix in prefixes:
         parent_name, _, child = prefix.rpartition(".")
@@ -212,37 +212,14 @@ def load_quantized(model_dir: str | Path, dtype: torch.dtype | None = None, devi
         bias = tensors.pop(f"{prefix}.bias", None)
         layer = QuantLinear.from_packed(packed, bias, dtype=dtype)
         setattr(model.get_submodule(parent_name) if parent_name else model, child, layer)
-    if empty:  # the loaded tensors become the parameters, in the model's dtype (a plain load_state_dict casts)
-        tensors = {k: v.to(dtype) if v.is_floating_point() else v for k, v in tensors.items()}
-    missing, unexpected = model.load_state_dict(tensors, strict=False, assign=empty)
+    missing, unexpected = model.load_state_dict(tensors, strict=False)
     missing = [k for k in missing if not (k == "lm_head.weight" and getattr(config, "tie_word_embeddings", False))]
     missing = [k for k in missing if k.rpartition(".")[0] not in prefixes]
     if unexpected or missing:
         raise ValueError(f"{model_dir}: checkpoint does not match the model: missing {missing[:5]}, "
                          f"unexpected {unexpected[:5]}")
     model.tie_weights()
-    if empty:
-        left = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
-        if left:
-            raise ValueError(f"{model_dir}: no value for {left[:5]} after loading the checkpoint")
     return model.to(device).eval()
-
-
-def _empty_model(auto_cls, config, dtype: torch.dtype):
-    """(model, empty): the model of `config` with its weights on the meta device (no memory, no random init: 7B
-    initialised on the CPU only to be replaced took ~2 min and 15 GB of host memory per job) and its one
-    non-persistent buffer, the rotary embedding's inv_freq, built for real; empty is True. A model with any other
-    non-persistent buffer is built on the CPU as before (empty False)."""
-    with torch.device("meta"):
-        model = auto_cls.from_config(config, dtype=dtype)
-    inner = getattr(model, "model", None)
-    rotary = getattr(inner, "rotary_emb", None)
-    persistent = set(model.state_dict())
-    extra = [n for n, _ in model.named_buffers() if n not in persistent and not n.startswith("model.rotary_emb.")]
-    if rotary is None or extra:
-        return auto_cls.from_config(config, dtype=dtype), False
-    inner.rotary_emb = type(rotary)(config=model.config)
-    return model, True
 
 
 def _check_qc(qc, where) -> str:
