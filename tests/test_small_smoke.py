@@ -66,17 +66,18 @@ def _smoke_config(repo_root: Path, results: Path, data_root: Path) -> dict:
     return cfg
 
 
-# The benchmark files the smoke run reads, cut to their first rows: each job that reads a train split reads all of it
-# (calibration and quantization tokenize the whole of GSM8K train, 7473 rows, ~3 s each), and 400 rows hold every
-# row the run uses (the 4 SFT rows are the first ones, 2 test problems per evaluation, 2 prompts a step).
+# The benchmark files the smoke run reads, cut to their 400 shortest rows, shortest first: each job that reads a train
+# split reads all of it (calibration and quantization tokenize the whole of GSM8K train, 7473 rows, ~3 s each), 400
+# rows hold every row the run uses (the first 4 for SFT, 2 test problems per evaluation, 2 prompts a step), and the
+# 135M model's forward and backward passes (SFT, rollouts, updates, evaluations) cost in proportion to their tokens.
 DATA_ROWS = 400
 
 
 def _cut_data(shared: Path, root: Path) -> Path:
     for name in ("gsm8k/train.jsonl", "gsm8k/test.jsonl", "math500/test.jsonl", "math_train/train.jsonl"):
         (root / name).parent.mkdir(parents=True, exist_ok=True)
-        with open(shared / name) as src:
-            (root / name).write_text("".join(line for _, line in zip(range(DATA_ROWS), src)))
+        rows = (shared / name).read_text().splitlines(keepends=True)
+        (root / name).write_text("".join(sorted(rows, key=len)[:DATA_ROWS]))
     return root
 
 
