@@ -85,12 +85,14 @@ def tiny_model(tokenizer):
 
 # The tiny scale cut to seconds per job, for tests that run the DAG through Snakemake (`rule all` of it takes minutes).
 # Every job of the DAG still runs; what the jobs compute is not checked for quality, only that it is written and read:
-# 10 pretraining steps (the serial head of the DAG) and 2 test problems per level (each evaluation and each training
-# job's own evaluation) are enough for that.
+# 10 pretraining steps of 8 sequences on one thread (the serial head of the DAG; `pretrain-tiny` sets its thread count
+# from the config, not from Snakemake's --max-threads: its 2 threads beside the other pytest-xdist worker took 15 s
+# where one takes 1-2) and 2 test problems per level (each evaluation and each training job's own evaluation) are
+# enough for that.
 TRIMMED = {
     "seeds": [0],
     "data": {"tiny": {"n_pretrain": 640, "n_rl": 200, "n_test_per_level": 2}},
-    "tiny_model": {"pretrain": {"steps": 10, "warmup_steps": 2, "eval_per_level": 2}},
+    "tiny_model": {"pretrain": {"steps": 10, "warmup_steps": 2, "eval_per_level": 2, "batch_size": 8, "threads": 1}},
     "quantize": {"awq_grid": 4, "heldout_sequences": 4, "calibration": {"n_sequences": 8, "seq_len": 64}},
     "evaluate": {"n_repeats": 1},
     "train": {"methods": ["lora", "qlora", "nvfp4_lora", "qerl"], "steps": 2, "prompts_per_step": 2,

@@ -66,12 +66,28 @@ def _smoke_config(repo_root: Path, results: Path, data_root: Path) -> dict:
     return cfg
 
 
+# The benchmark files the smoke run reads, cut to their 400 shortest rows, shortest first: each job that reads a train
+# split reads all of it (calibration and quantization tokenize the whole of GSM8K train, 7473 rows, ~3 s each), 400
+# rows hold every row the run uses (the first 4 for SFT, 2 test problems per evaluation, 2 prompts a step), and the
+# 135M model's forward and backward passes (SFT, rollouts, updates, evaluations) cost in proportion to their tokens.
+DATA_ROWS = 400
+
+
+def _cut_data(shared: Path, root: Path) -> Path:
+    for name in ("gsm8k/train.jsonl", "gsm8k/test.jsonl", "math500/test.jsonl", "math_train/train.jsonl"):
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        rows = (shared / name).read_text().splitlines(keepends=True)
+        (root / name).write_text("".join(sorted(rows, key=len)[:DATA_ROWS]))
+    return root
+
+
 @pytest.fixture(scope="module")
 def smoke(repo_root, shared_data_root, tmp_path_factory) -> Path:
     """Run the trimmed small-scale DAG to both training runs' eval.json; return results/small."""
     work = tmp_path_factory.mktemp("small")
     path = work / "small_smoke.yaml"
-    path.write_text(yaml.safe_dump(_smoke_config(repo_root, work / "results", shared_data_root), sort_keys=False))
+    data_root = _cut_data(shared_data_root, work / "data")
+    path.write_text(yaml.safe_dump(_smoke_config(repo_root, work / "results", data_root), sort_keys=False))
     out = work / "results" / "small"
     # the targets first: --configfile takes every argument after it. One thread per job (calibrate and quantize ask
     # for 2): the two training jobs run side by side, and beside the other pytest-xdist worker; `qerl quantize` of

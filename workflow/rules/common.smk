@@ -43,8 +43,10 @@ def write_effective_config(path=CONFIGFILE):
 
 def start_job_server():
     """With resources.job_server: start this run's job server (qerl/jobserver.py); the jobs' `qerl` finds it
-    through $QERL_JOB_SERVER, which they inherit from this process. Called by `onstart`, so a dry run starts none."""
-    if config["resources"]["job_server"]:
+    through $QERL_JOB_SERVER, which they inherit from this process. Called by `onstart`, so a dry run starts none;
+    nor does a `--touch` run (no job runs: its server's ~7 CPU-seconds of imports served nothing, twice per
+    workflow/resume.sh)."""
+    if config["resources"]["job_server"] and not workflow.touch:
         os.makedirs(f"{R}/logs", exist_ok=True)
         os.environ[jobserver.ENV_VAR] = jobserver.start(os.getpid(), log=f"{R}/logs/job_server.log")
 
