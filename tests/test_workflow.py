@@ -171,3 +171,20 @@ def test_profile_rule_passes_the_config(repo_root, tmp_path):
             "qerl --ranks 32") in out
     folder = f"{tmp_path}/results/{cfg['scale']}/measured/h100"
     assert "--completion 512" in out and f"--out {folder}/partial --publish {folder}" in out
+
+
+@pytest.mark.slow
+def test_pretraining_takes_the_jobs_thread_allotment(repo_root, tmp_path):
+    """`pretrain-tiny` runs on the threads Snakemake allots the job (the config's tiny_model.pretrain.threads, capped
+    by --cores / --max-threads), not on the config's number regardless: its 2 threads beside another job on 2 cores
+    cost the test suite 15 s."""
+    cfg = yaml.safe_load((repo_root / "config" / "config.yaml").read_text())
+    cfg["results_dir"] = str(tmp_path / "results")
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    target = str(tmp_path / "results" / cfg["scale"] / "models" / "tiny" / "base")
+    assert cfg["tiny_model"]["pretrain"]["threads"] == 2
+    for cap, want in (("2", 2), ("1", 1)):
+        proc = _snakemake(repo_root, target, "-n", "-p", "--cores", "2", "--max-threads", cap, "--configfile", str(path))
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert re.search(rf"qerl pretrain-tiny .* --threads {want} ", proc.stdout + proc.stderr), cap

@@ -137,7 +137,7 @@ def _read_jsonl(path: Path) -> list[dict]:
     return load_jsonl(path)
 
 
-def pretrain_tiny(cfg: dict, data_dir: str | Path, out: str | Path) -> dict:
+def pretrain_tiny(cfg: dict, data_dir: str | Path, out: str | Path, threads: int | None = None) -> dict:
     """Build the tiny tokenizer and model, pretrain it on `data_dir`/pretrain.jsonl and write it to `out` (atomically),
     with eval.json: pass rates per level before and after, and the pretraining statistics.
 
@@ -145,6 +145,8 @@ def pretrain_tiny(cfg: dict, data_dir: str | Path, out: str | Path) -> dict:
         cfg: the validated config (reads tiny_model, prompt).
         data_dir: the folder of pretrain.jsonl and test.jsonl (qerl gen-tiny).
         out: the model folder to write.
+        threads: torch threads (the Snakemake job's allotment, which --cores / --max-threads may cap below the
+            config's); None: tiny_model.pretrain.threads.
 
     Returns:
         What eval.json holds.
@@ -153,7 +155,7 @@ def pretrain_tiny(cfg: dict, data_dir: str | Path, out: str | Path) -> dict:
         ValueError: a pretraining sequence longer than tiny_model.max_position.
     """
     tm, pt = cfg["tiny_model"], cfg["tiny_model"]["pretrain"]
-    torch.set_num_threads(pt["threads"])
+    torch.set_num_threads(threads if threads is not None else pt["threads"])
     instruction = cfg["prompt"]["instruction"]
     data = Path(data_dir)
     train_rows = _read_jsonl(data / "pretrain.jsonl")

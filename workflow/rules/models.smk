@@ -19,4 +19,4 @@ rule pretrain_tiny:
     benchmark:
         f"{R}/benchmarks/pretrain_tiny.tsv"
     shell:
-        "qerl pretrain-tiny --config {input.config} --data {params.data} --out {output} 2> {log}"
+        "qerl pretrain-tiny --config {input.config} --data {params.data} --out {output} --threads {threads} 2> {log}"
