@@ -185,6 +185,7 @@ def test_pretraining_takes_the_jobs_thread_allotment(repo_root, tmp_path):
     target = str(tmp_path / "results" / cfg["scale"] / "models" / "tiny" / "base")
     assert cfg["tiny_model"]["pretrain"]["threads"] == 2
     for cap, want in (("2", 2), ("1", 1)):
-        proc = _snakemake(repo_root, target, "-n", "-p", "--cores", "2", "--max-threads", cap, "--configfile", str(path))
+        proc = _snakemake(repo_root, target, "-n", "-p", "--cores", "2", "--max-threads", cap,
+                          "--configfile", str(path))
         assert proc.returncode == 0, proc.stderr[-2000:]
         assert re.search(rf"qerl pretrain-tiny .* --threads {want} ", proc.stdout + proc.stderr), cap

@@ -196,10 +196,12 @@ def policy_update(learner: Learner, s: RunSettings, b: UpdateBatch, step: int,
             if global_tokens == 0:
                 continue
             run_local = local_tokens > 0
+            # this rank's share of the global loss (its normaliser: DAPO valid tokens, GRPO completions)
+            rank_share = local_tokens / global_tokens if s.algorithm == "dapo" else local_seqs / global_seqs
         else:
             if mask[mb].sum() == 0:
                 continue
-            run_local = True
+            run_local, rank_share = True, 1.0
         # No signal: every advantage of the minibatch's counted rows is 0 and there is no KL term, so the loss is 0
         # and so is its exact gradient. The backward is skipped (on an H100 in bfloat16 the backward of this
         # all-zero loss gave NaN gradients in every LoRA weight whenever a step's rewards were all 0) and the
@@ -214,13 +216,11 @@ def policy_update(learner: Learner, s: RunSettings, b: UpdateBatch, step: int,
             if len(parts) == 1:
                 loss, diag = _minibatch_loss(model, s, b, mb, i, zero_signal, valid_all, ratios)
             else:  # gradient accumulation over row parts, each weighted by its share of the minibatch's loss
-                rank_share = 1.0 if not ctx.distributed else (
-                    local_tokens / global_tokens if s.algorithm == "dapo" else local_seqs / global_seqs)
                 loss, diag = _accumulate(model, s, b, mb, parts, i, zero_signal, valid_all, ratios, rank_share)
                 done = True  # each part's backward has run (a non-finite total below still drops the gradients)
         if ctx.distributed:  # the local share of the global loss, and the global diagnostics (token-weighted)
             if loss is not None:
-                loss = loss * (local_tokens / global_tokens if s.algorithm == "dapo" else local_seqs / global_seqs)
+                loss = loss * rank_share
             keys = ["clip_fraction"] + (["kl"] if b.ref_logp is not None else [])
             sums = reduce_sum(ctx, [float(loss.detach()) if loss is not None else 0.0]
                               + [diag[k] * local_tokens if run_local else 0.0 for k in keys])
@@ -274,6 +274,12 @@ def _minibatch_loss(model, s: RunSettings, b: UpdateBatch, rows: torch.Tensor, i
                      token_weights=weights)
 
 
+def _normaliser(mask: torch.Tensor, algorithm: str) -> float:
+    """What the policy loss of rows with this mask [m, L] is normalised by: DAPO their valid tokens, GRPO their
+    completions with a valid token."""
+    return float(mask.sum()) if algorithm == "dapo" else float((mask.sum(1) > 0).sum())
+
+
 def _accumulate(model, s: RunSettings, b: UpdateBatch, mb: torch.Tensor, parts: tuple[torch.Tensor, ...], i: int,
                 zero_signal: bool, valid_all: torch.Tensor, ratios: list,
                 rank_share: float = 1.0) -> tuple[torch.Tensor, dict]:
@@ -284,21 +290,17 @@ def _accumulate(model, s: RunSettings, b: UpdateBatch, mb: torch.Tensor, parts: 
     additions. `rank_share`: this rank's share of the global minibatch's loss (1 in one process), applied to the
     backward only (the caller scales the returned loss as for an unsplit minibatch). Returns the summed (detached)
     loss of the rank's rows and the diagnostics: token-weighted means, ratio_min / ratio_max the extremes."""
-    mask = b.mask
-    tokens = lambda r: float(mask[r].sum())  # noqa: E731
-    seqs = lambda r: float((mask[r].sum(1) > 0).sum())  # noqa: E731
-    share = tokens if s.algorithm == "dapo" else seqs
-    whole = share(mb)
+    whole = _normaliser(b.mask[mb], s.algorithm)
     total, sums, weight_sum, diag = 0.0, {}, 0.0, {}
     for part in parts:
-        w = share(part) / whole
+        w = _normaliser(b.mask[part], s.algorithm) / whole
         if w == 0:
             continue
         loss, d = _minibatch_loss(model, s, b, part, i, zero_signal, valid_all, ratios)
         if not zero_signal:
             (loss * (w * rank_share)).backward()
         total += float(loss.detach()) * w
-        t = tokens(part)
+        t = float(b.mask[part].sum())
         weight_sum += t
         for k, v in d.items():
             if k == "ratio_min":
