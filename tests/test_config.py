@@ -170,7 +170,7 @@ def test_unknown_task_key_named():
 def test_gpu_jobs_at_once(repo_root, tmp_path):
     from qerl.config import gpu_jobs_at_once
 
-    assert gpu_jobs_at_once(repo_root / "config" / "small.yaml") == 6  # 1 GPU x 6 jobs per GPU
+    assert gpu_jobs_at_once(repo_root / "config" / "small.yaml") == 8  # 1 GPU x 8 jobs per GPU
     assert gpu_jobs_at_once(repo_root / "config" / "config.yaml") == 1  # the CPU scale: gpus 0
     cfg = tmp_path / "two.yaml"
     cfg.write_text("resources: {train: {gpus: 2, jobs_per_gpu: 3}}\n")

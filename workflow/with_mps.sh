@@ -6,7 +6,7 @@
 # with ONE update per rollout for 6 time-sliced jobs (run 7); one job alone takes 3.2-4.3 s.
 # A private daemon (pipe and log folders under /tmp/qerl-mps-$USER) is started for the command and stopped after it;
 # where no daemon can start (no nvidia-cuda-mps-control, or a client cannot reach it) the command runs as it is.
-#   bash workflow/with_mps.sh snakemake --cores all --resources gpu=6 --configfile config/small.yaml
+#   bash workflow/with_mps.sh snakemake --cores all --resources gpu=8 --configfile config/small.yaml
 # QERL_PYTHON: the Python with torch that checks a client can reach the daemon (default python3). Exit status: the
 # command's.
 [ $# -gt 0 ] || { echo "usage: bash workflow/with_mps.sh COMMAND [ARGS...]" >&2; exit 2; }
