@@ -59,7 +59,7 @@ from qerl.rl.sampling import gumbel_sample
 __all__ = ["DecodeEngine", "EngineOutput", "supports"]
 
 #: bytes of float32 attention scores one prefill chunk of rows may hold (the prefill's attention runs in row chunks)
-PREFILL_SCORES_BYTES = 2**30
+PREFILL_SCORES_BYTES = 2**28
 #: bytes of one float32 [rows, prompt width, intermediate] MLP tensor a prefill pass may hold: wider batches run the
 #: whole layer stack in row chunks. On an H100 (small scale, run 10) 256-row evaluations of MATH-500 (prompts padded
 #: to ~940 tokens) held 17-25 GB per process, 1.41 GB per such tensor and several at once in the MLP, and ran out of
@@ -228,9 +228,10 @@ class DecodeEngine:
         g = h_ // kvh
         keys = torch.arange(t, device=self.device)
         allowed = (keys.view(1, 1, t) <= keys.view(1, t, 1)) & self.valid[cache_rows, None, :t]  # [B, T, S]
-        allowed = allowed | (keys.view(1, 1, t) == keys.view(1, t, 1))
-        bias = torch.zeros(allowed.shape, dtype=self.dtype, device=self.device).masked_fill_(~allowed, float("-inf"))
-        bias = bias.unsqueeze(1).unsqueeze(1).expand(bsz, kvh, g, t, t).reshape(bsz * kvh, g * t, t)
+        blocked = ~(allowed | (keys.view(1, 1, t) == keys.view(1, t, 1)))  # [B, T, S]
+        # the mask stays one [B, T, S] boolean, filled into each chunk's scores (a bias materialised for every head,
+        # [B * heads, T, S] in bf16, was 1.4 GiB for 93 rows of 940-token MATH prompts: the H100's run 11 died of it)
+        zero = torch.zeros((), dtype=self.dtype, device=self.device)
 
         # rows per attention chunk: the float32 scores of a chunk stay under PREFILL_SCORES_BYTES (384 rows of long
         # MATH prompts at once asked for 13.5 GiB and ran out of memory beside other jobs on an H100)
@@ -243,7 +244,10 @@ class DecodeEngine:
             out = []
             for lo in range(0, bsz * kvh, rows * kvh):
                 hi = lo + rows * kvh
-                scores = torch.baddbmm(bias[lo:hi], qg[lo:hi], kk[lo:hi].transpose(1, 2), alpha=d ** -0.5)
+                scores = torch.baddbmm(zero.expand(hi - lo, g * t, t), qg[lo:hi], kk[lo:hi].transpose(1, 2),
+                                       alpha=d ** -0.5)
+                mask = blocked[lo // kvh:hi // kvh, None, None].expand(-1, kvh, g, t, t)
+                scores.view(-1, kvh, g, t, t).masked_fill_(mask, float("-inf"))
                 p = torch.softmax(scores, dim=-1, dtype=torch.float32).to(self.dtype)  # [rows*kvh, g*T, S]
                 out.append(torch.bmm(p, vv[lo:hi]))
             o = out[0] if len(out) == 1 else torch.cat(out)

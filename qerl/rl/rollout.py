@@ -349,9 +349,11 @@ def kv_cache_arg(model) -> str:
     return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
 
 
-#: elements of float logits one `sequence_logprobs` pass may hold at once (2**28: 1 GiB); larger passes run in row
-#: chunks (real vocabularies: SmolLM2's 49k, Qwen's 152k tokens); the tiny scale's passes are far below it
-LOGITS_BUDGET = 2**28
+#: elements of float logits one `sequence_logprobs` pass may hold at once (2**26: 256 MiB, with its log-softmax and
+#: their gradients ~1 GiB); larger passes run in row chunks (real vocabularies: SmolLM2's 49k, Qwen's 152k tokens);
+#: the tiny scale's passes are far below it. At 2**28 8 training jobs on one H100 (small scale, run 11) ran out of
+#: memory asking for a chunk's 0.99 GiB
+LOGITS_BUDGET = 2**26
 
 
 def _vocab_size(model) -> int:
