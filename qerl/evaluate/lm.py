@@ -14,8 +14,9 @@ Sampling: temperature scaling, then nucleus (top-p) filtering (the smallest set 
 probability reaches top_p, always at least one), then one draw; temperature 0 or do_sample=False means greedy.
 A sequence ends at an EOS token (not part of the text), at the first occurrence of a stop string (kept, the text
 is cut right after it), or after max_new_tokens (finish "length": the evaluation reports how often that happens).
-Finished rows leave the batch (their KV cache rows are dropped), so a long straggler does not keep paying for the
-others. The same seed, batch size and requests give the same completions on CPU.
+On a CPU finished rows leave the batch (their KV cache rows are dropped); on CUDA the decode engine refills the
+rows that end with waiting prompts (qerl.evaluate.stream), so in both a long straggler does not keep paying for the
+others. The same seed, batch size and requests give the same completions.
 
 Usage::
 
@@ -34,7 +35,8 @@ from typing import Sequence
 import torch
 from lm_eval.api.model import LM
 
-from qerl.rl.rollout import eos_token_ids
+from qerl.evaluate.stream import sample_stream
+from qerl.rl.rollout import _engine_usable, eos_token_ids
 from qerl.rl.rollout import sample as rollout_sample
 
 __all__ = ["Completion", "sample", "QerlLM", "eos_token_ids"]
@@ -65,7 +67,7 @@ def _check_sampling(temperature: float, top_p: float, max_new_tokens: int) -> No
 
 def sample(model, tokenizer, prompts: Sequence[str], *, max_new_tokens: int, temperature: float = 0.6,
            top_p: float = 0.95, stop: Sequence[str] = ("</answer>",), generator: torch.Generator | None = None,
-           batch_size: int = 32, progress: bool = False) -> list[Completion]:
+           batch_size: int = 32, progress: bool = False, continuous: bool | None = None) -> list[Completion]:
     """Sample one completion per prompt, `batch_size` prompts at a time, in the order given.
 
     Args:
@@ -82,6 +84,8 @@ def sample(model, tokenizer, prompts: Sequence[str], *, max_new_tokens: int, tem
         generator: the torch.Generator that draws the tokens (on the model's device); None uses torch's global RNG.
         batch_size: prompts per forward batch.
         progress: a progress bar over batches on stderr.
+        continuous: refill the decode engine's rows as they end (qerl.evaluate.stream); None: wherever the engine
+            runs (CUDA); False: fixed batches (the comparison in qerl.profiling.eval_batching).
 
     Returns:
         One Completion per prompt, in order.
@@ -97,6 +101,11 @@ def sample(model, tokenizer, prompts: Sequence[str], *, max_new_tokens: int, tem
         name = getattr(tokenizer, "name_or_path", "")
         raise ValueError(f"tokenizer {name!r} has no pad token; set tokenizer.pad_token")
     eos = eos_token_ids(model, tokenizer)
+    if continuous or (continuous is None and _engine_usable(model)):  # continuous batching on the decode engine
+        return [Completion(_cut(tokenizer.decode(ids, skip_special_tokens=True), stop, finish), len(ids), finish)
+                for ids, finish in sample_stream(model, tokenizer, prompts, max_new_tokens=max_new_tokens,
+                                                 temperature=temperature, top_p=top_p, stop=tuple(stop),
+                                                 generator=generator, batch_size=batch_size, progress=progress)]
     side = tokenizer.padding_side
     try:
         out: list[Completion] = []
@@ -112,12 +121,17 @@ def sample(model, tokenizer, prompts: Sequence[str], *, max_new_tokens: int, tem
             for text, n, cut, ids in zip(batch.texts, batch.lengths.tolist(), batch.truncated.tolist(),
                                          batch.completion_ids.tolist()):
                 reason = "length" if cut else ("eos" if ids[n - 1] in eos else "stop")
-                if reason == "stop":  # the stop string's last token may carry more text: end right after it
-                    text = text[: min(text.find(s) + len(s) for s in stop if s in text)]
-                out.append(Completion(text, n, reason))
+                out.append(Completion(_cut(text, stop, reason), n, reason))
         return out
     finally:
         tokenizer.padding_side = side
+
+
+def _cut(text: str, stop: Sequence[str], finish: str) -> str:
+    """A "stop" completion's text ends right after its stop string (its last token may carry more text)."""
+    if finish != "stop":
+        return text
+    return text[: min(text.find(s) + len(s) for s in stop if s in text)]
 
 
 # ---- lm-eval -------------------------------------------------------------------------------------------------

@@ -366,7 +366,7 @@ class DecodeEngine:
     @torch.no_grad()
     def generate(self, prompt_ids: torch.Tensor, attention_mask: torch.Tensor, *, max_new_tokens: int,
                  temperature: float = 1.0, top_p: float = 1.0, eos_ids=(), force_length: bool = False,
-                 check_every: int = 32) -> EngineOutput:
+                 check_every: int = 32, row_limits: torch.Tensor | None = None, min_active: int = 0) -> EngineOutput:
         """Sample up to `max_new_tokens` tokens per row after left-padded prompts [B, P].
 
         The model is switched to eval mode for the generation and back to its previous mode afterwards.
@@ -378,6 +378,10 @@ class DecodeEngine:
             eos_ids: token ids that end a row (its later tokens are padding, masked by `lengths`).
             force_length: ignore EOS and sample all L tokens (throughput measurements, as the paper's tables).
             check_every: steps between host checks for "every row has ended" (each check is one sync).
+            row_limits: [B] tokens each row may have; a row counts as ended at its limit (its later tokens are the
+                caller's to drop). None: max_new_tokens for every row.
+            min_active: stop at a check that finds fewer rows still running than this (a continuous-batching caller
+                refills the batch then: qerl.evaluate.stream); 0 runs until every row has ended.
 
         Raises:
             ValueError: batch mismatch, or P + L beyond max_len.
@@ -401,10 +405,14 @@ class DecodeEngine:
             self._slot.sub_(1)
             steps = max_new_tokens
             for t in range(1, max_new_tokens):
-                if not force_length and t % check_every == 0 and \
-                        bool(torch.isin(self.tokens[:, :t], eos).any(1).all()):
-                    steps = t
-                    break
+                if not force_length and t % check_every == 0:
+                    ended = torch.isin(self.tokens[:, :t], eos).any(1)
+                    if row_limits is not None:
+                        ended |= row_limits <= t
+                    running = int((~ended).sum())  # the check's one sync
+                    if running == 0 or running < min_active:
+                        steps = t
+                        break
                 self._run_step(self._span(plen + t - 1), temperature, top_p)
             tokens, logps, ents = (b[:, :steps].clone() for b in (self.tokens, self.logps, self.ents))
         finally:

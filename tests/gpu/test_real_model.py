@@ -12,7 +12,9 @@ writes the measured numbers as JSON (the GPU run's record). Skipped elsewhere (C
    top-2 logits nearly tie. The BF16 logit error is measured (max |BF16 - FP32| of the last-prompt-position logits
    over all rows, for the engine and for transformers); every row that diverges must do so at a position whose FP32
    top-2 margin (FP32 forward of the common prefix) is below that error: a near-tie, not a bug.
-3. NVFP4: the model's q/k/v/o/gate/up/down quantized to NVFP4 (round to nearest); every layer's output on the
+3. Continuous batching (qerl.evaluate.stream, the evaluations' sampler on CUDA): FP32 greedy completions of the same
+   64 prompts in 16 refilled rows equal the one-batch engine's, every row.
+4. NVFP4: the model's q/k/v/o/gate/up/down quantized to NVFP4 (round to nearest); every layer's output on the
    real model's own activations equals x @ dequantized(W)^T in FP32 within the kernel tests' tolerance (4e-3
    relative in bfloat16), at the prefill's shapes (where the dispatch dequantizes for cuBLAS) and at decode shapes
    M = 1, 8, 16 (the Triton kernels); the whole model's logits against the dense-dequantized model are recorded.
@@ -96,6 +98,25 @@ def test_engine_equals_generate_in_fp32(shared_data_root):
     _record("fp32", {"rows": len(ours), "identical": len(ours) - len(diverged), "diverged_rows": diverged,
                      "tokens_compared": sum(len(t) for t in theirs)})
     assert not diverged, f"FP32 engine != generate on rows {diverged}"
+
+
+def test_continuous_batching_equals_one_batch_in_fp32(shared_data_root):
+    """qerl.evaluate.stream (FP32, greedy, 16 rows refilled as soon as one ends: rows continue in later batches after
+    a fresh prefill of prompt + tokens so far) gives each of the 64 prompts the engine's one-batch completion."""
+    from qerl.data.benchmarks import load_benchmark
+    from qerl.data.prompts import build_prompt
+    from qerl.evaluate.stream import sample_stream
+
+    model, tokenizer = _load("float32")
+    ids, mask = _prompts(tokenizer, shared_data_root)
+    ours, _ = _completions(model, tokenizer, ids, mask)
+    texts = [build_prompt(p.question, tokenizer, "paper")
+             for p in load_benchmark("gsm8k", shared_data_root, split="test", limit=N_PROMPTS)]
+    got = sample_stream(model, tokenizer, texts, max_new_tokens=N_TOKENS, temperature=0.0, top_p=1.0, stop=(),
+                        generator=None, batch_size=16, refill_below=1.0)
+    diverged = [i for i in range(len(ours)) if got[i][0] != ours[i]]
+    _record("continuous_fp32", {"rows": len(ours), "identical": len(ours) - len(diverged), "diverged_rows": diverged})
+    assert not diverged, f"FP32 continuous batching != one batch on rows {diverged}"
 
 
 def test_bf16_divergences_are_near_ties(shared_data_root):
