@@ -128,12 +128,13 @@ if HAVE_TRITON:
             stride_xm, stride_x32, stride_wn, stride_sn, stride_ym, stride_os,
             # meta
             SCALE_KIND: tl.constexpr, BF16: tl.constexpr, HAS_BIAS: tl.constexpr, USE_ASM: tl.constexpr,
-            DOT: tl.constexpr, MP: tl.constexpr, BN: tl.constexpr, BW: tl.constexpr, SPLIT: tl.constexpr,
-            EVEN_K: tl.constexpr):
-        """Program (pid_n, pid_s): rows pid_n * BN + [0, BN), the pid_s-th of SPLIT equal runs of k-steps of BW
-        words (8 * BW columns). Result tile [BN, MP] (fp32, before the per-row factor) -> y or the workspace."""
+            DOT: tl.constexpr, MP: tl.constexpr, BN: tl.constexpr, BW: tl.constexpr, EVEN_K: tl.constexpr):
+        """Program (pid_n, pid_s): rows pid_n * BN + [0, BN), the pid_s-th of SPLIT (the grid's second dimension,
+        so that the split is no compile-time constant) equal runs of k-steps of BW words (8 * BW columns). Result
+        tile [BN, MP] (fp32, before the per-row factor) -> y or the workspace."""
         pid_n = tl.program_id(0)
         pid_s = tl.program_id(1)
+        SPLIT = tl.num_programs(1)
         steps = tl.cdiv(KWW, BW)
         per = tl.cdiv(steps, SPLIT)
         st0 = pid_s * per
@@ -177,26 +178,31 @@ if HAVE_TRITON:
             acc1 = tl.zeros([BN, BW], dtype=tl.float32)
             acc2 = tl.zeros([BN, BW], dtype=tl.float32)
             acc3 = tl.zeros([BN, BW], dtype=tl.float32)
+            # the next k-step's words and scales are loaded before this one's decode (a register double buffer),
+            # so each thread has its next 16-byte loads in flight while it computes
+            lim = tl.minimum(st1 * BW, KWW)
+            k_ok = (rw + st0 * BW < lim)[None, :]
+            wq = tl.load(w_ptrs + st0 * BW, mask=k_ok, other=0)
+            sc = tl.load(s_ptrs + st0 * BW // 4, mask=k_ok, other=0)
             for st in range(st0, st1):
                 w0 = st * BW
-                if EVEN_K:
-                    wq = tl.load(w_ptrs + w0)
-                    sc = tl.load(s_ptrs + w0 // 4)
-                else:  # the last step may pass K_pad (weights) and K (activations)
-                    wq = tl.load(w_ptrs + w0, mask=(rw < KWW - w0)[None, :], other=0)
-                    sc = tl.load(s_ptrs + w0 // 4, mask=(rw < KWW - w0)[None, :], other=0)
+                k_ok = (rw + w0 + BW < lim)[None, :]
+                wq_next = tl.load(w_ptrs + w0 + BW, mask=k_ok, other=0)
+                sc_next = tl.load(s_ptrs + (w0 + BW) // 4, mask=k_ok, other=0)
                 o0, o1, o2, o3, o4, o5, o6, o7 = _decode_words(wq, sc.to(tl.int16), SCALE_KIND, BF16, USE_ASM)
                 xs = xp + w0 * 4
-                lim = K // 2 - w0 * 4
-                acc0 = _fma_row(acc0, o0, o1, o2, o3, o4, o5, o6, o7, xs, pair0, lim, M, 0, BF16, EVEN_K)
+                left = K // 2 - w0 * 4
+                acc0 = _fma_row(acc0, o0, o1, o2, o3, o4, o5, o6, o7, xs, pair0, left, M, 0, BF16, EVEN_K)
                 if MP > 1:
-                    acc1 = _fma_row(acc1, o0, o1, o2, o3, o4, o5, o6, o7, xs + stride_x32, pair0, lim, M, 1,
+                    acc1 = _fma_row(acc1, o0, o1, o2, o3, o4, o5, o6, o7, xs + stride_x32, pair0, left, M, 1,
                                     BF16, EVEN_K)
                 if MP > 2:
-                    acc2 = _fma_row(acc2, o0, o1, o2, o3, o4, o5, o6, o7, xs + 2 * stride_x32, pair0, lim, M, 2,
+                    acc2 = _fma_row(acc2, o0, o1, o2, o3, o4, o5, o6, o7, xs + 2 * stride_x32, pair0, left, M, 2,
                                     BF16, EVEN_K)
-                    acc3 = _fma_row(acc3, o0, o1, o2, o3, o4, o5, o6, o7, xs + 3 * stride_x32, pair0, lim, M, 3,
+                    acc3 = _fma_row(acc3, o0, o1, o2, o3, o4, o5, o6, o7, xs + 3 * stride_x32, pair0, left, M, 3,
                                     BF16, EVEN_K)
+                wq = wq_next
+                sc = sc_next
             if MP == 1:
                 tile = tl.sum(acc0, axis=1)[:, None]
             elif MP == 2:
@@ -226,8 +232,9 @@ def m_bucket(m: int) -> int:
     return 1 if m <= 1 else 4 if m <= 4 else 8 if m <= 8 else 16
 
 
-def gemv_config(m: int, n_pad: int, k_words: int, n_sm: int) -> dict:
-    """The heuristic knobs for M rows, N_pad weight rows and K_pad / 8 words, on n_sm SMs.
+def gemv_config(m: int, n_pad: int, k_words: int, n_sm: int, cps: int | None = None) -> dict:
+    """The heuristic knobs for M rows, N_pad weight rows and K_pad / 8 words, on n_sm SMs (cps: CTAs per SM to
+    aim at, default FMA 6, DOT 3).
 
     Why these values (reasoned and read off sm_90 builds with Triton 3.9 on the CPU machine, not yet swept on a
     GPU; `tune --gemv` sweeps them): FMA mode for M <= 4 (8 * M fp32 FMAs per 4-byte word stay under the FMA
@@ -239,9 +246,9 @@ def gemv_config(m: int, n_pad: int, k_words: int, n_sm: int) -> dict:
     DOT 3: several waves of small CTAs), at most one slice per k-step and 16 in all (the last CTA's serial sum).
     """
     dot = m > FMA_MAX_M
-    bn, bw, nw, cps = (64, 32, 4, 3) if dot else (32, 64, 4, 6) if m <= 2 else (16, 32, 4, 6)
-    return dict(DOT=dot, BN=bn, BW=bw, SPLIT=_split_for(n_pad, k_words, bn, bw, cps * n_sm), num_warps=nw,
-                num_stages=1 if not dot else 3)
+    bn, bw, nw, ns, c = (64, 32, 4, 3, 3) if dot else (32, 64, 4, 1, 6) if m <= 2 else (16, 32, 4, 1, 6)
+    return dict(DOT=dot, BN=bn, BW=bw, SPLIT=_split_for(n_pad, k_words, bn, bw, (cps or c) * n_sm), num_warps=nw,
+                num_stages=ns)
 
 
 def _split_for(n_pad: int, k_words: int, bn: int, bw: int, target_ctas: int) -> int:
@@ -288,8 +295,9 @@ def fp4_gemm_gemv(x: torch.Tensor, w: PreparedFP4, bias: torch.Tensor | None = N
         x: [M, K] float16/bfloat16 on the weight's device (CUDA, or CPU under TRITON_INTERPRET=1), M <= 16.
         w: PreparedFP4 (single weight or `concat_prepared` group; NVFP4 or MXFP4).
         bias: optional [N].
-        config: knobs overriding the heuristic (`gemv_config`): DOT (bool), BN (rows per CTA, 16-128), BW (words
-            per k-step, a power of two >= 16; DOT: >= 16), SPLIT (K slices), num_warps, num_stages.
+        config: knobs overriding the heuristic (`gemv_config`): DOT (bool), BN (rows per CTA, a power of two in
+            16..128), BW (words per k-step, a power of two >= 16), SPLIT (K slices) or CPS (CTAs per SM to aim
+            at; SPLIT follows), num_warps, num_stages. Absent knobs: the heuristic's for the resulting mode.
 
     Returns:
         [M, N] tensor.
@@ -315,11 +323,15 @@ def fp4_gemm_gemv(x: torch.Tensor, w: PreparedFP4, bias: torch.Tensor | None = N
     interp = interpret_mode()
     n_pad, kww = w.words.shape[0], w.words.shape[1]
     n_sm = 2 if interp else _num_sms(x.device.index or 0)
-    cfg = gemv_config(m, n_pad, kww, n_sm)
-    cfg.update(config or {})
+    config = dict(config or {})
+    cps = config.pop("CPS", None)
+    cfg = gemv_config(m, n_pad, kww, n_sm, cps)
+    if "DOT" in config and bool(config["DOT"]) != cfg["DOT"]:  # the other mode: its own defaults
+        cfg = gemv_config(FMA_MAX_M + 1 if config["DOT"] else 1, n_pad, kww, n_sm, cps)
+    cfg.update(config)
     dot, bn, bw = bool(cfg["DOT"]), int(cfg["BN"]), int(cfg["BW"])
-    if "SPLIT" not in (config or {}) and ("BN" in (config or {}) or "BW" in (config or {})):
-        cfg["SPLIT"] = _split_for(n_pad, kww, bn, bw, (3 if dot else 6) * n_sm)
+    if "SPLIT" not in config:
+        cfg["SPLIT"] = _split_for(n_pad, kww, bn, bw, (cps or (3 if dot else 6)) * n_sm)
     split = int(cfg["SPLIT"])
     mp = 16 if dot else 1 << (m - 1).bit_length()
     if (not dot and m > FMA_MAX_M) or bn < 16 or bn > 128 or bn & (bn - 1) or bw < 16 or bw & (bw - 1) or \
@@ -335,6 +347,5 @@ def fp4_gemm_gemv(x: torch.Tensor, w: PreparedFP4, bias: torch.Tensor | None = N
         m, w.n, w.k, kww,
         x.stride(0), x32.stride(0), w.words.stride(0), w.scales.stride(0), y.stride(0), w.out_scales.stride(0),
         SCALE_KIND=w.scale_kind, BF16=x.dtype == torch.bfloat16, HAS_BIAS=bias is not None,
-        USE_ASM=_use_asm(interp), DOT=dot, MP=mp, BN=bn, BW=bw, SPLIT=split, EVEN_K=w.k == kww * 8 and
-        kww % bw == 0, num_warps=int(cfg.get("num_warps", 4)), num_stages=int(cfg.get("num_stages", 1)))
+        USE_ASM=_use_asm(interp), DOT=dot, MP=mp, BN=bn, BW=bw, EVEN_K=w.k == kww * 8 and kww % bw == 0, num_warps=int(cfg.get("num_warps", 4)), num_stages=int(cfg.get("num_stages", 1)))
     return y
