@@ -57,7 +57,8 @@ if HAVE_TRITON:
     from qerl_kernels.fp4_decoder import _decode_tile, _decode_words
     from qerl_kernels.fp4_launch import _check_2d, _num_sms, _use_asm, _workspace
 
-__all__ = ["fp4_gemm_gemv", "gemv_config", "selected", "GEMV_MAX_M", "FMA_MAX_M", "MEASURED_WINS", "m_bucket"]
+__all__ = ["fp4_gemm_gemv", "launch_args", "gemv_config", "selected", "GEMV_MAX_M", "FMA_MAX_M", "MEASURED_WINS",
+           "m_bucket", "compile_variants", "compile_variant"]
 
 GEMV_MAX_M = 16  # DOT mode pads M to 16
 FMA_MAX_M = 4    # FMA mode keeps one accumulator set per M row (MP 1, 2 or 4)
@@ -236,17 +237,18 @@ def gemv_config(m: int, n_pad: int, k_words: int, n_sm: int, cps: int | None = N
     """The heuristic knobs for M rows, N_pad weight rows and K_pad / 8 words, on n_sm SMs (cps: CTAs per SM to
     aim at, default FMA 6, DOT 3).
 
-    Why these values (reasoned and read off sm_90 builds with Triton 3.9 on the CPU machine, not yet swept on a
-    GPU; `tune --gemv` sweeps them): FMA mode for M <= 4 (8 * M fp32 FMAs per 4-byte word stay under the FMA
-    pipe's share of HBM bandwidth there), DOT above. FMA, M <= 2: BN 32 rows x BW 64 words (256 bytes of a row
-    per k-step: 16 threads of 16 bytes across the row, 2 rows per warp, 4 rows per thread at 4 warps; 113
-    registers at M = 1, 168 at M = 2, no spills); M 3-4: BN 16 x BW 32 (2 rows per thread: 128 registers, where
-    32 x 64 needs 255). DOT: the swap-AB tile [64, 256] with 3 cp.async stages (one warpgroup, the default
-    kernel's decode tile; 121 registers). SPLIT: enough K slices that the grid has about CPS CTAs per SM (FMA 6,
-    DOT 3: several waves of small CTAs), at most one slice per k-step and 16 in all (the last CTA's serial sum).
+    Why these values (reasoned and read off sm_90 builds on the CPU machine with Triton 3.6, the GPU image's, and
+    3.9; not yet swept on a GPU: `tune --gemv` sweeps them): FMA mode for M <= 4 (8 * M fp32 FMAs per 4-byte word
+    stay under the FMA pipe's share of HBM bandwidth there), DOT above. FMA, M = 1: BN 32 rows x BW 64 words (256
+    bytes of a row per k-step: 16 threads of 16 bytes across the row, 2 rows per warp, 4 rows per thread at 4
+    warps; 128 registers with the double buffer, no spills: 4 CTAs per SM); M 2-4: BN 16 x BW 32 (2 rows per
+    thread, 128 registers at M = 4, where 32 x 64 needs 234 at M = 2 with Triton 3.6). DOT: the swap-AB tile [64,
+    256] with 3 cp.async stages (one warpgroup, the default kernel's decode tile; 122 registers, 43 KB of shared
+    memory). SPLIT: enough K slices that the grid has about CPS CTAs per SM (FMA 6, DOT 3: several waves of small
+    CTAs), at most one slice per k-step and 16 in all (the last CTA's serial sum).
     """
     dot = m > FMA_MAX_M
-    bn, bw, nw, ns, c = (64, 32, 4, 3, 3) if dot else (32, 64, 4, 1, 6) if m <= 2 else (16, 32, 4, 1, 6)
+    bn, bw, nw, ns, c = (64, 32, 4, 3, 3) if dot else (32, 64, 4, 1, 6) if m == 1 else (16, 32, 4, 1, 6)
     return dict(DOT=dot, BN=bn, BW=bw, SPLIT=_split_for(n_pad, k_words, bn, bw, (cps or c) * n_sm), num_warps=nw,
                 num_stages=ns)
 
@@ -320,9 +322,25 @@ def fp4_gemm_gemv(x: torch.Tensor, w: PreparedFP4, bias: torch.Tensor | None = N
     y = torch.empty((m, w.n), dtype=x.dtype, device=x.device)
     if m == 0:
         return y
-    interp = interpret_mode()
+    n_sm = 2 if interpret_mode() else _num_sms(x.device.index or 0)
+    grid, args, meta = launch_args(x, w, bias, y, n_sm, config)
+    _fp4_gemv[grid](*args, **meta)
+    return y
+
+
+def launch_args(x: torch.Tensor, w: PreparedFP4, bias: torch.Tensor | None, y: torch.Tensor, n_sm: int,
+                config: dict | None = None) -> tuple[tuple, tuple, dict]:
+    """(grid, positional arguments, meta-parameters) of one `_fp4_gemv` launch computing y = x @ W^T (+ bias).
+
+    The one place that turns the knobs into a launch: fp4_gemm_gemv launches what it returns, and the offline
+    compile check (`python -m qerl_kernels.fp4_gemv`) compiles it from CPU tensors of the same shapes and dtypes.
+    x must be contiguous with a 4-byte aligned start (fp4_gemm_gemv sees to it).
+
+    Raises:
+        ValueError: knobs the kernel does not support (the message names them).
+    """
+    m = x.shape[0]
     n_pad, kww = w.words.shape[0], w.words.shape[1]
-    n_sm = 2 if interp else _num_sms(x.device.index or 0)
     config = dict(config or {})
     cps = config.pop("CPS", None)
     cfg = gemv_config(m, n_pad, kww, n_sm, cps)
@@ -342,10 +360,83 @@ def fp4_gemm_gemv(x: torch.Tensor, w: PreparedFP4, bias: torch.Tensor | None = N
     ws, cnt = _workspace(x.device, blocks * split * bn * mp if split > 1 else 1, blocks)
     dummy = w.out_scales
     x32 = x.view(torch.int32)  # K is a multiple of 16 for both formats: whole pairs per row
-    _fp4_gemv[(blocks, split)](
-        x, x32, w.words, w.scales, w.out_scales, bias.contiguous() if bias is not None else dummy, y, ws, cnt,
-        m, w.n, w.k, kww,
-        x.stride(0), x32.stride(0), w.words.stride(0), w.scales.stride(0), y.stride(0), w.out_scales.stride(0),
-        SCALE_KIND=w.scale_kind, BF16=x.dtype == torch.bfloat16, HAS_BIAS=bias is not None,
-        USE_ASM=_use_asm(interp), DOT=dot, MP=mp, BN=bn, BW=bw, EVEN_K=w.k == kww * 8 and kww % bw == 0, num_warps=int(cfg.get("num_warps", 4)), num_stages=int(cfg.get("num_stages", 1)))
-    return y
+    args = (x, x32, w.words, w.scales, w.out_scales, bias.contiguous() if bias is not None else dummy, y, ws, cnt,
+            m, w.n, w.k, kww,
+            x.stride(0), x32.stride(0), w.words.stride(0), w.scales.stride(0), y.stride(0), w.out_scales.stride(0))
+    meta = dict(SCALE_KIND=w.scale_kind, BF16=x.dtype == torch.bfloat16, HAS_BIAS=bias is not None,
+                USE_ASM=_use_asm(interpret_mode()), DOT=dot, MP=mp, BN=bn, BW=bw,
+                EVEN_K=w.k == kww * 8 and kww % bw == 0, num_warps=int(cfg.get("num_warps", 4)),
+                num_stages=int(cfg.get("num_stages", 1)))
+    return (blocks, split), args, meta
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Offline compile check: `python -m qerl_kernels.fp4_gemv [--only NAME ...] [--json]` builds the launches below for
+# sm_90 on any machine (no GPU: Triton compiles for a target it does not have, ptxas is bundled) and reports
+# registers, spills and shared memory per variant, so a compile error or a spill shows before a device call.
+# ---------------------------------------------------------------------------------------------------------------
+def compile_variants() -> dict[str, tuple]:
+    """{name: (N, K, M, scale_kind, bf16, bias, config)}: the heuristic's launches on the 7B gate/up and down
+    shapes at M = 1, 2, 4, 8, 16, plus fp16 + MXFP4 + bias and the ragged-K case (K = 400)."""
+    out = {f"gate-m{m}": (18944, 3584, m, 0, True, False, None) for m in (1, 2, 4, 8, 16)}
+    out.update({f"down-m{m}": (3584, 18944, m, 0, True, False, None) for m in (1, 16)})
+    out.update({"mx-fp16-bias-m1": (18944, 3584, 1, 1, False, True, None),
+                "mx-fp16-bias-m16": (18944, 3584, 16, 1, False, True, None),
+                "ragged-m3": (200, 400, 3, 0, True, True, None)})
+    return out
+
+
+def compile_variant(name: str, arch: int = 90) -> dict:
+    """Compile one of `compile_variants` for `arch` from CPU tensors (never filled): registers, spills, shared
+    memory, or the error. Must run in a process where the Triton interpreter has not run."""
+    import triton
+    from triton import knobs
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource, make_backend
+    from triton.runtime.jit import create_function_from_signature
+
+    from qerl_kernels.gluon_compile import ptxas_usage
+    from qerl_kernels.layout import padded_shape
+    n, k, m, kind, bf16, bias, cfg = compile_variants()[name]
+    dt = torch.bfloat16 if bf16 else torch.float16
+    n_pad, k_pad = padded_shape(n, k)
+    w = PreparedFP4(torch.empty(n_pad, k_pad // 8, dtype=torch.int32),
+                    torch.empty(n_pad, k_pad // 32, dtype=torch.int16 if kind == 0 else torch.uint8),
+                    torch.empty(2, n_pad, dtype=torch.float32), n, k, kind)
+    x, y = torch.empty(m, k, dtype=dt), torch.empty(m, n, dtype=dt)
+    grid, args, meta = launch_args(x, w, torch.empty(n, dtype=dt) if bias else None, y, 132, cfg)
+    target = GPUTarget("cuda", arch, 32)
+    backend = make_backend(target)
+    kwargs = dict(meta, USE_ASM=True, debug=False)
+    for key in ("instrumentation_mode", "fpsan_homomorphic_casts"):
+        if hasattr(knobs.compilation, key):
+            kwargs[key] = getattr(knobs.compilation, key)
+    try:
+        binder = create_function_from_signature(_fp4_gemv.signature, _fp4_gemv.params, backend)
+        bound, specialization, options = binder(*args, **kwargs)
+        options, signature, constexprs, attrs = _fp4_gemv._pack_args(backend, kwargs, bound, specialization, options)
+        compiled = triton.compile(ASTSource(_fp4_gemv, signature, constexprs, attrs), target=target,
+                                  options=options.__dict__)
+        use = ptxas_usage(compiled.asm["ptx"], compiled.metadata, arch)
+    except Exception as e:  # noqa: BLE001 - reported as the variant's status
+        return dict(name=name, status=f"{type(e).__name__}: {str(e).splitlines()[0][:200]}")
+    knob = {key: meta[key] for key in ("DOT", "MP", "BN", "BW", "num_warps", "num_stages")}
+    return dict(name=name, status="ok", grid=list(grid), **knob, regs=use["regs"], spill_st=use["spill_st"],
+                spill_ld=use["spill_ld"], smem=compiled.metadata.shared)
+
+
+def main(argv=None) -> int:
+    import argparse
+    import json
+    ap = argparse.ArgumentParser(description="offline sm_90 compile check of the skinny-M kernel (no GPU needed)")
+    ap.add_argument("--only", nargs="*", default=None, help=f"variants (of {list(compile_variants())})")
+    ap.add_argument("--json", action="store_true", help="one JSON object per line instead of a table")
+    args = ap.parse_args(argv)
+    rows = [compile_variant(v) for v in (args.only or compile_variants())]
+    for r in rows:
+        print(json.dumps(r) if args.json else " ".join(f"{k}={v}" for k, v in r.items()), flush=True)
+    return 0 if all(r["status"] == "ok" for r in rows) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
