@@ -21,6 +21,9 @@ copies that one pass over them exceeds the L2 cache, so every call streams its w
     nvfp4_bwd_tc      the backward through the tensor-core tiles (single weights, M >= 64)
     nvfp4_dequantize  the standalone dequantize kernel alone (M column = 0)
     nvfp4_gluon       the warp-specialized Gluon kernel, qerl_kernels.fp4_gluon.fp4_gemm_gluon (M <= 64; issue 22)
+    nvfp4_gemv / mxfp4_gemv   the skinny-M split-K kernel with its heuristic knobs, qerl_kernels.fp4_gemv
+                      (M <= 16; issue 22 item 4); rows where it beats the default path by >= 3 % are written as
+                      fp4_gemv.MEASURED_WINS entries to gemv-wins.txt (commit them to make the dispatch take it)
 Groups (layers qkv_proj and gate_up_proj): q/k/v and gate/up as one weight each, NVFP4 members quantized one by one
 and joined by concat_prepared (one launch), bf16 as one concatenated matrix; summed with o_proj and down_proj
 into a 4-launch layer (bench_report.GROUPED_LAYERS).
@@ -246,7 +249,7 @@ class ShapeBench:
         """(ms per call, timing mode, weight bytes per call) for `method` at M = m; None if not applicable."""
         from qerl_kernels.fp4_launch import fp4_dequantize, fp4_gemm, fp4_gemm_t
 
-        if method not in self.copies and method[:5] in ("mxfp4", "nf4"):
+        if method.split("_")[0] in ("mxfp4", "nf4") and method.split("_")[0] not in self.copies:
             return None
         x = torch.randn(m, self.k, device="cuda", dtype=self.dtype)
         g = torch.randn(m, self.nv_prepared.n if self.group else self.n, device="cuda", dtype=self.dtype)
@@ -292,6 +295,17 @@ class ShapeBench:
             try:
                 fns[0]()
             except Exception as e:  # noqa: BLE001 - not compiled / not supported here: report, go on
+                print(f"{method} N={self.n} K={self.k} M={m}: {type(e).__name__}: {str(e)[:300]}", flush=True)
+                return None
+        elif method in ("nvfp4_gemv", "mxfp4_gemv"):
+            from qerl_kernels.fp4_gemv import GEMV_MAX_M
+            if m > GEMV_MAX_M:
+                return None
+            fns = [lambda w=w: fp4_gemm(x, w, path="gemv") for w in self.copies[method[:5]]]
+            wb = self.bytes[method[:5]]
+            try:
+                fns[0]()
+            except Exception as e:  # noqa: BLE001 - report, go on: the other methods still get timed
                 print(f"{method} N={self.n} K={self.k} M={m}: {type(e).__name__}: {str(e)[:300]}", flush=True)
                 return None
         elif method == "nvfp4_dequantize":
@@ -400,6 +414,87 @@ def check_correctness(shapes, out_lines: list[str], groups=(), gluon: bool = Tru
     return ok
 
 
+def check_gemv(shapes, out_lines: list[str], groups=()) -> bool:
+    """The skinny-M kernel (fp4_gemv, heuristic knobs) against the float32 reference on the benchmark shapes: both
+    formats, fp16 and bf16, M = 1, 2, 3, 4, 5, 8, 16 (bias at M = 3 and 8), and bit-for-bit repeatability of its
+    split-K reduction; then the q/k/v and gate/up groups (NVFP4, bf16)."""
+    from qerl_kernels import mxfp4, nvfp4
+    from qerl_kernels.fp4_gemv import fp4_gemm_gemv
+    from qerl_kernels.layout import concat_prepared
+    from qerl_kernels.reference import (mxfp4_dequantize_reference, mxfp4_quantize_reference,
+                                        nvfp4_dequantize_reference, nvfp4_quantize_reference)
+    from qerl_kernels.reference import rel_error as rel
+
+    def run(p, ref, n, k, dtype, ms):
+        errs, same = [], True
+        for m in ms:
+            x = torch.randn(m, k, device="cuda", dtype=dtype)
+            b = torch.randn(n, device="cuda", dtype=dtype) if m in (3, 8) else None
+            y = fp4_gemm_gemv(x, p, b)
+            r = x.float() @ ref.t() + (b.float() if b is not None else 0)
+            errs.append(rel(y, r.to(dtype)))
+            same &= torch.equal(fp4_gemm_gemv(x, p, b), y)
+        return errs, same
+
+    ok = True
+    for n, k in shapes:
+        w = torch.randn(n, k, device="cuda") * torch.exp(torch.randn(n, 1, device="cuda"))
+        c, s, gs = nvfp4_quantize_reference(w)
+        mc, msc = mxfp4_quantize_reference(w)
+        for fmt, p, ref in (("nvfp4", nvfp4.prepare(c, s, gs), nvfp4_dequantize_reference(c, s, gs)),
+                            ("mxfp4", mxfp4.prepare(mc, msc), mxfp4_dequantize_reference(mc, msc))):
+            for dtype in (torch.bfloat16, torch.float16):
+                tol = 4e-3 if dtype == torch.bfloat16 else 1e-3
+                try:
+                    errs, same = run(p, ref, n, k, dtype, (1, 2, 3, 4, 5, 8, 16))
+                    good = same and max(errs) < tol and all(math.isfinite(e) for e in errs)
+                    msg = f"max rel err fwd={max(errs):.2e} repeatable={same}"
+                except Exception as e:  # noqa: BLE001 - report and go on: the other kernels still get timed
+                    good, msg = False, f"{type(e).__name__}: {str(e)[:300]}"
+                ok &= good
+                out_lines.append(f"check {fmt}_gemv {str(dtype)[6:]} N={n} K={k}: {msg} {'OK' if good else 'FAIL'}")
+                print(out_lines[-1], flush=True)
+    for members in groups:
+        k = members[0][1]
+        q = [nvfp4_quantize_reference(torch.randn(mn, k, device="cuda") * torch.exp(torch.randn(1, device="cuda")))
+             for mn, _ in members]
+        grp = concat_prepared([nvfp4.prepare(*t) for t in q])
+        ref = torch.zeros(grp.n, k, device="cuda")
+        for (row, mn), t in zip(grp.parts, q):
+            ref[row:row + mn] = nvfp4_dequantize_reference(*t)
+        try:
+            errs, same = run(grp, ref, grp.n, k, torch.bfloat16, (1, 4, 16))
+            good = same and max(errs) < 4e-3
+            msg = f"max rel err fwd={max(errs):.2e} repeatable={same}"
+        except Exception as e:  # noqa: BLE001
+            good, msg = False, f"{type(e).__name__}: {str(e)[:300]}"
+        ok &= good
+        out_lines.append(f"check nvfp4_gemv group {[mn for mn, _ in members]}x{k}: {msg} {'OK' if good else 'FAIL'}")
+        print(out_lines[-1], flush=True)
+    return ok
+
+
+def gemv_wins(rows, device: str, margin: float = 0.97) -> list[str]:
+    """MEASURED_WINS entries (fp4_gemv) for the rows where nvfp4_gemv / mxfp4_gemv took at most `margin` times the
+    default path's time (nvfp4 / mxfp4) on the same shape and M: Python lines to paste into that table, each with
+    the two times. bf16 activations (the benchmark's); knobs {} = the heuristic's, which is what was timed."""
+    from qerl_kernels.fp4_gemv import m_bucket
+    t = {(r["model"], r["layer"], r["M"], r["method"]): r for r in rows}
+    out, seen = [], set()
+    for (model, layer, m, meth), r in sorted(t.items(), key=lambda kv: (kv[0][3], int(kv[1]["N"]), kv[0][2])):
+        if not meth.endswith("_gemv"):
+            continue
+        base = t.get((model, layer, m, meth[:5]))
+        if base is None:
+            continue
+        tg, tb = float(r["median_ms"]), float(base["median_ms"])
+        key = (device, 0 if meth.startswith("nvfp4") else 1, "bf16", int(r["N"]), int(r["K"]), m_bucket(m))
+        if tg <= margin * tb and key not in seen:
+            seen.add(key)
+            out.append(f"    {key!r}: {{}},  # {layer} M={m}: gemv {tg * 1e3:.1f} us, default {tb * 1e3:.1f} us")
+    return out
+
+
 def gpu_slug(name: str) -> str:
     for key in ("H200", "H100", "B200", "A100", "L40S", "L4"):
         if key in name:
@@ -417,6 +512,8 @@ def main(argv=None) -> int:
     ap.add_argument("--no-check", action="store_true")
     ap.add_argument("--skip", nargs="*", default=[], help="methods not to time (e.g. nvfp4_gluon where its smoke "
                     "test failed); nvfp4_gluon also leaves the correctness checks")
+    ap.add_argument("--gemv-checks-only", action="store_true", help="correctness checks of the skinny-M kernel "
+                    "(fp4_gemv) only, not of every kernel (the lean device call of run_device.sh gemv)")
     ap.add_argument("--budget-s", type=float, default=1e9, help="stop measuring new shapes after this many seconds")
     ap.add_argument("--prewarm", type=int, default=0, help="compile all kernel variants first in N processes")
     ap.add_argument("--prewarm-only", action="store_true")
@@ -456,9 +553,12 @@ def main(argv=None) -> int:
     check_ok = True
     if not args.no_check:
         first = {key for key, users in shapes.items() if any(mdl == args.models[0] for mdl, _ in users)}
-        check_ok = check_correctness([(n, k) for n, k, mem in shapes if mem is None and (n, k, mem) in first], lines,
-                                     [mem for n, k, mem in shapes if mem is not None and (n, k, mem) in first],
-                                     gluon="nvfp4_gluon" not in args.skip)
+        singles = [(n, k) for n, k, mem in shapes if mem is None and (n, k, mem) in first]
+        grouped = [mem for n, k, mem in shapes if mem is not None and (n, k, mem) in first]
+        if not args.gemv_checks_only:
+            check_ok = check_correctness(singles, lines, grouped, gluon="nvfp4_gluon" not in args.skip)
+        if "nvfp4_gemv" not in args.skip and min(args.m) <= 16:
+            check_ok &= check_gemv(singles, lines, grouped)
 
     rows = []
     methods_all = ["bf16", "nvfp4", "mxfp4", "nf4", "bf16_bwd", "nvfp4_bwd"]
@@ -475,6 +575,8 @@ def main(argv=None) -> int:
             meths = list(methods_all)
             if m <= 64:
                 meths += ["nvfp4_gluon"]
+            if m <= 16:
+                meths += ["nvfp4_gemv", "mxfp4_gemv"]
             if m >= 64:
                 meths += ["nvfp4_tc", "nvfp4_bwd_tc"]
             if m >= 128:
@@ -516,6 +618,12 @@ def main(argv=None) -> int:
         wr.writeheader()
         wr.writerows(rows)
 
+    wins = gemv_wins(rows, gpu_slug(props.name))
+    (out / "gemv-wins.txt").write_text(
+        "# fp4_gemv.MEASURED_WINS entries from this run (gemv <= 0.97x the default path's time; bf16)\n" +
+        "\n".join(wins) + "\n")
+    lines.append(f"skinny-M kernel (fp4_gemv) faster than the default path by >= 3 %: {len(wins)} shape/M entries "
+                 "(gemv-wins.txt)")
     lines.append("default dispatch chosen (n, k, M bucket, dtype, format, segmented, device): " +
                  "; ".join(f"{k}: {v}" for k, v in sorted(fp4_launch.dispatch_table().items(), key=str)))
     summary = summarize(rows, ceiling, args.models, args.m, lines)

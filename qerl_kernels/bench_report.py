@@ -1,7 +1,8 @@
 """What a qerl_kernels.bench run writes from its measurements: kernels.summary.md (per model and M, the GEMMs of one
 decoder layer summed and set against bf16, NF4 and the measured bandwidth ceiling (bench.read_ceiling); issue 15's
-targets; issue 22's effective-bandwidth table with the Gluon kernel; q/k/v and gate/up grouped), kernels.png
-(speedup over bf16 per M) and the provenance table of kernels.provenance.md.
+targets; issue 22's effective-bandwidth tables with the Gluon kernel and the skinny-M kernel, the latter also per
+launch; q/k/v and gate/up grouped), kernels.png (speedup over bf16 per M) and the provenance table of
+kernels.provenance.md.
 
 Rows are kernels.csv's (one per model, layer, M, method; bench.py measures them). Layer sums are over the 7
 GEMMs of a decoder layer (LAYERS) or, with q/k/v and gate/up each one launch, over 4 launches (GROUPED_LAYERS), and
@@ -17,8 +18,8 @@ import sys
 
 import torch
 
-__all__ = ["LAYERS", "GROUPED_LAYERS", "TARGETS", "BWD_TARGET", "layer_sums", "bandwidth_table", "grouped_table",
-           "targets_table", "summarize", "plot", "provenance"]
+__all__ = ["LAYERS", "GROUPED_LAYERS", "TARGETS", "BWD_TARGET", "layer_sums", "bandwidth_table", "gemv_shape_table",
+           "grouped_table", "targets_table", "summarize", "plot", "provenance"]
 
 LAYERS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 GROUPED_LAYERS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")  # one layer with q/k/v and gate/up fused
@@ -94,24 +95,26 @@ def targets_table(rows, model) -> list[str]:
     return out + [""]
 
 
-def bandwidth_table(rows, ceiling_gbs, model) -> list[str]:
-    """Issue 22: the 7-GEMM layer sums of bf16 (cuBLAS), the default NVFP4 path and the Gluon kernel, each with its
-    effective bandwidth (weight + activation bytes moved / time) as a share of the measured read ceiling."""
-    meths = ("bf16", "nvfp4", "nvfp4_gluon")
+def bandwidth_table(rows, ceiling_gbs, model, method: str = "nvfp4_gluon") -> list[str]:
+    """Issue 22: the 7-GEMM layer sums of bf16 (cuBLAS), the default NVFP4 path and `method` (the Gluon kernel, or
+    the skinny-M kernel nvfp4_gemv), each with its effective bandwidth (weight + activation bytes moved / time) as
+    a share of the measured read ceiling; then `method` over the 4 launches of the grouped layer."""
+    meths = ("bf16", "nvfp4", method)
     sums = {m: layer_sums(rows, model, m) for m in meths}
-    if not sums["nvfp4_gluon"]:
+    if not sums[method]:
         return []
     moved = {}
     for r in rows:
         if r["model"] == model and r["method"] in meths and r["layer"] in LAYERS:
             moved.setdefault((r["method"], r["M"]), []).append(float(r["gbps"]) * float(r["median_ms"]) * 1e6)
+    short = method.split("_", 1)[1]
     out = [f"## Qwen2.5-{model}, 7 GEMMs summed: effective bandwidth (weights + activations / time) vs the "
-           f"measured ceiling {ceiling_gbs:.0f} GB/s", "",
-           "| M | bf16 us | bf16 % ceiling | nvfp4 (default) us | x bf16 | % ceiling | nvfp4_gluon us | x bf16 | "
-           "x default | % ceiling | gluon 4 launches us | x bf16 (7) | x default (4) |",
+           f"measured ceiling {ceiling_gbs:.0f} GB/s ({method})", "",
+           f"| M | bf16 us | bf16 % ceiling | nvfp4 (default) us | x bf16 | % ceiling | {method} us | x bf16 | "
+           f"x default | % ceiling | {short} 4 launches us | x bf16 (7) | x default (4) |",
            "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    g4, n4 = layer_sums(rows, model, "nvfp4_gluon", GROUPED_LAYERS), layer_sums(rows, model, "nvfp4", GROUPED_LAYERS)
-    for m in sorted(sums["nvfp4_gluon"]):
+    g4, n4 = layer_sums(rows, model, method, GROUPED_LAYERS), layer_sums(rows, model, "nvfp4", GROUPED_LAYERS)
+    for m in sorted(sums[method]):
         cells = [str(m)]
         for meth in meths:
             t = sums[meth].get(m)
@@ -120,12 +123,41 @@ def bandwidth_table(rows, ceiling_gbs, model) -> list[str]:
             cells.append(f"{t * 1e3:.1f}" if t else "-")
             if meth != "bf16":
                 cells.append(f"{sums['bf16'][m] / t:.2f}" if t and m in sums["bf16"] else "-")
-            if meth == "nvfp4_gluon":
+            if meth == method:
                 cells.append(f"{sums['nvfp4'][m] / t:.2f}" if t and m in sums["nvfp4"] else "-")
             cells.append(pct)
         g = g4.get(m)
         cells += [f"{g * 1e3:.1f}" if g else "-", f"{sums['bf16'][m] / g:.2f}" if g and m in sums["bf16"] else "-",
                   f"{n4[m] / g:.2f}" if g and m in n4 else "-"]
+        out.append("| " + " | ".join(cells) + " |")
+    return out + [""]
+
+
+def gemv_shape_table(rows, model) -> list[str]:
+    """Issue 22 item 4, per launch: the skinny-M kernel (nvfp4_gemv, mxfp4_gemv) against cuBLAS and the default
+    path on every shape and M, with its share of the read ceiling (pct_ceiling)."""
+    t = {(r["layer"], r["M"], r["method"]): r for r in rows if r["model"] == model}
+    keys = sorted({(r["layer"], r["M"]) for r in rows if r["model"] == model and r["method"] == "nvfp4_gemv"},
+                  key=lambda lm: (LAYERS + GROUPED_LAYERS).index(lm[0]) * 100 + lm[1]
+                  if lm[0] in LAYERS + GROUPED_LAYERS else 10 ** 6)
+    if not keys:
+        return []
+    out = [f"## Qwen2.5-{model}: the skinny-M kernel per launch (us; x = the other's time / this one's)", "",
+           "| layer | M | bf16 | nvfp4 (default) | nvfp4_gemv | x bf16 | x default | % ceiling | mxfp4 (default) | "
+           "mxfp4_gemv | x default |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
+
+    def us(key):
+        r = t.get(key)
+        return float(r["median_ms"]) * 1e3 if r else None
+
+    for layer, m in keys:
+        bf, nv, ng = us((layer, m, "bf16")), us((layer, m, "nvfp4")), us((layer, m, "nvfp4_gemv"))
+        mx, mg = us((layer, m, "mxfp4")), us((layer, m, "mxfp4_gemv"))
+        cells = [layer, str(m)] + [f"{v:.1f}" if v else "-" for v in (bf, nv, ng)]
+        cells += [f"{bf / ng:.2f}" if bf and ng else "-", f"{nv / ng:.2f}" if nv and ng else "-",
+                  f"{t[(layer, m, 'nvfp4_gemv')]['pct_ceiling']}%" if ng else "-"]
+        cells += [f"{v:.1f}" if v else "-" for v in (mx, mg)] + [f"{mx / mg:.2f}" if mx and mg else "-"]
         out.append("| " + " | ".join(cells) + " |")
     return out + [""]
 
@@ -136,6 +168,8 @@ def summarize(rows, ceiling_gbs, models, ms, lines) -> str:
         out += targets_table(rows, model)
     for model in models:
         out += bandwidth_table(rows, ceiling_gbs, model)
+        out += bandwidth_table(rows, ceiling_gbs, model, "nvfp4_gemv")
+        out += gemv_shape_table(rows, model)
     for model in models:
         out += grouped_table(rows, ceiling_gbs, model)
     for model in models:

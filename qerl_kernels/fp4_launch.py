@@ -10,6 +10,9 @@ Dispatch by M (see results/measured/*/kernels.csv):
   `dispatch_table`). A third path, the tensor-core tiles in the natural orientation (`fp4_gemm_tc`), forward and
   backward, is built and tested but joins that timed choice only with QERL_FP4_TC=1: on an H200 it ran 0.31-0.51x
   cuBLAS (one CTA per SM, decode not overlapped with the MMA; results/measured/h200/kernels.notes.md, iteration 3).
+- Skinny M (M <= 16, plain product + bias): `fp4_gemv.fp4_gemm_gemv` (many small split-K CTAs) where a committed
+  GPU measurement says it is faster than the stream-K kernel (fp4_gemv.MEASURED_WINS, empty until measured) or
+  with QERL_FP4_GEMV=1; the stream-K kernel otherwise.
 - Backward input gradient (`fp4_gemm_t`): the transposed kernel up to M = 64; dequantize + cuBLAS above (timed
   choice up to BWD_FUSED_MAX_M, `_choose_path_t`).
 The stream-K partial tiles and arrival counters live in a per-device workspace allocated once (`_workspace`).
@@ -107,9 +110,11 @@ def fp4_gemm(x: torch.Tensor, w, bias: torch.Tensor | None = None, *, config: di
         config: force one kernel config (dict of STREAM_K, BM, BN, BK, GROUP_M, CPS, num_warps, num_stages)
             instead of autotuning; the interpreter always uses a small fixed one.
         fused: force the stream-K / tiled swap-AB kernel (True) or dequantize + cuBLAS (False).
-        path: force "swap" (that kernel), "tc" (`fp4_gemm_tc`, the tensor-core tiles) or "deq" (dequantize +
-            cuBLAS). Default: "swap" for M <= 64; above, the fastest of the candidates (swap up to FUSED_MAX_M,
-            tc up to TC_MAX_M, deq) as timed on first use per shape and M bucket (`_choose_path`).
+        path: force "swap" (that kernel), "tc" (`fp4_gemm_tc`, the tensor-core tiles), "deq" (dequantize +
+            cuBLAS) or "gemv" (`fp4_gemv.fp4_gemm_gemv`, the skinny-M kernel: M <= 16, no LoRA / residual, not
+            SegmentedFP4). Default: "gemv" where `fp4_gemv.selected` says so (a committed measurement, or
+            QERL_FP4_GEMV=1); else "swap" for M <= 64; above, the fastest of the candidates (swap up to
+            FUSED_MAX_M, tc up to TC_MAX_M, deq) as timed on first use per shape and M bucket (`_choose_path`).
         lora: optional (t [M, R], B [N, R]): a LoRA update t @ B^T added in the epilogue (B already scaled, R a
             power of two >= 16, B contiguous); single weights only.
         residual: optional [M, N] added last (the residual stream, so y is the new hidden state).
@@ -131,8 +136,19 @@ def fp4_gemm(x: torch.Tensor, w, bias: torch.Tensor | None = None, *, config: di
                              f"and a single weight of {w.n} rows (B contiguous, rank a power of two >= 16)")
     if residual is not None and tuple(residual.shape) != (m, w.n):
         raise ValueError(f"fp4_gemm: residual {tuple(residual.shape)} is not [{m}, {w.n}]")
+    gemv_knobs = None
+    if path is None and fused is None and lora is None and residual is None:
+        from qerl_kernels import fp4_gemv  # imports this module: imported here, not at the top
+        gemv_knobs = fp4_gemv.selected(x, w)
+        if gemv_knobs is not None:
+            path = "gemv"
     if path is None:
         path = {True: "swap", False: "deq"}.get(fused) or _choose_path(x, w, bias)
+    if path == "gemv":
+        if lora is not None or residual is not None:
+            raise ValueError("fp4_gemm: path 'gemv' has no LoRA / residual epilogue")
+        from qerl_kernels.fp4_gemv import fp4_gemm_gemv
+        return fp4_gemm_gemv(x, w, bias, config=config if config is not None else gemv_knobs)
     if path == "tc":
         return fp4_gemm_tc(x, w, bias, lora=lora, residual=residual, config=config)
     if path == "deq":

@@ -14,6 +14,15 @@
 # Stage timeouts (s), 505 in all: COMPILE_S 40, PREWARM_S 40, SMOKE_S 75, BENCH_S 200, NCU_S 45, TUNE_S 60 (0: skip),
 # PYTEST_S 45; BUDGET 120 stops the benchmark from starting new shapes.
 # Usage: COMMIT=$(git rev-parse HEAD) NCU=1 bash qerl_kernels/run_device.sh
+#
+# Mode `gemv` (issue 22 item 4; ~3-5 minutes on one H100, nothing else runs): the skinny-M kernel's
+# (qerl_kernels/fp4_gemv.py) tests on the GPU, the benchmark of the 7B shapes at M in $MS (default 1 4 8 16) with
+# only its correctness checks (bf16 cuBLAS, the default nvfp4 / mxfp4 path and nvfp4_gemv / mxfp4_gemv timed in the
+# same run; no Gluon, NF4 or backward), then its knob sweep (tune.py --gemv) at M = 1 and 16 on the 7B gate/up and
+# down shapes. Writes to $OUT: gemv-pytest.log, bench.log, kernels.summary.md, kernels.csv, kernels.provenance.md,
+# gemv-wins.txt (MEASURED_WINS entries to commit), tune-gemv.log. Stage timeouts (s): PYTEST_S 90, BENCH_S 150,
+# TUNE_S 75; BUDGET 110 stops the benchmark from starting new shapes.
+# Usage: COMMIT=$(git rev-parse HEAD) bash qerl_kernels/run_device.sh gemv
 set -o pipefail
 export PYTHONUNBUFFERED=1 TRITON_DEFAULT_FP_FUSION=1
 OUT=${OUT:-/tmp/kernels-out}
@@ -30,6 +39,30 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,
   | tee -a "$W/bench.log"
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" \
   | tee -a "$W/bench.log"
+if [ "${1:-}" = gemv ]; then
+  MS=${MS_GEMV:-1 4 8 16}
+  stamp "gemv: GPU tests"
+  timeout "${PYTEST_S:-90}" python3 -m pytest tests/qerl_kernels/test_fp4_gemv.py -q -rfE -p no:cacheprovider \
+    > "$W/gemv-pytest.log" 2>&1
+  stamp "gemv: GPU tests rc=$?"; tail -8 "$W/gemv-pytest.log"; cp "$W/gemv-pytest.log" "$OUT/"
+  stamp "gemv: benchmark"
+  SKIP="nvfp4_gluon nf4 bf16_bwd nvfp4_bwd"
+  CMD="python -m qerl_kernels.bench --models 7B --m $MS --gemv-checks-only --skip $SKIP --budget-s ${BUDGET:-110}"
+  timeout "${BENCH_S:-150}" python3 -m qerl_kernels.bench --models 7B --m $MS --out "$W" --gemv-checks-only \
+    --skip $SKIP --budget-s "${BUDGET:-110}" --commit "${COMMIT:-unknown}" --command "$CMD" 2>&1 \
+    | tee -a "$W/bench.log" | grep -v "^N=" | tail -70
+  stamp "gemv: benchmark rc=$?"
+  cp "$W/kernels.summary.md" "$W/kernels.csv" "$W/kernels.provenance.md" "$W/gemv-wins.txt" "$W/bench.log" "$OUT/" \
+    2>/dev/null
+  stamp "gemv: knob sweep"
+  timeout "${TUNE_S:-75}" python3 -m qerl_kernels.tune --gemv --shapes 18944x3584 3584x18944 --m 1 16 \
+    > "$W/tune-gemv.log" 2>&1
+  grep -E "gemv best|heuristic" "$W/tune-gemv.log"
+  cp "$W/tune-gemv.log" "$OUT/"
+  stamp "gemv: done"
+  cp "$W/bench.log" "$OUT/"
+  exit 0
+fi
 stamp "gluon compile check"
 timeout "${COMPILE_S:-40}" python3 -m qerl_kernels.gluon_compile > "$W/gluon-compile.log" 2>&1
 rc=$?

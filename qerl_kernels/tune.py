@@ -11,6 +11,9 @@ Run:  python -m qerl_kernels.tune --shapes 18944x3584 3584x3584 --m 1 16 64
           cudaProfilerStart/Stop, so ncu sees exactly the two tuned kernels)
       python -m qerl_kernels.tune --gluon --shapes 37888x3584 3584x18944 --m 1 16   # the Gluon kernel's sweep
           (GLUON_SWEEP: rows per tile with warps, ring stages, CTAs per SM; --profile --gluon adds one Gluon call)
+      python -m qerl_kernels.tune --gemv --shapes 18944x3584 3584x18944 --m 1 16   # the skinny-M kernel's sweep
+          (GEMV_SWEEP: mode, BN, BW, warps, stages, CTAs per SM; beside the default path and cuBLAS bf16, each
+          timed on rotating weight copies as in the benchmark; prints the best knobs per shape and M)
 """
 from __future__ import annotations
 
@@ -37,6 +40,18 @@ GLUON_SWEEP = [  # BN, consumer warps, ring stages, CTAs per SM (fp4_gluon.fp4_g
     if bn * cps <= 256]  # 8 consumer warps at 3 CTAs per SM would get 56 registers
 
 
+# fp4_gemv.fp4_gemm_gemv's knobs: (BN, BW, num_warps, num_stages) per mode, each at 3 grid sizes (CTAs per SM the
+# split aims at; the split is no compile-time constant, so these add no compiles). FMA (M <= 4): 1-4 rows per
+# thread, 128-512 bytes of a row per k-step (55-168 registers in sm_90 builds); DOT (M > 4): 64- and 128-row
+# tiles of 128 or 256 columns, 3-4 cp.async stages.
+GEMV_SWEEP = {
+    "fma": [(bn, bw, nw, 1) for bn, bw, nw in ((16, 32, 4), (16, 64, 4), (32, 64, 4), (32, 32, 4), (64, 64, 8),
+                                                (32, 128, 4))],
+    "dot": [(64, 32, 4, 3), (64, 16, 4, 4), (128, 16, 8, 3), (128, 32, 8, 3), (64, 64, 4, 2)],
+}
+GEMV_CPS = (3, 6, 12)
+
+
 def parse_cfg(s: str):
     bn, bk, nw, ns, cps = (int(v) for v in s.split(","))
     return bn, bk, nw, ns, cps
@@ -60,11 +75,14 @@ def main(argv=None) -> int:
     ap.add_argument("--profile", action="store_true", help="one tuned forward + backward call per shape/M, "
                     "between cudaProfilerStart/Stop (for ncu --profile-from-start off)")
     ap.add_argument("--gluon", action="store_true", help="sweep GLUON_SWEEP for fp4_gluon.fp4_gemm_gluon instead")
+    ap.add_argument("--gemv", action="store_true", help="sweep GEMV_SWEEP for fp4_gemv.fp4_gemm_gemv instead")
     args = ap.parse_args(argv)
     if args.profile:
         return profile(args)
     if args.gluon:
         return sweep_gluon(args)
+    if args.gemv:
+        return sweep_gemv(args)
     dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     configs = [parse_cfg(c) for c in args.configs] if args.configs else DEFAULT_SWEEP
@@ -149,6 +167,50 @@ def sweep_gluon(args) -> int:
                 top = "; ".join(f"{c[1:]} {c[0] * 1e3:.1f}us" for c in sorted(best)[:3])
                 print(f"gluon best {shape} M={m} (bn, warps, stages, ctas/SM): {top}", flush=True)
         del copies
+    return 0
+
+
+def sweep_gemv(args) -> int:
+    """Time every GEMV_SWEEP config of the skinny-M kernel (FMA configs at M <= 4, DOT above) per shape and M,
+    beside the default path (fp4_gemm, no path forced) and cuBLAS bf16, all on rotating weight copies."""
+    from qerl_kernels.fp4_gemv import FMA_MAX_M, fp4_gemm_gemv
+    dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    for shape in args.shapes:
+        n, k = (int(v) for v in shape.split("x"))
+        w = torch.randn(n, k, device="cuda") * 0.02
+        p = nvfp4.prepare(*nvfp4_quantize_reference(w))
+        copies = [_clone_prepared(p) for _ in range(copies_for(p.nbytes, l2))]
+        bf_copies = [w.to(dtype) for _ in range(copies_for(n * k * 2, l2))]
+        for m in args.m:
+            x = torch.randn(m, k, device="cuda", dtype=dtype)
+            ref = x.float() @ fp4_launch.fp4_dequantize(p, dtype).float().t()
+            t_bf, _ = time_calls([lambda b=b: torch.nn.functional.linear(x, b) for b in bf_copies])
+            t_def, _ = time_calls([lambda q=q: fp4_launch.fp4_gemm(x, q) for q in copies])
+            t_heur, _ = time_calls([lambda q=q: fp4_gemm_gemv(x, q) for q in copies])
+            print(f"gemv {shape} M={m}: bf16 {t_bf * 1e3:.1f} us, default path {t_def * 1e3:.1f} us, gemv "
+                  f"heuristic {t_heur * 1e3:.1f} us ({p.nbytes / t_heur / 1e6:.0f} GB/s)", flush=True)
+            mode = "fma" if m <= FMA_MAX_M else "dot"
+            best = []
+            for bn, bw, nw, ns in GEMV_SWEEP[mode]:
+                for cps in GEMV_CPS:
+                    cfg = dict(DOT=mode == "dot", BN=bn, BW=bw, CPS=cps, num_warps=nw, num_stages=ns)
+                    try:
+                        y = fp4_gemm_gemv(x, p, config=cfg)
+                        err = ((y.float() - ref).norm() / ref.norm()).item()
+                        t, _ = time_calls([lambda q=q: fp4_gemm_gemv(x, q, config=cfg) for q in copies])
+                    except Exception as e:  # noqa: BLE001 - out of resources etc.
+                        print(f"gemv {shape} M={m} {cfg}: {type(e).__name__} {str(e)[:160]}", flush=True)
+                        continue
+                    best.append((t, bn, bw, nw, ns, cps))
+                    print(f"gemv {shape} M={m} {mode} bn={bn} bw={bw} warps={nw} stages={ns} ctas/SM={cps}: "
+                          f"{t * 1e3:7.1f} us {p.nbytes / t / 1e6:6.0f} GB/s x{t_bf / t:.2f} bf16 "
+                          f"x{t_def / t:.2f} default err {err:.1e}", flush=True)
+            if best:
+                top = "; ".join(f"{c[1:]} {c[0] * 1e3:.1f}us" for c in sorted(best)[:3])
+                print(f"gemv best {shape} M={m} {mode} (bn, bw, warps, stages, ctas/SM): {top} | default "
+                      f"{t_def * 1e3:.1f}us heuristic {t_heur * 1e3:.1f}us bf16 {t_bf * 1e3:.1f}us", flush=True)
+        del copies, bf_copies
     return 0
 
 

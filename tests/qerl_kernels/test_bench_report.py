@@ -25,3 +25,22 @@ def test_bandwidth_table_sums_and_ceiling_shares():
 def test_bandwidth_table_empty_without_gluon_rows():
     rows = [r for r in _rows() if r["method"] != "nvfp4_gluon"]
     assert bandwidth_table(rows, 4000.0, "7B") == []
+
+
+def test_gemv_rows_give_tables_and_measured_table_entries():
+    from qerl_kernels.bench import gemv_wins
+    from qerl_kernels.bench_report import gemv_shape_table
+
+    rows = []
+    for layer, n, k in (("gate_proj", 18944, 3584), ("down_proj", 3584, 18944)):
+        for method, ms in (("bf16", 0.050, ), ("nvfp4", 0.025), ("nvfp4_gemv", 0.020), ("mxfp4", 0.025),
+                           ("mxfp4_gemv", 0.0249 if layer == "gate_proj" else 0.030)):
+            rows.append(dict(model="7B", layer=layer, N=n, K=k, M=4, method=method, median_ms=str(ms), gbps="1.0",
+                             pct_ceiling="61.0"))
+    out = gemv_shape_table(rows, "7B")
+    cells = [c.strip() for c in next(line for line in out if line.startswith("| gate_proj")).strip("|").split("|")]
+    assert cells == ["gate_proj", "4", "50.0", "25.0", "20.0", "2.50", "1.25", "61.0%", "25.0", "24.9", "1.00"]
+    wins = gemv_wins(rows, "h100")
+    # nvfp4_gemv beats the default by 20 % on both shapes; mxfp4_gemv by 0.4 % (under the 3 % margin) or not at all
+    assert len(wins) == 2 and all(w.lstrip().startswith("('h100', 0, 'bf16', ") for w in wins)
+    assert "18944, 3584, 4): {}," in wins[1] and "gemv 20.0 us, default 25.0 us" in wins[1]
