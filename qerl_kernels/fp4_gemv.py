@@ -33,7 +33,8 @@ them): SegmentedFP4 weights, the LoRA and residual epilogues, M > 16.
 Dispatch (`selected`): the default forward (fp4_launch.fp4_gemm with no path forced) takes this kernel only where
 MEASURED_WINS (a committed table of GPU measurements, filled from a `bench` run: device, format, dtype, N, K,
 M bucket -> knobs) has an entry, or for every eligible call when QERL_FP4_GEMV=1 (QERL_FP4_GEMV=0: never).
-Today the table is empty: the default is unchanged until a device run says this kernel is faster.
+The table holds the wins of one H100 run (issue 22, call 5): k/v at every M, q/o/down at M 8-16, the fused q/k/v
+group (NVFP4); elsewhere the default path stays.
 
 Run: tests/qerl_kernels/test_fp4_gemv.py (CPU interpreter: tiny shapes; GPU: the compiled kernel);
 `python -m qerl_kernels.bench --models 7B --m 1 4 8 16` times it as nvfp4_gemv / mxfp4_gemv;
@@ -67,8 +68,30 @@ FMA_MAX_M = 4    # FMA mode keeps one accumulator set per M row (MP 1, 2 or 4)
 # fp4_gemm_gemv; {} = the heuristic's). An entry means: on that device this kernel beat the default path on that
 # shape and M bucket in a `bench` run (its summary prints the entries to paste, "gemv wins"). Device key: "h100",
 # "h200", ... (`_device_key`); scale_kind 0 NVFP4, 1 MXFP4; dtype "bf16" / "fp16"; N, K the weight's (a group's N
-# is its rows, padding included). Empty: no device run has measured this kernel yet.
-MEASURED_WINS: dict[tuple, dict] = {}
+# is its rows, padding included). Filled from issue 22's call 5 (H100, 2026-11-26, results/measured/h100/kernels/call5/:
+# every entry at most 0.97x the default path's time in the same run; gate/up and the M = 1 q/o/down launches stayed
+# with the default path, which was as fast or faster there).
+MEASURED_WINS: dict[tuple, dict] = {
+    ('h100', 1, 'bf16', 512, 3584, 1): {},  # k_proj M=1: gemv 5.3 us, default 6.9 us
+    ('h100', 1, 'bf16', 512, 3584, 4): {},  # k_proj M=4: gemv 6.8 us, default 7.3 us
+    ('h100', 1, 'bf16', 512, 3584, 8): {},  # k_proj M=8: gemv 6.1 us, default 7.3 us
+    ('h100', 1, 'bf16', 512, 3584, 16): {},  # k_proj M=16: gemv 6.2 us, default 7.3 us
+    ('h100', 1, 'bf16', 3584, 3584, 8): {},  # q_proj M=8: gemv 9.1 us, default 11.2 us
+    ('h100', 1, 'bf16', 3584, 18944, 8): {},  # down_proj M=8: gemv 21.5 us, default 24.4 us
+    ('h100', 1, 'bf16', 3584, 3584, 16): {},  # q_proj M=16: gemv 9.1 us, default 11.3 us
+    ('h100', 1, 'bf16', 3584, 18944, 16): {},  # down_proj M=16: gemv 21.9 us, default 24.5 us
+    ('h100', 0, 'bf16', 512, 3584, 1): {},  # k_proj M=1: gemv 5.4 us, default 6.8 us
+    ('h100', 0, 'bf16', 512, 3584, 4): {},  # k_proj M=4: gemv 6.7 us, default 7.3 us
+    ('h100', 0, 'bf16', 512, 3584, 8): {},  # k_proj M=8: gemv 6.2 us, default 7.3 us
+    ('h100', 0, 'bf16', 512, 3584, 16): {},  # k_proj M=16: gemv 6.2 us, default 7.3 us
+    ('h100', 0, 'bf16', 3584, 3584, 8): {},  # q_proj M=8: gemv 9.2 us, default 10.8 us
+    ('h100', 0, 'bf16', 3584, 18944, 8): {},  # down_proj M=8: gemv 22.2 us, default 24.5 us
+    ('h100', 0, 'bf16', 3584, 3584, 16): {},  # q_proj M=16: gemv 9.1 us, default 10.9 us
+    ('h100', 0, 'bf16', 3584, 18944, 16): {},  # down_proj M=16: gemv 22.5 us, default 25.0 us
+    ('h100', 0, 'bf16', 4608, 3584, 1): {},  # qkv_proj M=1: gemv 10.5 us, default 11.9 us
+    ('h100', 0, 'bf16', 4608, 3584, 8): {},  # qkv_proj M=8: gemv 10.1 us, default 12.2 us
+    ('h100', 0, 'bf16', 4608, 3584, 16): {},  # qkv_proj M=16: gemv 10.2 us, default 12.3 us
+}
 
 
 if HAVE_TRITON:

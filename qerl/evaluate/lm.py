@@ -67,7 +67,8 @@ def _check_sampling(temperature: float, top_p: float, max_new_tokens: int) -> No
 
 def sample(model, tokenizer, prompts: Sequence[str], *, max_new_tokens: int, temperature: float = 0.6,
            top_p: float = 0.95, stop: Sequence[str] = ("</answer>",), generator: torch.Generator | None = None,
-           batch_size: int = 32, progress: bool = False, continuous: bool | None = None) -> list[Completion]:
+           batch_size: int = 32, progress: bool = False, continuous: bool | None = None,
+           refill_below: float = 0.25) -> list[Completion]:
     """Sample one completion per prompt, `batch_size` prompts at a time, in the order given.
 
     Args:
@@ -86,6 +87,7 @@ def sample(model, tokenizer, prompts: Sequence[str], *, max_new_tokens: int, tem
         progress: a progress bar over batches on stderr.
         continuous: refill the decode engine's rows as they end (qerl.evaluate.stream); None: wherever the engine
             runs (CUDA); False: fixed batches (the comparison in qerl.profiling.eval_batching).
+        refill_below: continuous batching refills when fewer than this fraction of the rows run.
 
     Returns:
         One Completion per prompt, in order.
@@ -105,7 +107,8 @@ def sample(model, tokenizer, prompts: Sequence[str], *, max_new_tokens: int, tem
         return [Completion(_cut(tokenizer.decode(ids, skip_special_tokens=True), stop, finish), len(ids), finish)
                 for ids, finish in sample_stream(model, tokenizer, prompts, max_new_tokens=max_new_tokens,
                                                  temperature=temperature, top_p=top_p, stop=tuple(stop),
-                                                 generator=generator, batch_size=batch_size, progress=progress)]
+                                                 generator=generator, batch_size=batch_size, progress=progress,
+                                                 refill_below=refill_below)]
     side = tokenizer.padding_side
     try:
         out: list[Completion] = []

@@ -23,7 +23,7 @@ import torch
 __all__ = ["main"]
 
 
-def _mode(model, tokenizer, prompts, problems, args, continuous: bool) -> dict:
+def _mode(model, tokenizer, prompts, problems, args, continuous: bool, refill_below: float = 0.25) -> dict:
     from qerl.evaluate.lm import sample
     from qerl.rl.rewards import accuracy_reward
 
@@ -33,12 +33,13 @@ def _mode(model, tokenizer, prompts, problems, args, continuous: bool) -> dict:
     sync()
     t0 = time.perf_counter()
     outs = sample(model, tokenizer, prompts, max_new_tokens=args.max_new, temperature=0.6, top_p=0.95,
-                  stop=("</answer>",), generator=gen, batch_size=args.batch, continuous=continuous)
+                  stop=("</answer>",), generator=gen, batch_size=args.batch, continuous=continuous,
+                  refill_below=refill_below)
     sync()
     seconds = time.perf_counter() - t0
     right = [accuracy_reward(o.text, p.answer) for o, p in zip(outs, problems)]
     acc = sum(right) / len(right)
-    return {"mode": "continuous" if continuous else "fixed batches", "seconds": round(seconds, 2),
+    return {"mode": f"continuous {refill_below}" if continuous else "fixed batches", "seconds": round(seconds, 2),
             "pass_at_1": round(100 * acc, 2), "stderr": round(100 * math.sqrt(acc * (1 - acc) / len(right)), 2),
             "finish": dict(Counter(o.finish for o in outs)),
             "mean_tokens": round(sum(o.n_tokens for o in outs) / len(outs), 1)}
@@ -53,6 +54,8 @@ def main(argv=None) -> int:
     ap.add_argument("--max-new", type=int, default=512)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--limit", type=int, help="the first N problems only")
+    ap.add_argument("--refill-below", type=float, nargs="+", default=[0.25],
+                    help="continuous batching's refill fractions to time (each its own row)")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv)
@@ -65,8 +68,8 @@ def main(argv=None) -> int:
     prompts = [build_prompt(p.question, tokenizer, "paper") for p in problems]
     _mode(model, tokenizer, prompts[: args.batch], problems[: args.batch], args, True)  # warm-up: graphs, kernels
     rows = []
-    for continuous in (False, True):
-        rows.append(_mode(model, tokenizer, prompts, problems, args, continuous))
+    for continuous, below in [(False, 0.25)] + [(True, b) for b in args.refill_below]:
+        rows.append(_mode(model, tokenizer, prompts, problems, args, continuous, below))
         print(json.dumps(rows[-1]), flush=True)
     env = {"gpu": torch.cuda.get_device_name() if args.device == "cuda" else "cpu", "torch": torch.__version__}
     tmp = args.out.with_suffix(".tmp")

@@ -243,7 +243,7 @@ class DecodeEngine:
             qg = q.transpose(1, 2).reshape(bsz * kvh, g * t, d)  # head kv*g + j -> row (j, t) of group kv
             out = []
             for lo in range(0, bsz * kvh, rows * kvh):
-                hi = lo + rows * kvh
+                hi = min(lo + rows * kvh, bsz * kvh)
                 scores = torch.baddbmm(zero.expand(hi - lo, g * t, t), qg[lo:hi], kk[lo:hi].transpose(1, 2),
                                        alpha=d ** -0.5)
                 mask = blocked[lo // kvh:hi // kvh, None, None].expand(-1, kvh, g, t, t)

@@ -124,5 +124,5 @@ def test_eval_batching_benchmark_runs(tokenizer, varied_model, tmp_path, shared_
     assert eval_batching.main(["--model", str(tmp_path / "m"), "--data", str(shared_data_root), "--limit", "6",
                                "--batch", "4", "--max-new", "40", "--device", "cpu", "--out", str(out)]) == 0
     rep = json.loads(out.read_text())
-    assert [r["mode"] for r in rep["results"]] == ["fixed batches", "continuous"]
+    assert [r["mode"] for r in rep["results"]] == ["fixed batches", "continuous 0.25"]
     assert all(sum(r["finish"].values()) == 6 == rep["n_problems"] for r in rep["results"])
