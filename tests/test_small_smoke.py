@@ -51,7 +51,9 @@ def _smoke_config(repo_root: Path, results: Path, data_root: Path) -> dict:
     # the CPU: no GPU claims; the job server spares each of the six jobs its ~7 s of imports (off in small.yaml,
     # whose GPU runs' benchmark files qerl.profiling.stage_costs reads)
     cfg["resources"] = {"train": {"gpus": 0}, "job_server": True}
-    cfg["sft"].update(steps=2, limit=4, batch_size=2)  # the SFT warm-up stage runs too, for 2 steps
+    # the SFT warm-up stage runs too, for 2 steps of one row (2 rows a step took 4.6 s each on one Xeon thread, the
+    # serial head of the DAG; the 4 rows it keeps are still counted in sft_info.json)
+    cfg["sft"].update(steps=2, limit=4, batch_size=1)
     cfg["evaluate"].update(benchmarks=["gsm8k"], n_repeats=1, repeats={}, limit=2, max_new_tokens=TOKENS,
                            batch_size=2)
     cfg["quantize"] = {"formats": ["nvfp4"], "awq": True, "awq_grid": 2, "heldout_sequences": 1,

@@ -33,6 +33,9 @@ class _PlainDumper(yaml.SafeDumper):
 
 
 EFFECTIVE_CONFIG = yaml.dump(config, Dumper=_PlainDumper, sort_keys=False)
+# The effective_config job (config.smk) writes it from the environment its shell command inherits: a `run:` job is
+# a Snakemake process of its own (~2.5 s of imports and parsing, at the head of every fresh DAG), this is `printf`
+os.environ.update(QERL_EFFECTIVE_CONFIG=EFFECTIVE_CONFIG)
 
 
 def write_effective_config(path=CONFIGFILE):

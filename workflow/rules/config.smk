@@ -14,10 +14,12 @@ rule effective_config:
     output:
         CONFIGFILE,
     localrule: True
+    conda:
+        CONDA_ENV
     log:
         f"{R}/logs/effective_config.log",
-    run:
-        write_effective_config(output[0])
+    shell:
+        "printf '%s' \"$QERL_EFFECTIVE_CONFIG\" > {output} 2> {log}"
 
 
 onstart:
