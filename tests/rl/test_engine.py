@@ -395,3 +395,26 @@ def test_prefill_layer_stack_in_row_chunks_equals_one_pass(setup, monkeypatch, v
     for a, b in zip(chunked[1], whole[1]):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
     assert torch.equal(chunked[2], whole[2])
+
+
+def test_prefill_holds_no_per_head_mask(tiny_model, monkeypatch):
+    """The prefill's largest single allocation stays below the [rows x heads, T, T] mask that H100 run 11 ran out of
+    memory on (the causal/padding mask materialised for every head): one boolean [B, T, T] mask filled into each
+    chunk's scores instead. CPU allocations are read with torch's profiler."""
+    import qerl.rl.engine as E
+    from torch.profiler import ProfilerActivity, profile
+
+    cfg = tiny_model.config
+    bsz, t = 4, 128
+    per_row = cfg.num_attention_heads * t * t * 4  # float32 scores of one row: the chunk size set here
+    per_head_mask = bsz * per_row
+    assert bsz * t * cfg.intermediate_size * 4 < per_head_mask / 2  # the MLP's tensors are not what is measured
+    monkeypatch.setattr(E, "PREFILL_SCORES_BYTES", per_row)
+    ids = torch.randint(3, cfg.vocab_size, (bsz, t), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(ids)
+    mask[1, :40] = 0
+    eng = E.DecodeEngine(tiny_model, batch=bsz, max_len=t + 8, graphs=False)
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        eng.prefill(ids, mask)
+    largest = max(e.cpu_memory_usage for e in prof.events())
+    assert 0 < largest < per_head_mask / 2, (largest, per_head_mask)
