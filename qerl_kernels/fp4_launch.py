@@ -11,7 +11,7 @@ Dispatch by M (see results/measured/*/kernels.csv):
   backward, is built and tested but joins that timed choice only with QERL_FP4_TC=1: on an H200 it ran 0.31-0.51x
   cuBLAS (one CTA per SM, decode not overlapped with the MMA; results/measured/h200/kernels.notes.md, iteration 3).
 - Skinny M (M <= 16, plain product + bias): `fp4_gemv.fp4_gemm_gemv` (many small split-K CTAs) where a committed
-  GPU measurement says it is faster than the stream-K kernel (fp4_gemv.MEASURED_WINS, empty until measured) or
+  GPU measurement says it is faster than the stream-K kernel (fp4_gemv.MEASURED_WINS: H100, issue 22 call 5) or
   with QERL_FP4_GEMV=1; the stream-K kernel otherwise.
 - Backward input gradient (`fp4_gemm_t`): the transposed kernel up to M = 64; dequantize + cuBLAS above (timed
   choice up to BWD_FUSED_MAX_M, `_choose_path_t`).

@@ -102,13 +102,13 @@ def sample(model, tokenizer, prompts: Sequence[str], *, max_new_tokens: int, tem
     if tokenizer.pad_token_id is None:
         name = getattr(tokenizer, "name_or_path", "")
         raise ValueError(f"tokenizer {name!r} has no pad token; set tokenizer.pad_token")
-    eos = eos_token_ids(model, tokenizer)
     if continuous or (continuous is None and _engine_usable(model)):  # continuous batching on the decode engine
         return [Completion(_cut(tokenizer.decode(ids, skip_special_tokens=True), stop, finish), len(ids), finish)
                 for ids, finish in sample_stream(model, tokenizer, prompts, max_new_tokens=max_new_tokens,
                                                  temperature=temperature, top_p=top_p, stop=tuple(stop),
                                                  generator=generator, batch_size=batch_size, progress=progress,
                                                  refill_below=refill_below)]
+    eos = eos_token_ids(model, tokenizer)
     side = tokenizer.padding_side
     try:
         out: list[Completion] = []

@@ -71,14 +71,17 @@ def sample_stream(model, tokenizer, prompts: Sequence[str], *, max_new_tokens: i
         refill_below: a batch stops for a refill when fewer than this fraction of its rows are running (while
             prompts wait; the last batch runs to its end). 0.25: the measured best of 0.5 / 0.25 / 0.1 (above).
     """
-    from qerl.rl.rollout import _PROMPT_ALIGN, _stop_candidates, engine_for, eos_token_ids
+    from qerl.rl.rollout import (_PROMPT_ALIGN, _stop_candidates, check_positions, engine_for, eos_token_ids,
+                                 seed_device_rng)
 
     enc = tokenizer(list(prompts), add_special_tokens=False)["input_ids"]
     n = len(enc)
     if n == 0:
         return []
+    check_positions(model, max(len(p) for p in enc), max_new_tokens)
     device = next(model.parameters()).device
     eos = set(eos_token_ids(model, tokenizer))
+    eos_ids = sorted(eos)
     cands = set(_stop_candidates(tokenizer, tuple(stop)).tolist()) if stop else set()
     pad = tokenizer.pad_token_id
 
@@ -110,15 +113,14 @@ def sample_stream(model, tokenizer, prompts: Sequence[str], *, max_new_tokens: i
         for j in range(len(seqs), rows):  # filler rows (the last batches): a copy of row 0, ended from the start
             ids[j], attn[j] = ids[0], attn[0]
         limits = torch.tensor([min(r, steps) for r in room] + [0] * (rows - len(seqs)), device=device)
-        if generator is not None:
-            torch.manual_seed(int(torch.randint(0, 2**62, (1,), generator=generator, device=generator.device)))
+        seed_device_rng(generator)
         out = eng.generate(ids.to(device), attn.to(device), max_new_tokens=steps, temperature=temperature,
-                           top_p=top_p, eos_ids=sorted(eos), row_limits=limits,
+                           top_p=top_p, eos_ids=eos_ids, row_limits=limits,
                            min_active=int(rows * refill_below) if queue else 0)
         tokens = out.tokens.cpu()
         back = []
         for j, i in enumerate(take):
-            new = tokens[j, :min(tokens.shape[1], room[j], steps)].tolist()
+            new = tokens[j, :room[j]].tolist()  # the steps run (<= steps), at most the row's room
             end = row_end(gen[i], new, eos, cands, tokenizer, stop)
             if end is not None:
                 gen[i] += new[:end[0]]

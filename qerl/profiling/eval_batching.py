@@ -23,7 +23,7 @@ import torch
 __all__ = ["main"]
 
 
-def _mode(model, tokenizer, prompts, problems, args, continuous: bool, refill_below: float = 0.25) -> dict:
+def _mode(model, tokenizer, prompts, problems, args, continuous: bool, refill_below: float | None) -> dict:
     from qerl.evaluate.lm import sample
     from qerl.rl.rewards import accuracy_reward
 
@@ -66,9 +66,9 @@ def main(argv=None) -> int:
     model, tokenizer = load_base(args.model, "bfloat16" if args.device == "cuda" else "float32", args.device)
     problems = load_benchmark(args.benchmark, args.data, limit=args.limit)
     prompts = [build_prompt(p.question, tokenizer, "paper") for p in problems]
-    _mode(model, tokenizer, prompts[: args.batch], problems[: args.batch], args, True)  # warm-up: graphs, kernels
+    _mode(model, tokenizer, prompts[: args.batch], problems[: args.batch], args, True, args.refill_below[0])  # warm-up
     rows = []
-    for continuous, below in [(False, 0.25)] + [(True, b) for b in args.refill_below]:
+    for continuous, below in [(False, None)] + [(True, b) for b in args.refill_below]:
         rows.append(_mode(model, tokenizer, prompts, problems, args, continuous, below))
         print(json.dumps(rows[-1]), flush=True)
     env = {"gpu": torch.cuda.get_device_name() if args.device == "cuda" else "cpu", "torch": torch.__version__}

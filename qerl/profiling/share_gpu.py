@@ -36,7 +36,8 @@ def smollm2_config(layers: int = 30, hidden: int = 576):
     from transformers import LlamaConfig
 
     heads = max(1, hidden // 64)
-    return LlamaConfig(vocab_size=49152, hidden_size=hidden, intermediate_size=hidden * 8 // 3, num_hidden_layers=layers,
+    return LlamaConfig(vocab_size=49152, hidden_size=hidden, intermediate_size=hidden * 8 // 3,
+                       num_hidden_layers=layers,
                        num_attention_heads=heads, num_key_value_heads=max(1, heads // 3), max_position_embeddings=8192,
                        tie_word_embeddings=True, rms_norm_eps=1e-5, rope_theta=100000.0)
 
@@ -100,7 +101,8 @@ def _run_k(args, k: int) -> dict:
         procs = []
         for i in range(k):
             cmd = [sys.executable, "-m", "qerl.profiling.share_gpu", "--worker", "--ready", f"{tmp}/ready{i}",
-                   "--go", str(go), "--batch", str(args.batch), "--steps", str(args.steps), "--prompt", str(args.prompt),
+                   "--go", str(go), "--batch", str(args.batch), "--steps", str(args.steps),
+                   "--prompt", str(args.prompt),
                    "--reps", str(args.reps), "--rank", str(args.rank), "--layers", str(args.layers),
                    "--hidden", str(args.hidden)] + (["--count-kernels"] if i == 0 and k == 1 else [])
             procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True))
@@ -114,8 +116,7 @@ def _run_k(args, k: int) -> dict:
             raise RuntimeError(f"a share_gpu worker failed (K = {k})")
     per = [r["steps_per_s"] for r in rows]
     return {"procs": k, "batch": args.batch, "steps_per_s_each": [round(x, 1) for x in per],
-            "rows_steps_per_s": round(args.batch * sum(per)), "speedup_vs_one": None,
-            "kernels_per_step": rows[0]["kernels_per_step"]}
+            "rows_steps_per_s": round(args.batch * sum(per)), "kernels_per_step": rows[0]["kernels_per_step"]}
 
 
 def main(argv=None) -> int:
@@ -139,12 +140,12 @@ def main(argv=None) -> int:
         return 0
     if args.out is None:
         ap.error("--out is required")
-    results, kernels = [], None
+    results, kernels, base = [], None, None
     for k in args.procs:
         row = _run_k(args, k)
-        kernels = row["kernels_per_step"] or kernels
-        row["kernels_per_step"] = kernels
-        base = next((r["rows_steps_per_s"] for r in results + [row] if r["procs"] == 1), None)
+        kernels = row["kernels_per_step"] = row["kernels_per_step"] or kernels  # counted in the one-process run
+        if k == 1:
+            base = row["rows_steps_per_s"]
         row["speedup_vs_one"] = round(row["rows_steps_per_s"] / base, 2) if base else None
         if kernels:
             row["kernels_per_s"] = round(kernels * sum(row["steps_per_s_each"]))

@@ -90,6 +90,22 @@ _TAIL_TOKENS = 24  # tokens decoded to look for a stop string that spans several
 _PROMPT_ALIGN = 64  # prompt widths are padded to a multiple of this, so engines (and their graphs) are reused
 
 
+def check_positions(model, longest_prompt: int, max_new_tokens: int) -> None:
+    """Raise ValueError when the longest prompt plus the generation budget passes the model's
+    max_position_embeddings (RoPE positions beyond it are not what the model was trained on)."""
+    limit = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    if isinstance(limit, int) and longest_prompt + max_new_tokens > limit:
+        raise ValueError(f"max_new_tokens = {max_new_tokens} plus the longest prompt ({longest_prompt} tokens) "
+                         f"exceeds the model's max_position_embeddings = {limit}; lower the generation budget")
+
+
+def seed_device_rng(generator: torch.Generator | None) -> None:
+    """Seed the torch RNG of the model's device from `generator` (the decode engine samples from that RNG, inside
+    its CUDA graphs); nothing when there is no generator."""
+    if generator is not None:
+        torch.manual_seed(int(torch.randint(0, 2**62, (1,), generator=generator, device=generator.device)))
+
+
 def _engine_usable(model) -> bool:
     """The static-shape engine runs this model: CUDA and a Qwen2/Llama layout. (A rollout under per-forward AQN, whose
     hooks the engine's fused RMSNorm would bypass, asks for the eager loop itself: Policy.eager_rollout.) The engine
@@ -164,10 +180,7 @@ def sample(model, tokenizer, prompts: list[str], *, group_size: int, max_new_tok
     prompt_ids, prompt_attn = unique_ids[row_of], unique_attn[row_of]  # [N, P]
     attn = prompt_attn  # [A, P + t]: grows as tokens are sampled, loses the rows that finish
     n, plen = prompt_ids.shape
-    limit = getattr(getattr(model, "config", None), "max_position_embeddings", None)
-    if isinstance(limit, int) and plen + max_new_tokens > limit:
-        raise ValueError(f"max_new_tokens = {max_new_tokens} plus the longest prompt ({plen} tokens) exceeds the "
-                         f"model's max_position_embeddings = {limit}; lower the generation budget")
+    check_positions(model, plen, max_new_tokens)
     pad = tokenizer.pad_token_id
     eos = torch.tensor(sorted(eos_token_ids(model, tokenizer)), dtype=torch.long, device=device)
     stop_tokens = _stop_candidates(tokenizer, stop_strings).to(device) if stop_strings else None
@@ -309,15 +322,10 @@ def _sample_engine(model, tokenizer, prompts, group_size, max_new_tokens, temper
         ids = torch.cat([torch.full((ids.shape[0], extra), pad, dtype=ids.dtype), ids], 1)
         attn = torch.cat([torch.zeros((attn.shape[0], extra), dtype=attn.dtype), attn], 1)
     n, plen = ids.shape
-    limit = getattr(getattr(model, "config", None), "max_position_embeddings", None)
-    if isinstance(limit, int) and int(attn.sum(1).max()) + max_new_tokens > limit:
-        raise ValueError(f"max_new_tokens = {max_new_tokens} plus the longest prompt exceeds the model's "
-                         f"max_position_embeddings = {limit}; lower the generation budget")
+    check_positions(model, int(attn.sum(1).max()), max_new_tokens)
     ids, attn = ids.to(device), attn.to(device)
     eng = engine_for(model, n, plen + max_new_tokens)
-    if generator is not None:  # the engine samples from the torch RNG of the model's device
-        seed = int(torch.randint(0, 2**62, (1,), generator=generator, device=generator.device))
-        torch.manual_seed(seed)
+    seed_device_rng(generator)
     eos = sorted(eos_token_ids(model, tokenizer))
     out = eng.generate(ids, attn, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, eos_ids=eos)
     tokens, lengths, done = out.tokens.cpu(), out.lengths.cpu().clone(), out.finished.cpu().clone()

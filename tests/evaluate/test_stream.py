@@ -126,3 +126,9 @@ def test_eval_batching_benchmark_runs(tokenizer, varied_model, tmp_path, shared_
     rep = json.loads(out.read_text())
     assert [r["mode"] for r in rep["results"]] == ["fixed batches", "continuous 0.25"]
     assert all(sum(r["finish"].values()) == 6 == rep["n_problems"] for r in rep["results"])
+
+
+def test_generation_budget_past_the_positions_is_an_error(tokenizer, varied_model, prompts):
+    with pytest.raises(ValueError, match="max_position_embeddings = 320"):
+        stream.sample_stream(varied_model, tokenizer, prompts, max_new_tokens=320, temperature=0.0, top_p=1.0,
+                             stop=(), generator=None, batch_size=4)
