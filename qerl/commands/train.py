@@ -130,7 +130,7 @@ def _train_and_evaluate(args, cfg: dict, s, out: str, ctx) -> None:
     info = {"method": s.method, "variant": s.variant, "task": s.task, "base": str(args.base),
             "quantized": args.quantized}
     t0 = time.perf_counter()
-    evaluation = evaluate_trained(cfg, s, result["model"], result["tokenizer"], info, tiny_test)
+    evaluation = evaluate_trained(cfg, s, result["policy"].sampling_model(), result["tokenizer"], info, tiny_test)
     seconds = {**result["seconds"], "evaluate": round(time.perf_counter() - t0, 2)}
     evaluation["provenance"] = provenance(args.config)
     evaluation["train"] = {"steps": result["steps"], "final": result["final"], "settings": s.__dict__,

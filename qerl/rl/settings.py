@@ -166,12 +166,17 @@ def build_run_policy(s: RunSettings, base, *, quantized: str | Path | None = Non
     Raises:
         ValueError, RuntimeError: as qerl.policy.build_policy.
     """
+    sample_dtype = None
     if get_method(s.method).trainable == "all" and torch_dtype(dtype) in (torch.bfloat16, torch.float16):
         # full fine-tuning keeps float32 master weights: AdamW steps on 16-bit weights round small updates away
-        # and diverged on SmolLM2 in bfloat16 (NaN loss at step 3 on an H100); LoRA methods train float32 adapters
-        dtype = "float32"
-    return build_policy(s.method, base, quantized=quantized, lora=lora_spec(s), aqn=aqn_spec(s), tokenizer=tokenizer,
-                        device=device, dtype=dtype, gradient_checkpointing=s.gradient_checkpointing)
+        # and diverged on SmolLM2 in bfloat16 (NaN loss at step 3 on an H100); LoRA methods train float32 adapters.
+        # It samples (rollouts, evaluation) in the config's dtype, like every other method (Policy.sampling_model)
+        sample_dtype, dtype = torch_dtype(dtype), "float32"
+    policy = build_policy(s.method, base, quantized=quantized, lora=lora_spec(s), aqn=aqn_spec(s),
+                          tokenizer=tokenizer, device=device, dtype=dtype,
+                          gradient_checkpointing=s.gradient_checkpointing)
+    policy.sample_dtype = sample_dtype
+    return policy
 
 
 def make_optimizer(params: list, s: RunSettings) -> torch.optim.Optimizer:

@@ -365,7 +365,7 @@ def rl_step(learner: Learner, batch: StepBatch, s: RunSettings, ctx: DistContext
     gen = torch.Generator(device=device).manual_seed(rollout_seed(s.seed, batch.step, ctx.rank))
     t0 = _now(device)
     with _phase("rl_step.rollout"), learner.policy.rollout_noise(batch.step, device) as sigma:
-        rb = sample(model, tokenizer, batch.prompts, group_size=G, max_new_tokens=s.max_new_tokens,
+        rb = sample(learner.policy.sampling_model(), tokenizer, batch.prompts, group_size=G, max_new_tokens=s.max_new_tokens,
                     temperature=s.temperature, top_p=s.top_p, generator=gen, max_rows=s.rollout_max_rows,
                     engine=False if learner.policy.eager_rollout else None)
     t_rollout = _now(device) - t0
