@@ -11,8 +11,13 @@ or without the server, file for file: tests/tools/compare_results.py).
 
 How: `qerl` (qerl.cli.main, called as the console script) looks for the socket named by $QERL_JOB_SERVER; when it
 answers, the client sends its arguments, directory and environment and passes its three file descriptors
-(SCM_RIGHTS), then waits for the exit status, forwarding SIGINT / SIGTERM / SIGHUP to the child. Without the
-variable, or with no server listening, `qerl` runs the command itself, as always. The server forks before anything
+(SCM_RIGHTS), then waits for the exit status, forwarding SIGINT / SIGTERM / SIGHUP to the child. A server still
+importing (its start marker beside the socket path names its running process) is waited for, up to START_WAIT_S:
+the jobs a run starts in its first seconds (the renders that need no results, gen-tiny, the serial pretraining)
+would otherwise each pay the same imports beside the server's, on the same two cores (the tiny DAG's pretraining
+started its loop ~5 s later for it, and the test suite's Snakemake runs paid ~20 CPU-seconds). Without the
+variable, with no server listening or starting, or with one that died starting, `qerl` runs the command itself,
+as always. The server forks before anything
 of a command runs (it never runs a torch op, so no OpenMP pool exists to break in the child, the case PyTorch's own
 fork-based DataLoader workers rely on); a child whose client goes away (a job killed, even with SIGKILL) kills
 itself. The server ends when its socket file is removed (`stop`) or its parent (Snakemake) is gone.
@@ -41,9 +46,13 @@ import traceback
 from pathlib import Path
 from typing import Callable
 
-__all__ = ["ENV_VAR", "PRELOAD", "forward", "serve", "start", "stop"]
+__all__ = ["ENV_VAR", "PRELOAD", "START_WAIT_S", "forward", "serve", "start", "stop"]
 
 ENV_VAR = "QERL_JOB_SERVER"
+# How long a client waits for a server still importing (~8 s on an idle Xeon core; a cap, not a pause: the client
+# goes on as soon as the socket appears or the server's process is gone)
+START_WAIT_S = 120.0
+_STARTING = "starting.pid"  # beside the socket while the server imports: its process id
 # What the stages import, heaviest first; the qerl modules pull in the rest (formats, layers, policy, rl, evaluate).
 PRELOAD = ("torch", "transformers", "transformers.models.qwen2.modeling_qwen2", "transformers.models.llama.modeling_llama",
            "peft", "lm_eval.evaluator", "math_verify", "matplotlib.pyplot", "qerl.evaluate.run", "qerl.rl.trainer",
@@ -57,7 +66,7 @@ def forward(argv: list[str]) -> int | None:
     """Run `qerl argv` in a child of the job server named by $QERL_JOB_SERVER; its exit status, or None when there is
     no server to take it (the caller then runs the command itself)."""
     path = os.environ.get(ENV_VAR)
-    if not path or not os.path.exists(path):
+    if not path or not (os.path.exists(path) or _wait_for_start(path)):
         return None
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
@@ -88,6 +97,34 @@ def forward(argv: list[str]) -> int | None:
     return status
 
 
+def _wait_for_start(path: str, timeout: float = START_WAIT_S) -> bool:
+    """Whether the socket `path` appears while its server's start marker names a running process (at most
+    `timeout` seconds); False at once when there is no marker (no server, or one stopped)."""
+    marker = os.path.join(os.path.dirname(path), _STARTING)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            pid = int(Path(marker).read_text())
+        except (OSError, ValueError):  # no marker: listening by now, or never started / stopped
+            return os.path.exists(path)
+        if not _running(pid):  # died while importing (its marker left behind)
+            return os.path.exists(path)
+        if os.path.exists(path):
+            return True
+        time.sleep(0.05)
+    return os.path.exists(path)
+
+
+def _running(pid: int) -> bool:
+    """A live process, not a zombie (a server that died is not reaped by Snakemake right away)."""
+    if not _alive(pid):
+        return False
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):  # no /proc (not Linux): a live pid is enough
+        return True
+
+
 def _read_status(conn: socket.socket) -> int | None:
     data = b""
     while len(data) < _STATUS.size:
@@ -103,17 +140,22 @@ def serve(path: str, parent: int, run: Callable[[list[str]], int], preload: tupl
     """Import `preload`, then fork a child per connection on the Unix socket `path`, which runs `run(arguments)`
     (qerl.cli.main: `qerl job-server`, qerl/commands/job_server.py, passes it), until the file is removed or process
     `parent` is gone. The socket appears only once the imports are done (bound under a temporary name, then
-    renamed), so a client never waits on a server that is still importing: it runs its command itself."""
-    for name in preload:
-        importlib.import_module(name)
-    if threading.active_count() != 1:  # a Python thread would be missing in every child
-        raise RuntimeError(f"job server: {threading.active_count()} Python threads after the imports; not serving")
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    staging = f"{path}.{os.getpid()}"
-    listener.bind(staging)
-    listener.listen(16)
-    listener.settimeout(1.0)
-    os.replace(staging, path)
+    renamed), and the start marker that `start` wrote goes then, or when the server fails before it listens: a
+    client waits for a server still importing, never for one that cannot serve."""
+    marker = os.path.join(os.path.dirname(path), _STARTING)
+    try:
+        for name in preload:
+            importlib.import_module(name)
+        if threading.active_count() != 1:  # a Python thread would be missing in every child
+            raise RuntimeError(f"job server: {threading.active_count()} Python threads after the imports; not serving")
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        staging = f"{path}.{os.getpid()}"
+        listener.bind(staging)
+        listener.listen(16)
+        listener.settimeout(1.0)
+        os.replace(staging, path)
+    finally:
+        _unlink(marker)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
     try:
         while os.path.exists(path) and _alive(parent):
@@ -214,11 +256,15 @@ def start(parent: int, log: str | Path | None = None, preload: tuple[str, ...] |
     path = os.path.join(tempfile.mkdtemp(prefix="qerl-jobs-"), "server.sock")
     out = open(log, "ab") if log else subprocess.DEVNULL
     env = {k: v for k, v in os.environ.items() if k != ENV_VAR}
-    subprocess.Popen([sys.executable, "-m", "qerl.cli", "job-server", path, str(parent),
-                      *(["--preload", *preload] if preload else [])],
-                     stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=env, start_new_session=True)
+    server = subprocess.Popen([sys.executable, "-m", "qerl.cli", "job-server", path, str(parent),
+                               *(["--preload", *preload] if preload else [])],
+                              stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=env, start_new_session=True)
     if log:
         out.close()
+    # the start marker (serve removes it once listening, or on failing): clients started before then wait for it
+    marker = os.path.join(os.path.dirname(path), _STARTING)
+    Path(f"{marker}.tmp").write_text(str(server.pid))
+    os.replace(f"{marker}.tmp", marker)
     return path
 
 
@@ -226,9 +272,17 @@ def stop(path: str | None) -> None:
     """Stop the server of `path` (it exits within a second of its socket file going) and remove its folder."""
     if not path:
         return
-    for remove, target in ((os.unlink, path), (os.rmdir, os.path.dirname(path))):
+    folder = os.path.dirname(path)
+    for remove, target in ((os.unlink, path), (os.unlink, os.path.join(folder, _STARTING)), (os.rmdir, folder)):
         try:
             remove(target)
         except OSError:  # gone already; or the folder still holds the socket of a server not yet listening
             pass
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
 

@@ -24,11 +24,11 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 # The files that run Snakemake DAGs or whole trainings, longest first (seconds under `make test` on 2 Intel Xeon
-# cores: 106, 72, 36, 32, 31, 18). Under xdist a worker takes the next file in collection order when it runs low;
+# cores: ~105, 80, 35, 20, 20). Under xdist a worker takes the next file in collection order when it runs low;
 # starting these first keeps the other worker busy with the short files instead of leaving one of them for the end
 # (test_workflow.py, last in collection order, left one worker 33 s of it alone). A renamed file only loses its
 # place here (nothing fails).
-LONGEST_FIRST = ("test_small_smoke.py", "test_dag_e2e.py", "test_rerun_incomplete.py", "test_workflow.py",
+LONGEST_FIRST = ("test_dag_e2e.py", "test_small_smoke.py", "test_workflow.py",
                  "rl/test_trainer.py", "rl/test_distributed.py")
 
 

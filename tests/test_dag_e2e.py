@@ -1,7 +1,9 @@
 """The whole DAG end to end at a trimmed tiny size: every table and figure is produced, non-empty, every table
 has the paper's column beside ours, the claim-by-claim comparison is written, and the Snakemake report shows each
-table (and the claims) as an HTML page, checked in a real browser where Chromium is installed. Minutes on 2 cores
-(the default tiny scale itself is `make reproduce`)."""
+table (and the claims) as an HTML page, checked in a real browser where Chromium is installed. Then, on copies of
+that finished DAG (the base model and the other runs need no rebuilding): a resume without the weights
+(workflow/resume.sh), and a training job killed in its evaluation then rerun with --rerun-incomplete. Minutes on 2
+cores (the default tiny scale itself is `make reproduce`)."""
 from __future__ import annotations
 
 import base64
@@ -14,6 +16,8 @@ import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
+
+import signal
 
 import pytest
 import yaml
@@ -162,3 +166,61 @@ def test_resume_without_weights_reruns_only_the_unfinished_jobs(trimmed_dag, rep
     plan = subprocess.run([SNAKEMAKE, *where, "--cores", "1", "--configfile", str(config), "-n"],
                           capture_output=True, text=True, timeout=600, env=ENV)
     assert plan.returncode == 0 and "Nothing to be done" in plan.stdout + plan.stderr, (plan.stdout + plan.stderr)[-3000:]
+
+
+@pytest.mark.slow
+def test_rerun_incomplete_after_kill_in_evaluation_keeps_metrics(trimmed_dag, repo_root, tmp_path, trimmed_config):
+    """No metrics are lost when Snakemake reruns a training job that was killed.
+
+    A DAG killed while a training job evaluates leaves its outputs flagged incomplete; `snakemake --rerun-incomplete`
+    (both shipped profiles set it) deletes them, metrics.jsonl included, but not checkpoint.pt, which is deliberately
+    not an output. The rerun job resumes from that checkpoint and must still end with every step's metrics line.
+    The kill is a real SIGKILL of snakemake and of the job, placed at the in-job evaluation (tests/kill_in.py), in
+    the grouped job of the LoRA runs of a copy of the finished DAG whose first run's files are removed (so it trains
+    from step 0 again; the group's other run, finished, resumes at its last step). The CLI-level kill (`qerl train`
+    killed in a step, metrics.jsonl deleted) is tests/rl/test_trainer.py's."""
+    shutil.copytree(trimmed_dag["results"], tmp_path / "results" / "tiny")
+    cfg = trimmed_config(tmp_path / "results")
+    # no job server: it would serve the one `qerl train` of the rerun only (the killed one is tests/kill_in.py's),
+    # for imports as long as that job's own
+    cfg["resources"]["job_server"] = False
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    group = tmp_path / "results/tiny/runs/tiny_grpo/tiny/lora"
+    run = group / "default/seed0"  # the group's first run (resources.train.group_runs: default, aqn-exponential)
+    assert (group / "aqn-exponential/seed0/eval.json").exists()  # a second, finished run in the same job
+    for name in ("metrics.jsonl", "eval.json", "checkpoint.pt"):
+        (run / name).unlink()
+    # -d: Snakemake's own state (.snakemake/, its incomplete markers) stays in tmp_path, not in the checkout
+    command = [SNAKEMAKE, str(run / "eval.json"), "-s", str(repo_root / "Snakefile"), "-d", str(tmp_path),
+               "--cores", "1", "--configfile", str(config)]
+    # First run: the training job's `qerl train` kills snakemake, then itself, when it starts its evaluation.
+    bin_dir, pidfile = tmp_path / "bin", tmp_path / "snakemake.pid"
+    bin_dir.mkdir()
+    (bin_dir / "qerl").write_text(
+        "#!/bin/sh\n"
+        f'if [ "$1" = train ]; then exec "{sys.executable}" "{repo_root / "tests" / "kill_in.py"}" '
+        f'qerl.evaluate.run:evaluate_model 0 "{pidfile}" "$@"; fi\n'
+        f'exec "{sys.executable}" -m qerl.cli "$@"\n')
+    (bin_dir / "qerl").chmod(0o755)
+    env = {**ENV, "PATH": f"{_BIN}{os.pathsep}{ENV['PATH']}"}
+    first = subprocess.run(["/bin/sh", "-c", 'echo $$ > "$0"; exec "$@"', str(pidfile), *command],
+                           capture_output=True, text=True, timeout=600,
+                           env={**env, "PATH": f"{bin_dir}{os.pathsep}{env['PATH']}"})
+    assert first.returncode == -signal.SIGKILL, (first.stdout + first.stderr)[-3000:]
+    ran = re.findall(r"^(?:local)?rule (\w+):", first.stdout + first.stderr, re.M)
+    assert ran == ["train_tiny_grpo_lora"], ran  # nothing else of the copied DAG ran again
+    written = (run / "metrics.jsonl").read_text()
+    assert len(written.splitlines()) == 2 and not (run / "eval.json").exists()
+    # The killed snakemake left its lock, and the job's outputs flagged incomplete: a plain rerun refuses.
+    subprocess.run(command + ["--unlock"], capture_output=True, text=True, timeout=600, env=env, check=True)
+    plain = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
+    assert plain.returncode != 0 and "--rerun-incomplete" in plain.stdout + plain.stderr
+    # As the profiles run it: Snakemake deletes the incomplete metrics.jsonl and reruns the job.
+    second = subprocess.run(command + ["--rerun-incomplete"], capture_output=True, text=True, timeout=600, env=env)
+    assert second.returncode == 0, (second.stdout + second.stderr)[-3000:]
+    assert (run / "metrics.jsonl").read_text() == written  # the whole history, byte for byte
+    assert (run / "eval.json").exists()
+    # the job of all lora runs (resources.train.group_runs: default and the beyond-the-paper aqn-exponential)
+    log = (tmp_path / "results/tiny/logs/train/tiny_grpo/tiny/lora/all-runs.log").read_text()
+    assert f"resumed from {run / 'checkpoint.pt'} at step 2 of 2" in log  # this run's checkpoint, not the other's

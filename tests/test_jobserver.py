@@ -91,6 +91,39 @@ def test_without_a_server_qerl_runs_the_command_itself(tmp_path, monkeypatch):
     assert done.returncode == 0 and "gen-tiny" in done.stdout
 
 
+def test_a_client_waits_for_a_server_still_importing_and_not_for_one_that_failed(tmp_path, monkeypatch):
+    """A `qerl` started while its server imports is served by it once it listens (the jobs a DAG starts in its first
+    seconds would otherwise pay the same imports beside the server's); a server that dies importing is not waited
+    for: the client runs the command itself at once."""
+    (tmp_path / "slow_import.py").write_text("import time\ntime.sleep(2.0)\n")  # imports still running when asked
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH")) if p))
+    path = jobserver.start(os.getpid(), log=tmp_path / "server.log", preload=("qerl.config", "slow_import"))
+    try:
+        monkeypatch.setenv(jobserver.ENV_VAR, path)
+        assert not os.path.exists(path)  # not listening yet
+        assert jobserver.forward(["check-config", "--config", str(tmp_path / "missing.yaml")]) == 2  # served
+    finally:
+        jobserver.stop(path)
+    path = jobserver.start(os.getpid(), log=tmp_path / "failed.log", preload=("qerl.config", "no_such_module_here"))
+    try:
+        monkeypatch.setenv(jobserver.ENV_VAR, path)
+        start = time.monotonic()
+        assert jobserver.forward(["--help"]) is None
+        assert time.monotonic() - start < jobserver.START_WAIT_S / 2
+        _wait(lambda: "no_such_module_here" in (tmp_path / "failed.log").read_text())  # it did fail
+    finally:
+        jobserver.stop(path)
+    path = jobserver.start(os.getpid(), log=tmp_path / "killed.log", preload=("qerl.config", "slow_import"))
+    try:  # killed while importing: its marker stays, its process is gone (a zombie until its parent reaps it)
+        os.kill(int((Path(path).parent / "starting.pid").read_text()), signal.SIGKILL)
+        monkeypatch.setenv(jobserver.ENV_VAR, path)
+        start = time.monotonic()
+        assert jobserver.forward(["--help"]) is None
+        assert time.monotonic() - start < jobserver.START_WAIT_S / 2
+    finally:
+        jobserver.stop(path)
+
+
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
 def test_a_killed_client_takes_its_command_with_it(server, tmp_path, repo_root, sig):
     cfg = yaml.safe_load((repo_root / "config" / "config.yaml").read_text())

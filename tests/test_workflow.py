@@ -86,8 +86,8 @@ def test_effective_config_is_written_by_jobs_and_edits_rerun_only_readers(repo_r
     section reruns the jobs reading it and no other; `--config` reaches the file; it is refreshed even when
     Snakemake has no record of how it was made (as after an older version of the workflow)."""
     cfg = trimmed_config(tmp_path / "results")
-    # no job server: its ~6 CPU-seconds of imports, paid by each of the runs below, would serve no job (it takes
-    # jobs only once its imports are done, after gen_tiny has run on its own)
+    # no job server: its ~7 CPU-seconds of imports, paid by each of the runs below, would serve gen-tiny alone,
+    # whose own imports take under a second
     cfg["resources"]["job_server"] = False
     path = tmp_path / "c.yaml"
     results = tmp_path / "results" / "tiny"
