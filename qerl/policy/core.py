@@ -132,9 +132,11 @@ class Policy:
         50-57 s, which made it the DAG's critical path. Every other method samples in the config's dtype, as RL
         frameworks sample from a 16-bit copy of the trained weights. The copy costs one 16-bit set of weights; its
         buffers (rotary frequencies) stay as they are, the same object is returned each time (the decode engine and
-        its CUDA graphs stay valid), and tied weights stay tied.
+        its CUDA graphs stay valid), and tied weights stay tied. AQN redrawn on every forward pass works through
+        hooks on the model's own norms (eager_rollout): such a policy samples from the model itself.
         """
-        if self.sample_dtype is None or next(self.model.parameters()).dtype == self.sample_dtype:
+        if self.sample_dtype is None or self.eager_rollout or \
+                next(self.model.parameters()).dtype == self.sample_dtype:
             return self.model
         params = list(self.model.parameters())
         if self._sampler is None:

@@ -64,6 +64,14 @@ def test_other_policies_sample_from_their_own_model(base, method, dtype):
     assert policy.sampling_model() is policy.model
 
 
+def test_per_forward_noise_samples_from_the_model_its_hooks_are_on(base):
+    from types import SimpleNamespace
+
+    _, policy = _policy(base, "full", "bfloat16")
+    policy.aqn = SimpleNamespace(resample="forward")  # AQN redrawn by forward hooks on the model's own norms
+    assert policy.eager_rollout and policy.sampling_model() is policy.model
+
+
 def test_the_rollout_samples_from_the_copy(base, monkeypatch):
     s, policy = _policy(base, "full", "bfloat16")
     learner = S.make_learner(policy, s)
