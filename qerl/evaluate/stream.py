@@ -1,6 +1,6 @@
 """Continuous batching for evaluations on the decode engine: rows that end are refilled with waiting prompts.
 
-Why: the engine (qerl.rl.engine) runs a batch until its longest row ends (checked every 32 steps). An evaluation's
+Why: the engine (qerl.rl.engine) runs a batch until its longest row ends (checked every 8 steps). An evaluation's
 completions are mostly short, but a few loop to the token limit (small scale, H100 run 11: GSM8K test at 512 tokens,
 mean 123 tokens, 21 of 1319 to the limit), so nearly every batch of plain batching decodes all 512 steps with most
 of its rows already finished: GSM8K test at 128 rows is 11 batches x 512 = 5632 decode steps. Here a batch stops at

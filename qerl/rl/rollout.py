@@ -126,7 +126,7 @@ def sample(model, tokenizer, prompts: list[str], *, group_size: int, max_new_tok
     """Sample `group_size` completions for each prompt.
 
     Two paths with the same result layout: on CUDA (engine=None) the static-shape engine (qerl.rl.engine: CUDA
-    graphs, fused projections; rows run to the longest completion, checked for EOS every 32 steps; its sampling
+    graphs, fused projections; rows run to the longest completion, checked for EOS every 8 steps; its sampling
     uses the torch RNG, seeded from `generator`); otherwise the eager loop, where finished rows leave the batch (and
     the KV cache). engine=True forces the engine (also on CPU, for tests), False the eager loop.
 
