@@ -83,6 +83,19 @@ def tiny_model(tokenizer):
     return build_model(tokenizer, seed=0).eval()
 
 
+@pytest.fixture(scope="session")
+def tiny_base(tmp_path_factory) -> Path:
+    """A base checkpoint folder: the random tiny Qwen2 (seed 0) and its tokenizer, as `--base` takes it (tests/rl;
+    read-only: a test that writes beside it copies it first)."""
+    from qerl.models.tiny import build_model, build_tokenizer
+
+    base = tmp_path_factory.mktemp("tiny_base") / "base"
+    tok = build_tokenizer()
+    build_model(tok, seed=0).save_pretrained(base)
+    tok.save_pretrained(base)
+    return base
+
+
 # The tiny scale cut to seconds per job, for tests that run the DAG through Snakemake (`rule all` of it takes minutes).
 # Every job of the DAG still runs; what the jobs compute is not checked for quality, only that it is written and read:
 # 10 pretraining steps of 8 sequences on one thread (the serial head of the DAG; `pretrain-tiny` sets its thread count

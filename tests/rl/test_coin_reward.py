@@ -13,7 +13,6 @@ import pytest
 import torch
 
 from qerl.config import validate_config
-from qerl.models.tiny import build_model, build_tokenizer
 from qerl.rl import step as S
 from qerl.rl.rewards import coin_rewards
 from qerl.rl.settings import build_run_policy, resolve_settings
@@ -37,15 +36,6 @@ def test_coin_rewards_are_seeded_by_seed_step_and_rank():
         coin_rewards(0, 0)(["x"] * 64, golds[:63])
 
 
-@pytest.fixture(scope="module")
-def base(tmp_path_factory):
-    root = tmp_path_factory.mktemp("coin")
-    tok = build_tokenizer()
-    build_model(tok, seed=0).save_pretrained(root / "base")
-    tok.save_pretrained(root / "base")
-    return root / "base"
-
-
 def _step(base, reward: str) -> tuple:
     cfg = copy.deepcopy(CFG)
     cfg["train"]["tasks"]["t"]["reward"] = reward
@@ -57,13 +47,13 @@ def _step(base, reward: str) -> tuple:
     return s, row
 
 
-def test_coin_makes_the_update_run_its_backward(base, monkeypatch):
-    s, graded = _step(base, "answer")
+def test_coin_makes_the_update_run_its_backward(tiny_base, monkeypatch):
+    s, graded = _step(tiny_base, "answer")
     assert s.reward == "answer" and graded.reward == 0.0 and graded.grad_norm == 0.0  # zero signal: no gradient
     calls = []
     real = torch.Tensor.backward
     monkeypatch.setattr(torch.Tensor, "backward", lambda self, *a, **k: (calls.append(1), real(self, *a, **k)))
-    s, coin = _step(base, "coin")
+    s, coin = _step(tiny_base, "coin")
     assert s.reward == "coin" and 0.0 < coin.reward < 1.0 and coin.mixed_groups > 0
     assert coin.accuracy == 0.0  # the coin grades nothing
     assert coin.grad_norm > 0.0 and len(calls) >= 1  # the update ran its backward

@@ -10,7 +10,6 @@ import pytest
 import torch
 
 from qerl.config import validate_config
-from qerl.models.tiny import build_model, build_tokenizer
 from qerl.rl import step as S
 from qerl.rl.settings import build_run_policy, resolve_settings
 
@@ -20,22 +19,13 @@ CFG = {"prompt": {"instruction": "none"},
                                  "max_new_tokens": 4}}}}
 
 
-@pytest.fixture(scope="module")
-def base(tmp_path_factory):
-    root = tmp_path_factory.mktemp("sampling_copy")
-    tok = build_tokenizer()
-    build_model(tok, seed=0).save_pretrained(root / "base")
-    tok.save_pretrained(root / "base")
-    return root / "base"
-
-
 def _policy(base, method: str, dtype: str):
     s = resolve_settings(validate_config(CFG), "t", method, "default", seed=0)
     return s, build_run_policy(s, base, dtype=dtype)
 
 
-def test_full_fine_tuning_samples_from_a_refreshed_bfloat16_copy(base):
-    _, policy = _policy(base, "full", "bfloat16")
+def test_full_fine_tuning_samples_from_a_refreshed_bfloat16_copy(tiny_base):
+    _, policy = _policy(tiny_base, "full", "bfloat16")
     params = list(policy.model.parameters())
     assert {p.dtype for p in params} == {torch.float32}  # the master weights
     sampler = policy.sampling_model()
@@ -59,21 +49,21 @@ def test_full_fine_tuning_samples_from_a_refreshed_bfloat16_copy(base):
 
 
 @pytest.mark.parametrize("method,dtype", [("lora", "bfloat16"), ("full", "float32"), ("qerl", "bfloat16")])
-def test_other_policies_sample_from_their_own_model(base, method, dtype):
-    _, policy = _policy(base, method, dtype)
+def test_other_policies_sample_from_their_own_model(tiny_base, method, dtype):
+    _, policy = _policy(tiny_base, method, dtype)
     assert policy.sampling_model() is policy.model
 
 
-def test_per_forward_noise_samples_from_the_model_its_hooks_are_on(base):
+def test_per_forward_noise_samples_from_the_model_its_hooks_are_on(tiny_base):
     from types import SimpleNamespace
 
-    _, policy = _policy(base, "full", "bfloat16")
+    _, policy = _policy(tiny_base, "full", "bfloat16")
     policy.aqn = SimpleNamespace(resample="forward")  # AQN redrawn by forward hooks on the model's own norms
     assert policy.eager_rollout and policy.sampling_model() is policy.model
 
 
-def test_the_rollout_samples_from_the_copy(base, monkeypatch):
-    s, policy = _policy(base, "full", "bfloat16")
+def test_the_rollout_samples_from_the_copy(tiny_base, monkeypatch):
+    s, policy = _policy(tiny_base, "full", "bfloat16")
     learner = S.make_learner(policy, s)
     seen = []
     real = S.sample
@@ -84,7 +74,7 @@ def test_the_rollout_samples_from_the_copy(base, monkeypatch):
     assert next(policy.model.parameters()).dtype == torch.float32  # the update still trains the float32 weights
 
 
-def test_the_in_job_evaluation_samples_from_the_copy(base, tmp_path, monkeypatch):
+def test_the_in_job_evaluation_samples_from_the_copy(tiny_base, tmp_path, monkeypatch):
     import argparse
     import json
 
@@ -92,7 +82,7 @@ def test_the_in_job_evaluation_samples_from_the_copy(base, tmp_path, monkeypatch
     import qerl.rl.trainer as trainer
     from qerl.rl.distributed import DistContext
 
-    s, policy = _policy(base, "full", "bfloat16")
+    s, policy = _policy(tiny_base, "full", "bfloat16")
     monkeypatch.setattr(trainer, "train", lambda *a, **k: {"steps": 0, "final": {}, "policy": policy,
                                                           "model": policy.model, "tokenizer": policy.tokenizer,
                                                           "seconds": {}})
@@ -104,7 +94,7 @@ def test_the_in_job_evaluation_samples_from_the_copy(base, tmp_path, monkeypatch
 
     monkeypatch.setattr(T, "evaluate_trained", evaluate)
     (tmp_path / "config.yaml").write_text("scale: tiny\n")  # what the provenance records
-    args = argparse.Namespace(data=None, device="cpu", base=str(base), quantized=None, no_progress=True,
+    args = argparse.Namespace(data=None, device="cpu", base=str(tiny_base), quantized=None, no_progress=True,
                               config=str(tmp_path / "config.yaml"))
     T._train_and_evaluate(args, validate_config(CFG), s, str(tmp_path), DistContext())
     assert seen == [torch.bfloat16]

@@ -9,7 +9,6 @@ import copy
 import torch
 
 from qerl.config import validate_config
-from qerl.models.tiny import build_model, build_tokenizer
 from qerl.rl import step as S
 from qerl.rl.settings import build_run_policy, resolve_settings
 
@@ -19,14 +18,11 @@ CFG = {"prompt": {"instruction": "none"},
                                  "max_new_tokens": 4}}}}
 
 
-def _learner(tmp_path):
-    tok = build_tokenizer()
-    build_model(tok, seed=0).save_pretrained(tmp_path / "base")
-    tok.save_pretrained(tmp_path / "base")
+def _learner(base):
     cfg = validate_config(copy.deepcopy(CFG))
     s = resolve_settings(cfg, "t", "lora", "default", seed=0)
     torch.manual_seed(0)
-    learner = S.make_learner(build_run_policy(s, tmp_path / "base"), s)
+    learner = S.make_learner(build_run_policy(s, base), s)
     # a first update with signal, so AdamW has momentum and a zero-gradient step moves the weights
     ids = torch.randint(3, learner.model.config.vocab_size, (4, 7), generator=torch.Generator().manual_seed(0))
     attn, mask = torch.ones_like(ids), torch.ones(4, 4)
@@ -35,8 +31,8 @@ def _learner(tmp_path):
     return learner, s, ids, attn, mask
 
 
-def test_zero_advantage_steps_without_backward(tmp_path, monkeypatch):
-    learner, s, ids, attn, mask = _learner(tmp_path)
+def test_zero_advantage_steps_without_backward(tiny_base, monkeypatch):
+    learner, s, ids, attn, mask = _learner(tiny_base)
     reference = copy.deepcopy(learner)
     batch = S.UpdateBatch(ids, attn, 3, mask, torch.zeros(4), None, None)
     # the backward path (what the CPU computes): zero gradients, two optimizer steps
