@@ -100,19 +100,21 @@ def forward(argv: list[str]) -> int | None:
 def _wait_for_start(path: str, timeout: float = START_WAIT_S) -> bool:
     """Whether the socket `path` appears while its server's start marker names a running process (at most
     `timeout` seconds); False at once when there is no marker (no server, or one stopped)."""
-    marker = os.path.join(os.path.dirname(path), _STARTING)
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    while not os.path.exists(path) and time.monotonic() < deadline:
         try:
-            pid = int(Path(marker).read_text())
+            pid = int(Path(_marker(path)).read_text())
         except (OSError, ValueError):  # no marker: listening by now, or never started / stopped
-            return os.path.exists(path)
+            break
         if not _running(pid):  # died while importing (its marker left behind)
-            return os.path.exists(path)
-        if os.path.exists(path):
-            return True
+            break
         time.sleep(0.05)
     return os.path.exists(path)
+
+
+def _marker(path: str) -> str:
+    """The start marker of the server of socket `path` (beside it; its process id while it imports)."""
+    return os.path.join(os.path.dirname(path), _STARTING)
 
 
 def _running(pid: int) -> bool:
@@ -142,7 +144,6 @@ def serve(path: str, parent: int, run: Callable[[list[str]], int], preload: tupl
     `parent` is gone. The socket appears only once the imports are done (bound under a temporary name, then
     renamed), and the start marker that `start` wrote goes then, or when the server fails before it listens: a
     client waits for a server still importing, never for one that cannot serve."""
-    marker = os.path.join(os.path.dirname(path), _STARTING)
     try:
         for name in preload:
             importlib.import_module(name)
@@ -155,7 +156,7 @@ def serve(path: str, parent: int, run: Callable[[list[str]], int], preload: tupl
         listener.settimeout(1.0)
         os.replace(staging, path)
     finally:
-        _unlink(marker)
+        _unlink(_marker(path))
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
     try:
         while os.path.exists(path) and _alive(parent):
@@ -262,7 +263,7 @@ def start(parent: int, log: str | Path | None = None, preload: tuple[str, ...] |
     if log:
         out.close()
     # the start marker (serve removes it once listening, or on failing): clients started before then wait for it
-    marker = os.path.join(os.path.dirname(path), _STARTING)
+    marker = _marker(path)
     Path(f"{marker}.tmp").write_text(str(server.pid))
     os.replace(f"{marker}.tmp", marker)
     return path
@@ -272,15 +273,16 @@ def stop(path: str | None) -> None:
     """Stop the server of `path` (it exits within a second of its socket file going) and remove its folder."""
     if not path:
         return
-    folder = os.path.dirname(path)
-    for remove, target in ((os.unlink, path), (os.unlink, os.path.join(folder, _STARTING)), (os.rmdir, folder)):
-        try:
-            remove(target)
-        except OSError:  # gone already; or the folder still holds the socket of a server not yet listening
-            pass
+    _unlink(path)
+    _unlink(_marker(path))
+    try:
+        os.rmdir(os.path.dirname(path))
+    except OSError:  # gone already; or the folder still holds the socket of a server not yet listening
+        pass
 
 
 def _unlink(path: str) -> None:
+    """Remove the file `path` if it is there."""
     try:
         os.unlink(path)
     except OSError:

@@ -12,12 +12,11 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
-
-import signal
 
 import pytest
 import yaml

@@ -32,6 +32,7 @@ def test_full_fine_tuning_samples_from_a_refreshed_bfloat16_copy(tiny_base):
     mine = list(sampler.parameters())
     assert sampler is not policy.model and {p.dtype for p in mine} == {torch.bfloat16}
     assert len(mine) == len(params) and not any(p.requires_grad for p in mine)
+    assert sampler.lm_head.weight is sampler.model.embed_tokens.weight  # the tiny model's tied weights stay tied
     assert all(torch.equal(m, p.to(torch.bfloat16)) for m, p in zip(mine, params))
     assert {b.dtype for b in sampler.buffers()} == {b.dtype for b in policy.model.buffers()}  # rotary stays float32
     ptrs = [m.data_ptr() for m in mine]
