@@ -67,7 +67,7 @@ def run(args) -> int:
                                         max_new_tokens=args.max_new_tokens, batch_size=args.batch_size)
     names = names or list(settings.benchmarks)
     policy = build_policy(args.format, args.base, quantized=args.quantized, adapter=args.adapter,
-                          dtype=cfg["model"]["dtype"], device=args.device)
+                          dtype=cfg["model"]["dtype"], device=args.device, nf4_decode=cfg["model"]["nf4_decode"])
     info = {**policy.info, "method": args.method}
     for i, seed in enumerate(args.seed):
         results = evaluate_model(policy.model, policy.tokenizer, names, cfg, seed, settings=settings,

@@ -37,9 +37,11 @@ from torch import nn
 from qerl.contract.methods import Method, get_method
 from qerl.policy.formats import checkpoint_format, keep_trainable_layout, quantize_model, torch_dtype, weight_nbytes
 
-__all__ = ["LoraSpec", "AqnSpec", "Policy", "build_policy", "load_tokenizer", "load_base", "load_adapter",
-           "set_gradient_checkpointing"]
+__all__ = ["NF4_DECODES", "LoraSpec", "AqnSpec", "Policy", "build_policy", "load_tokenizer", "load_base",
+           "load_adapter", "set_gradient_checkpointing"]
 
+#: config model.nf4_decode: how the decode engine runs NF4 layers (build_policy)
+NF4_DECODES = ("bitsandbytes", "dequantized")
 _LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 _GENERIC_TOKENIZERS = ("TokenizersBackend", "PreTrainedTokenizerFast")
 
@@ -286,7 +288,8 @@ def _add_lora(model: nn.Module, lora: LoraSpec):
 def build_policy(method: str, base: str | Path | nn.Module, *, quantized: str | Path | None = None,
                  lora: LoraSpec | None = None, adapter: str | Path | None = None, aqn: AqnSpec | None = None,
                  tokenizer=None, device: str | torch.device | None = None, dtype: str | torch.dtype = "float32",
-                 targets: tuple[str, ...] | None = None, gradient_checkpointing: bool = False) -> Policy:
+                 targets: tuple[str, ...] | None = None, gradient_checkpointing: bool = False,
+                 nf4_decode: str = "bitsandbytes") -> Policy:
     """Build the model of `method` (the module docstring gives the steps).
 
     Args:
@@ -301,18 +304,23 @@ def build_policy(method: str, base: str | Path | nn.Module, *, quantized: str | 
         dtype: dtype of the unquantized weights and of activations.
         targets: layers a round-to-nearest conversion quantizes (default q/k/v/o/gate/up/down).
         gradient_checkpointing: recompute activations in the backward pass.
+        nf4_decode: config model.nf4_decode: "bitsandbytes" (the decode engine calls NF4 layers as they are) or
+            "dequantized" (it runs them from a copy of their dequantized weights: baselines.nf4.mark_decode_dequantized).
 
     Returns:
         The Policy (model, tokenizer, method, info, aqn).
 
     Raises:
-        ValueError: unknown method or dtype, a bad folder, a quantized checkpoint of another format (or for a BF16
+        ValueError: unknown method, dtype or nf4_decode, a bad folder, a quantized checkpoint of another format (or for a BF16
             method), a given model in another 4-bit format, LoRA for a method that does not train LoRA, both
             `lora` and `adapter`, or an adapter on a fully fine-tuned method.
         RuntimeError: NF4 where bitsandbytes cannot run.
     """
     meth = get_method(method)
     fmt, dt = meth.weights, torch_dtype(dtype)
+    if nf4_decode not in NF4_DECODES:
+        raise ValueError(f"nf4_decode (config model.nf4_decode) must be one of {', '.join(NF4_DECODES)}, got "
+                         f"{nf4_decode!r}")
     if lora is not None and meth.trainable != "lora":
         raise ValueError(f"method {method!r} does not train LoRA adapters (trainable: {meth.trainable})")
     if lora is not None and adapter is not None:
@@ -350,6 +358,10 @@ def build_policy(method: str, base: str | Path | nn.Module, *, quantized: str | 
             fmt, f"{fmt} round-to-nearest at load time (no AWQ scaling)")
     if fmt == "nf4":
         keep_trainable_layout(model)
+        if nf4_decode == "dequantized":
+            from baselines.nf4 import mark_decode_dequantized
+
+            mark_decode_dequantized(model)
     if meth.trainable == "all":
         for p in model.parameters():
             p.requires_grad_(True)

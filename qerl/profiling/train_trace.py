@@ -215,7 +215,8 @@ def trace_method(cfg: dict, task: str, method: str, base: str, quantized_root: s
     t0 = time.perf_counter()
     problems = load_task_problems(cfg, s)
     policy = build_run_policy(s, base, quantized=_quantized_for(method, quantized_root), dtype=cfg["model"]["dtype"],
-                              device="cuda" if torch.cuda.is_available() else "cpu")
+                              device="cuda" if torch.cuda.is_available() else "cpu",
+                              nf4_decode=cfg["model"]["nf4_decode"])
     learner = make_learner(policy, s)
     build_s = time.perf_counter() - t0
     watch = _FiniteWatch(policy.model).install() if check_finite else None

@@ -27,7 +27,8 @@ Measured on an H200 (results/measured/h200/step_trace.run9.md, 7B): 16 kernels p
 for BF16 + LoRA (cuBLAS adds a split-K reduction to the skinny LoRA products; the BF16 addmm copies its input), against
 31 and 33 before this engine; the LM head and the sampling (temperature, top-p, Gumbel-max with the default CUDA
 generator, log-prob and entropy of the sampling distribution, as qerl.rl.rollout.sample) follow, inside the same graph.
-Layers the fused path cannot read (merged or DoRA adapters, several active adapters, bitsandbytes bases) are called
+Layers the fused path cannot read (merged or DoRA adapters, several active adapters, bitsandbytes bases unless marked
+for a dequantized decode: config model.nf4_decode, baselines.nf4.mark_decode_dequantized) are called
 as modules, with their LoRA applied by the same kernels where it can be.
 
 Layout: KV cache [layers, B, kv_heads, max_len, head_dim]; slot j of a row holds its j-th column (left-padded

@@ -5,7 +5,9 @@ The engine does not modify the model it reads. A group asks the layers for what 
 (`qerl.layers.lora.adapter_factors`, `QuantLinear.kernel_weight`) and keeps its own copies only of what is small:
 the LoRA factors (A stacked, B scaled; refreshed at every `generate`, so an optimizer step between generations is
 seen), the q/k/v biases and, for BF16 bases, the q/k/v weights concatenated (0.9 GB for Qwen2.5-7B, ~6 % of its
-BF16 weights; `copy_dense_qkv=False` runs three GEMMs instead). 4-bit weights are read in place on CUDA (a
+BF16 weights; `copy_dense_qkv=False` runs three GEMMs instead). bitsandbytes NF4 layers marked by
+`baselines.nf4.mark_decode_dequantized` (config model.nf4_decode: dequantized) are the exception: the group holds
+their dequantized weights, concatenated, and runs them as BF16 bases. 4-bit weights are read in place on CUDA (a
 QuantLinear converts its buffers to the kernels' layout, as its own first CUDA forward does); on the CPU, where the
 layers are left as they are, the engine holds a prepared copy of them. A group watches the addresses of the tensors
 it reads in place: when the model's tensors were replaced, `refresh` rebuilds it (and the engine drops its captured
@@ -29,19 +31,22 @@ class Group:
     by rows (`lora_b`, scaled, rank padded to R) for the kernel that consumes the outputs.
 
     Kinds: "fp4" (QuantLinear bases: qerl_kernels.segment_prepared views of their own buffers, or the single prepared
-    weight), "dense" (frozen nn.Linear: the module's weight, or for several members an engine-owned concatenation),
-    "bases" (other frozen bases, e.g. bitsandbytes: called one by one), "call" (modules called as they are, LoRA
+    weight), "dense" (frozen nn.Linear: the module's weight, or for several members an engine-owned concatenation;
+    or bitsandbytes NF4 layers marked for a dequantized decode: their dequantized weights, engine-owned), "bases"
+    (other frozen bases, e.g. unmarked bitsandbytes layers: called one by one), "call" (modules called as they are, LoRA
     included: merged or DoRA adapters, several adapters, trainable bases, fuse=False)."""
 
     def __init__(self, mods, *, fuse: bool, dtype: torch.dtype, in_place: bool, copy_dense: bool):
         from torch import nn
 
+        from baselines.nf4 import DECODE_DEQUANTIZED
         from qerl.layers import QuantLinear
         from qerl.layers.lora import adapter_factors
 
         self.mods, self.dtype, self.in_place, self.copy_dense = list(mods), dtype, in_place, copy_dense
         facts = [adapter_factors(m) for m in self.mods]
         self.kind, self.lora_b, self.a_cat, self.bias = "call", None, None, None
+        self.dequantized = False  # "dense" from bitsandbytes NF4 layers (the engine owns their dequantized weights)
         if not fuse or any(f is None or len(f) > 1 for _, f in facts):
             return
         self.bases = [b for b, _ in facts]
@@ -54,6 +59,8 @@ class Group:
             self.kind = "fp4"
         elif all(type(b) is nn.Linear for b in self.bases):
             self.kind = "dense"
+        elif all(getattr(b, DECODE_DEQUANTIZED, False) for b in self.bases):
+            self.kind, self.dequantized = "dense", True
         else:
             self.kind = "bases"
         self._build()
@@ -69,7 +76,11 @@ class Group:
             self.w = self.members[0] if len(bases) == 1 else qerl_kernels.segment_prepared(self.members)
             self.parts = [(0, self.sizes[0])] if len(bases) == 1 else list(self.w.parts)
         elif self.kind == "dense":
-            if len(bases) == 1:
+            if self.dequantized:  # frozen: dequantized once, until the layers' weights are replaced
+                from baselines.nf4 import dequantized_weight
+
+                self.w = torch.cat([dequantized_weight(b, self.dtype) for b in bases])
+            elif len(bases) == 1:
                 self.w = bases[0].weight
             elif self.copy_dense:
                 self.w = torch.empty(sum(self.sizes), bases[0].in_features, dtype=bases[0].weight.dtype,
@@ -95,8 +106,8 @@ class Group:
         """Addresses of the model tensors this group reads in place (a change means they were replaced)."""
         if self.kind == "fp4":
             return tuple(t.data_ptr() for p in self.members for t in (p.words, p.scales, p.out_scales))
-        if self.kind == "dense" and len(self.bases) == 1:
-            return (self.bases[0].weight.data_ptr(),)
+        if self.kind == "dense" and (self.dequantized or len(self.bases) == 1):
+            return tuple(b.weight.data_ptr() for b in self.bases)
         return ()
 
     @torch.no_grad()
@@ -110,8 +121,8 @@ class Group:
             now = tuple(t.data_ptr() for b in self.bases for p in (b.kernel_weight(),)
                         for t in (p.words, p.scales, p.out_scales))
             rebuilt = now != self._ptrs
-        elif self.kind == "dense" and len(self.bases) == 1:
-            rebuilt = self.bases[0].weight.data_ptr() != self._ptrs[0]
+        elif self.kind == "dense" and (self.dequantized or len(self.bases) == 1):
+            rebuilt = self._watched() != self._ptrs
         if rebuilt:
             self._build()
             return True
@@ -120,7 +131,7 @@ class Group:
             if self.bias is not None:
                 if b.bias is not None:
                     self.bias[row:row + n].copy_(b.bias)
-            if self.kind == "dense" and self.w is not None and len(self.bases) > 1:
+            if self.kind == "dense" and self.w is not None and len(self.bases) > 1 and not self.dequantized:
                 self.w[row:row + n].copy_(b.weight)
             f = self.factors[i]
             if f is not None and self.a_cat is not None:

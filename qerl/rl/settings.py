@@ -148,7 +148,8 @@ def aqn_spec(s: RunSettings) -> AqnSpec | None:
 
 
 def build_run_policy(s: RunSettings, base, *, quantized: str | Path | None = None, tokenizer=None,
-                     device: str | torch.device | None = None, dtype: str | torch.dtype = "float32") -> Policy:
+                     device: str | torch.device | None = None, dtype: str | torch.dtype = "float32",
+                     nf4_decode: str = "bitsandbytes") -> Policy:
     """`build_policy` for a run: the method's format, the run's LoRA adapters (or every weight), AQN and gradient
     checkpointing as the settings say.
 
@@ -159,6 +160,7 @@ def build_run_policy(s: RunSettings, base, *, quantized: str | Path | None = Non
         tokenizer: the tokenizer of a model given as `base`.
         device: where the policy trains.
         dtype: config model.dtype.
+        nf4_decode: config model.nf4_decode (qerl.policy.build_policy).
 
     Returns:
         The Policy.
@@ -174,7 +176,7 @@ def build_run_policy(s: RunSettings, base, *, quantized: str | Path | None = Non
         sample_dtype, dtype = torch_dtype(dtype), "float32"
     policy = build_policy(s.method, base, quantized=quantized, lora=lora_spec(s), aqn=aqn_spec(s),
                           tokenizer=tokenizer, device=device, dtype=dtype,
-                          gradient_checkpointing=s.gradient_checkpointing)
+                          gradient_checkpointing=s.gradient_checkpointing, nf4_decode=nf4_decode)
     policy.sample_dtype = sample_dtype
     return policy
 

@@ -152,7 +152,8 @@ def train(cfg: dict, s: RunSettings, base_dir: str | Path, out_dir: str | Path, 
     torch.manual_seed(s.seed)
     problems = load_task_problems(cfg, s, data_dir)
     policy = build_run_policy(s, base_dir, quantized=quantized_dir, dtype=cfg["model"]["dtype"],
-                              device=ctx.device if ctx.device is not None else device)
+                              device=ctx.device if ctx.device is not None else device,
+                              nf4_decode=cfg["model"]["nf4_decode"])
     learner = make_learner(policy, s, ctx)
     ckpt, metrics_path = out / CHECKPOINT_FILE, out / METRICS_FILE
     identity = run_identity(s, problems, base_dir, quantized_dir)

@@ -418,3 +418,49 @@ def test_prefill_holds_no_per_head_mask(tiny_model, monkeypatch):
         eng.prefill(ids, mask)
     largest = max(e.cpu_memory_usage for e in prof.events())
     assert 0 < largest < per_head_mask / 2, (largest, per_head_mask)
+
+
+def test_nf4_layers_marked_for_a_dequantized_decode_give_the_products_bitsandbytes_gives(setup):
+    """config model.nf4_decode: dequantized: the engine runs QLoRA's NF4 bases from its own dequantized copy (one
+    GEMM per projection group) and samples what it samples through bitsandbytes' layers, and what the model computes
+    teacher-forced (through bitsandbytes); the model's own layers are untouched."""
+    import copy
+
+    from baselines.nf4 import bitsandbytes_cpu_problem, keep_trainable_layout, mark_decode_dequantized, quantize_nf4_
+    problem = bitsandbytes_cpu_problem()
+    if problem:
+        pytest.skip(problem)
+    model, tok, ids, attn = setup
+    qlora = _lora(keep_trainable_layout(quantize_nf4_(copy.deepcopy(model))).eval())
+    kw = dict(max_new_tokens=12, temperature=0.0, force_length=True)
+    plain = DecodeEngine(qlora, batch=3, max_len=ids.shape[1] + 12)
+    assert plain.group_kinds() == {"bases"}
+    a = plain.generate(ids, attn, **kw)
+    before = {n: p.detach().clone() for n, p in qlora.named_parameters()}
+    assert mark_decode_dequantized(qlora) == 7 * len(model.model.layers)
+    deq = DecodeEngine(qlora, batch=3, max_len=ids.shape[1] + 12)
+    assert deq.group_kinds() == {"dense"}
+    assert all(g.dequantized for groups in deq._groups for g in groups)
+    b = deq.generate(ids, attn, **kw)
+    assert torch.equal(a.tokens, b.tokens)
+    assert torch.allclose(a.logp, b.logp, atol=1e-5), (a.logp - b.logp).abs().max()
+    _check_against_forward(qlora, ids, attn, b)
+    assert all(torch.equal(p, before[n]) for n, p in qlora.named_parameters())
+
+
+def test_build_policy_marks_nf4_layers_only_when_the_config_asks(tiny_base):
+    from baselines.nf4 import DECODE_DEQUANTIZED, bitsandbytes_cpu_problem
+    from qerl.policy import build_policy
+    problem = bitsandbytes_cpu_problem()
+    if problem:
+        pytest.skip(problem)
+
+    def marked(policy):
+        return sum(bool(getattr(m, DECODE_DEQUANTIZED, False)) for m in policy.model.modules())
+
+    assert marked(build_policy("nf4", tiny_base)) == 0
+    n_layers = len(build_policy("bf16", tiny_base).model.model.layers)
+    assert marked(build_policy("qlora", tiny_base, nf4_decode="dequantized")) == 7 * n_layers
+    assert marked(build_policy("lora", tiny_base, nf4_decode="dequantized")) == 0  # BF16 weights: nothing to mark
+    with pytest.raises(ValueError, match="model.nf4_decode"):
+        build_policy("nf4", tiny_base, nf4_decode="dequantised")
