@@ -228,7 +228,7 @@ if HAVE_TRITON:
     @triton.jit
     def _attn_split_kernel(
             # pointers
-            q_ptr, kc_ptr, vc_ptr, valid_ptr, slot_ptr, acc_ptr, ml_ptr,
+            q_ptr, kc_ptr, vc_ptr, valid_ptr, slot_ptr, acc_ptr, ml_ptr, o_ptr,
             # sizes
             SPAN, CHUNK, scale,
             # strides (cache: row, kv head, slot; valid: row)
@@ -237,7 +237,8 @@ if HAVE_TRITON:
             KVH: tl.constexpr, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr, BS: tl.constexpr,
             NSPLIT: tl.constexpr, IEEE: tl.constexpr):
         """Program (row b, kv head h, split s): the G query heads of kv head h against keys [s*CHUNK, (s+1)*CHUNK)
-        up to the current slot; online softmax; writes the unnormalised partial output and (max, sum)."""
+        up to the current slot; online softmax; writes the unnormalised partial output and (max, sum), or with one
+        split the normalised output itself (no combine kernel)."""
         b = tl.program_id(0)
         h = tl.program_id(1)
         s = tl.program_id(2)
@@ -273,10 +274,15 @@ if HAVE_TRITON:
             else:
                 acc = acc * alpha[:, None] + tl.dot(p.to(vt.dtype), vt)
             m_i = m_new
-        part = (b * KVH + h) * NSPLIT + s
-        tl.store(acc_ptr + (part * GP + gi)[:, None] * D + dd[None, :], acc)
-        tl.store(ml_ptr + (part * GP + gi) * 2, m_i)
-        tl.store(ml_ptr + (part * GP + gi) * 2 + 1, l_i)
+        if NSPLIT == 1:  # the current slot is always attended: l_i > 0
+            o = acc / l_i[:, None]
+            tl.store(o_ptr + (b * KVH * G + h * G + gi)[:, None] * D + dd[None, :], o.to(o_ptr.dtype.element_ty),
+                     mask=g_ok[:, None])
+        else:
+            part = (b * KVH + h) * NSPLIT + s
+            tl.store(acc_ptr + (part * GP + gi)[:, None] * D + dd[None, :], acc)
+            tl.store(ml_ptr + (part * GP + gi) * 2, m_i)
+            tl.store(ml_ptr + (part * GP + gi) * 2 + 1, l_i)
 
     @triton.jit
     def _attn_combine_kernel(acc_ptr, ml_ptr, o_ptr, KVH: tl.constexpr, G: tl.constexpr, GP: tl.constexpr,
@@ -406,7 +412,11 @@ def qkv_rope_cache(q, k, v, t, lora_b, bias, cos, sin, pos, slot, k_cache, v_cac
 def attention_splits(batch: int, kv_heads: int, span: int, sms: int = 132, block: int = 64) -> int:
     """Key splits of `decode_attention` for this shape: enough programs for ~8 per multiprocessor (each one walks
     its keys block by block, so several per SM keep loads in flight), each split at least two key blocks long
-    (fewer, longer splits when batch x kv_heads already fills the GPU)."""
+    (fewer, longer splits when batch x kv_heads already fills the GPU); none once batch x kv_heads gives two
+    programs per SM: one kernel instead of a split kernel and a combine kernel (the small scale's jobs sharing a
+    GPU are bound by the count of kernels: results/measured/h100/small/share_gpu)."""
+    if batch * kv_heads >= 2 * sms:
+        return 1
     want = -(-8 * sms // max(1, batch * kv_heads))
     return max(1, min(want, span // (2 * block), 64))
 
@@ -435,17 +445,18 @@ def decode_attention(q, k_cache, v_cache, valid, slot, span: int, scale: float, 
     ns = splits or attention_splits(bsz, kvh, span, sms, bs)
     chunk = -(-(-(-span // ns)) // bs) * bs
     gp = max(16, triton.next_power_of_2(g))
-    acc = torch.empty(bsz * kvh * ns * gp * d, dtype=torch.float32, device=q.device)
-    ml = torch.empty(bsz * kvh * ns * gp * 2, dtype=torch.float32, device=q.device)
+    out = torch.empty(bsz, heads * d, dtype=q.dtype, device=q.device)
+    acc = torch.empty(bsz * kvh * ns * gp * d if ns > 1 else 1, dtype=torch.float32, device=q.device)
+    ml = torch.empty(bsz * kvh * ns * gp * 2 if ns > 1 else 1, dtype=torch.float32, device=q.device)
     qc = q.contiguous()
     valid_i8 = valid.view(torch.int8) if valid.dtype == torch.bool else valid
     _attn_split_kernel[(bsz, kvh, ns)](
-        qc, k_cache, v_cache, valid_i8, slot, acc, ml, span, chunk, float(scale),
+        qc, k_cache, v_cache, valid_i8, slot, acc, ml, out, span, chunk, float(scale),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), valid_i8.stride(0),
         KVH=kvh, G=g, GP=gp, D=d, BS=bs, NSPLIT=ns, IEEE=_ieee(q), num_warps=4)
-    out = torch.empty(bsz, heads * d, dtype=q.dtype, device=q.device)
-    _attn_combine_kernel[(bsz, heads)](acc, ml, out, KVH=kvh, G=g, GP=gp, D=d, NSPLIT=ns,
-                                       NSP=triton.next_power_of_2(ns), num_warps=2)
+    if ns > 1:
+        _attn_combine_kernel[(bsz, heads)](acc, ml, out, KVH=kvh, G=g, GP=gp, D=d, NSPLIT=ns,
+                                           NSP=triton.next_power_of_2(ns), num_warps=2)
     return out
 
 

@@ -163,7 +163,9 @@ class Group:
         return [b(x) for b in self.bases], t, None
 
     def residual(self, x: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
-        """h + module(x) (a single member: o_proj or down_proj), LoRA included."""
+        """h + module(x) (a single member: o_proj or down_proj), LoRA included. `h` may be overwritten with the result
+        (the engine never reads the residual stream it hands in again): a dense base then adds into it in place,
+        without the copy of h an out-of-place addmm launches (one kernel fewer per layer and group)."""
         if self.kind == "call":
             return h + self.mods[0](x)
         t = self.lora_t(x)
@@ -173,8 +175,7 @@ class Group:
         if self.kind == "dense":
             lead = h.shape[:-1]
             h2, x2 = h.reshape(-1, h.shape[-1]), x.reshape(-1, x.shape[-1])
-            out = torch.addmm(h2, x2, self.w.t()) if self.bias is None else \
-                torch.addmm(h2 + self.bias, x2, self.w.t())
+            out = h2.addmm_(x2, self.w.t()) if self.bias is None else torch.addmm(h2 + self.bias, x2, self.w.t())
         else:
             lead = h.shape[:-1]
             out = (h + self.bases[0](x)).reshape(-1, h.shape[-1])

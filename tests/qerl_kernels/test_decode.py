@@ -108,4 +108,6 @@ def test_rank_padding_and_splits():
     assert decode.attention_splits(1, 4, 2304) == 18  # long spans split for several programs per SM
     assert decode.attention_splits(64, 4, 1024) == 5
     assert decode.attention_splits(512, 4, 2304) == 1  # a large batch fills the GPU by itself
+    assert decode.attention_splits(128, 3, 512) == 1  # the small scale's rollouts: no combine kernel
+    assert decode.attention_splits(64, 4, 512) == 4
     assert decode.attention_splits(1, 4, 64) == 1
