@@ -7,6 +7,9 @@ CUDA graph. These kernels make a layer a handful of launches; with the projectio
 the LoRA down-products (cuBLAS) a layer is 14 launches for NVFP4 and 19 for BF16 (qerl/rl/engine.py).
 
     rmsnorm(h, w, eps, add=y)                    h += y (in place, if given); returns rmsnorm(h) * w
+    rmsnorm_lora(h, w, eps, a)                   (x, t): x = rmsnorm(h) * w and the LoRA down-products t = x a^T of
+                                                 the projections that read x, in one launch (instead of a norm
+                                                 kernel and a cuBLAS GEMM)
     qkv_rope_cache(q, k, v, t, lora_b, bias, cos, sin, pos, slot, k_cache, v_cache)
         q/k/v projections + their LoRA update (t @ B^T) + bias, RoPE on q and k, k and v written to cache slot
         `slot`; returns the rotated queries [B, heads, d]
@@ -36,7 +39,7 @@ if HAVE_TRITON:
     import triton
     import triton.language as tl
 
-__all__ = ["rmsnorm", "rmsnorm_reference", "qkv_rope_cache", "qkv_rope_cache_reference", "decode_attention",
+__all__ = ["rmsnorm", "rmsnorm_reference", "rmsnorm_lora", "rmsnorm_lora_reference", "NORM_LORA_MAX_HIDDEN", "qkv_rope_cache", "qkv_rope_cache_reference", "decode_attention",
            "decode_attention_reference", "attention_splits", "silu_mul", "silu_mul_reference", "lora_rank_pad"]
 
 
@@ -55,6 +58,12 @@ def rmsnorm_reference(h: torch.Tensor, weight: torch.Tensor, eps: float, add: to
     x = h.float()
     x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
     return weight * x.to(h.dtype)
+
+
+def rmsnorm_lora_reference(h: torch.Tensor, weight: torch.Tensor, eps: float, a: torch.Tensor):
+    """(rmsnorm_reference(h) * weight, its product with a^T rounded to h's dtype)."""
+    x = rmsnorm_reference(h, weight, eps)
+    return x, torch.nn.functional.linear(x, a)
 
 
 def _lora_delta(t: torch.Tensor | None, lora_b: torch.Tensor | None, col0: int, rows: slice):
@@ -144,6 +153,42 @@ if HAVE_TRITON:
             xn = (h * rstd).to(x_ptr.dtype.element_ty).to(tl.float32)
             w = tl.load(w_ptr + cols, mask=ok, other=0.0).to(tl.float32)
             tl.store(x_ptr + row * stride_x + cols, (xn * w).to(x_ptr.dtype.element_ty), mask=ok)
+
+    @triton.jit
+    def _rmsnorm_lora_kernel(h_ptr, w_ptr, a_ptr, x_ptr, t_ptr, M, H, RT, stride_h, stride_a, stride_x, stride_t, eps,
+                             BM: tl.constexpr, BK: tl.constexpr, RP: tl.constexpr, IEEE: tl.constexpr):
+        """Program per BM rows: x = bf16(h * rstd) * w (as _rmsnorm_kernel), t = x a^T accumulated chunk by chunk
+        of the hidden size (a: [RT, H], the stacked LoRA A factors)."""
+        rows = tl.program_id(0) * BM + tl.arange(0, BM)
+        r_ok = rows < M
+        rows64 = rows.to(tl.int64)
+        ss = tl.zeros([BM], dtype=tl.float32)
+        for k0 in range(0, H, BK):
+            cols = k0 + tl.arange(0, BK)
+            ok = r_ok[:, None] & (cols < H)[None, :]
+            h = tl.load(h_ptr + rows64[:, None] * stride_h + cols[None, :], mask=ok, other=0.0).to(tl.float32)
+            ss += tl.sum(h * h, axis=1)
+        rstd = 1.0 / tl.sqrt_rn(ss / H + eps)
+        rc = tl.arange(0, RP)
+        rc_ok = rc < RT
+        acc = tl.zeros([BM, RP], dtype=tl.float32)
+        for k0 in range(0, H, BK):
+            cols = k0 + tl.arange(0, BK)
+            c_ok = cols < H
+            ok = r_ok[:, None] & c_ok[None, :]
+            h = tl.load(h_ptr + rows64[:, None] * stride_h + cols[None, :], mask=ok, other=0.0).to(tl.float32)
+            xn = (h * rstd[:, None]).to(x_ptr.dtype.element_ty).to(tl.float32)
+            w = tl.load(w_ptr + cols, mask=c_ok, other=0.0).to(tl.float32)
+            x = (xn * w[None, :]).to(x_ptr.dtype.element_ty)
+            tl.store(x_ptr + rows64[:, None] * stride_x + cols[None, :], x, mask=ok)
+            at = tl.load(a_ptr + rc[None, :] * stride_a + cols[:, None], mask=c_ok[:, None] & rc_ok[None, :],
+                         other=0.0)  # [BK, RP]: a^T's chunk
+            if IEEE:
+                acc += tl.dot(x.to(tl.float32), at.to(tl.float32), input_precision="ieee")
+            else:
+                acc += tl.dot(x, at.to(x.dtype))
+        tl.store(t_ptr + rows64[:, None] * stride_t + rc[None, :], acc.to(t_ptr.dtype.element_ty),
+                 mask=r_ok[:, None] & rc_ok[None, :])
 
     @triton.jit
     def _lora_half(y_ptr, stride_y, bias_ptr, t_ptr, stride_t, b_ptr, rows, cols, t_col, m_ok,
@@ -362,6 +407,37 @@ def rmsnorm(h: torch.Tensor, weight: torch.Tensor, eps: float, add: torch.Tensor
                                     float(eps), HAS_ADD=add is not None, BH=bh, NB=triton.cdiv(hidden, bh),
                                     num_warps=4)
     return out.view(h.shape)
+
+
+#: hidden sizes up to which the engine fuses a norm with the LoRA down-products of the projections after it: one
+#: program walks the hidden size for 16 rows, which at SmolLM2-135M's 576 is one launch instead of two or three;
+#: larger models keep the norm kernel and cuBLAS until a benchmark shows the fused kernel is not slower there
+NORM_LORA_MAX_HIDDEN = 2048
+
+
+def rmsnorm_lora(h: torch.Tensor, weight: torch.Tensor, eps: float, a: torch.Tensor, *,
+                 use_triton: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """(x, t): x = rmsnorm(h) * weight for rows h [..., H] and t = x a^T [..., RT] (a: [RT, H], the LoRA A factors of
+    the projections reading x, stacked), in one kernel.
+
+    Raises:
+        ValueError: shape mismatch (names the shapes).
+    """
+    if h.shape[-1] != weight.shape[-1] or a.shape[-1] != h.shape[-1]:
+        raise ValueError(f"rmsnorm_lora: h {tuple(h.shape)}, weight {tuple(weight.shape)}, a {tuple(a.shape)} do "
+                         "not match")
+    if not use_triton:
+        return rmsnorm_lora_reference(h, weight, eps, a)
+    h2 = h.reshape(-1, h.shape[-1])
+    m, hidden = h2.shape
+    rt = a.shape[0]
+    x = torch.empty_like(h2)
+    t = torch.empty(m, rt, dtype=h.dtype, device=h.device)
+    bm = 16
+    _rmsnorm_lora_kernel[(triton.cdiv(m, bm),)](
+        h2, weight, a, x, t, m, hidden, rt, h2.stride(0), a.stride(0), x.stride(0), t.stride(0), float(eps),
+        BM=bm, BK=64, RP=max(16, triton.next_power_of_2(rt)), IEEE=_ieee(h), num_warps=4)
+    return x.view(h.shape), t.view(*h.shape[:-1], rt)
 
 
 def qkv_rope_cache(q, k, v, t, lora_b, bias, cos, sin, pos, slot, k_cache, v_cache, *, use_triton: bool = False):

@@ -13,13 +13,15 @@ place, so AQN noise written into them (qerl.noise) is seen by the next replay an
 
 One decoder layer of the decode step (batch B, one token per row), kernels in brackets:
     x = rmsnorm(h)                                          [qerl_kernels.decode.rmsnorm; fused with the residual add]
-    t = x A_qkv^T                                           [cuBLAS: the three LoRA down-products at once]
+    t = x A_qkv^T                                           [cuBLAS: the three LoRA down-products at once; hidden
+                                                             size <= 2048: in the norm's kernel (rmsnorm_lora)]
     y = x W_qkv^T                                           [NVFP4: one qerl_kernels.fp4_gemm over q/k/v kept where they
                                                              are (segment_prepared); BF16: one cuBLAS GEMM]
     q, cache[slot] = rope(y + t B^T + b)                    [qerl_kernels.decode.qkv_rope_cache]
-    a = attention(q, cache[:slot + 1])                      [qerl_kernels.decode.decode_attention: split-K + combine]
+    a = attention(q, cache[:slot + 1])                      [qerl_kernels.decode.decode_attention: split-K + combine,
+                                                             one kernel when batch x kv_heads fills the GPU]
     h = h + a W_o^T + (a A_o^T) B_o^T                       [cuBLAS A-product; NVFP4: one fp4_gemm with LoRA and
-                                                             residual in its epilogue; BF16: addmm + addmm]
+                                                             residual in its epilogue; BF16: addmm_ into h + addmm_]
     x = rmsnorm(h); t = x A_gu^T; y = x W_gu^T              [as above; BF16: gate and up as two cuBLAS GEMMs]
     m = silu(y_g + t_g B_g^T) * (y_u + t_u B_u^T)           [qerl_kernels.decode.silu_mul]
     h = h + m W_d^T + (m A_d^T) B_d^T                       [as o]
@@ -53,7 +55,7 @@ from dataclasses import dataclass
 
 import torch
 
-from qerl_kernels.decode import decode_attention, qkv_rope_cache, rmsnorm, silu_mul
+from qerl_kernels.decode import NORM_LORA_MAX_HIDDEN, decode_attention, qkv_rope_cache, rmsnorm, rmsnorm_lora, silu_mul
 from qerl.rl.engine_groups import Group
 from qerl.rl.sampling import gumbel_sample
 
@@ -180,23 +182,32 @@ class DecodeEngine:
         state [B, T, H]."""
         tri = self.use_triton and hidden.shape[1] == 1
         kt = dict(use_triton=tri)
-        n1 = self._norms[0][0]
-        x = _rmsnorm(hidden, n1, None, tri)
-        for i in range(len(self.layers)):
+        n_layers = len(self.layers)
+        x, t = self._norm(hidden, self._norms[0][0], self._groups[0][0], tri)
+        for i in range(n_layers):
             qkv, o_proj, gate_up, down = self._groups[i]
-            n2 = self._norms[i][1]
-            nxt = self._norms[i + 1][0] if i + 1 < len(self.layers) else self._final_norm
-            (q, k, v), t, bias = qkv.project(x)
+            (q, k, v), t, bias = qkv.project(x, t)
             q = qkv_rope_cache(q, k, v, t, qkv.lora_b if t is not None else None, bias, self.cos, self.sin, pos,
                                slot, self.k_cache[i, rows], self.v_cache[i, rows], **kt)
             a = attend(i, q)
             hidden = o_proj.residual(a, hidden)
-            x = _rmsnorm(hidden, n2, None, tri)
-            (g, u), t, _ = gate_up.project(x)
+            x, t = self._norm(hidden, self._norms[i][1], gate_up, tri)
+            (g, u), t, _ = gate_up.project(x, t)
             m = silu_mul(g, u, t, gate_up.lora_b if t is not None else None, **kt)
             hidden = down.residual(m, hidden)
-            x = _rmsnorm(hidden, nxt, None, tri)
+            if i + 1 < n_layers:
+                x, t = self._norm(hidden, self._norms[i + 1][0], self._groups[i + 1][0], tri)
+            else:
+                x = _rmsnorm(hidden, self._final_norm, None, tri)
         return x
+
+    def _norm(self, hidden: torch.Tensor, norm, group: Group, tri: bool):
+        """(x, t): the normed input of `group` and, where one kernel computes both (the Triton decode step, LoRA
+        adapters, hidden size up to qerl_kernels.decode.NORM_LORA_MAX_HIDDEN), its LoRA down-products; else t None
+        (the group computes them)."""
+        if tri and group.a_cat is not None and group.kind != "call" and hidden.shape[-1] <= NORM_LORA_MAX_HIDDEN:
+            return rmsnorm_lora(hidden, norm.weight, _eps(norm), group.a_cat, use_triton=True)
+        return _rmsnorm(hidden, norm, None, tri), None
 
     def _decode_logits(self, span: int) -> torch.Tensor:
         """Logits [B, V] of one decode step: token _tok at position _pos into cache slot _slot, attention < span."""

@@ -147,11 +147,12 @@ class Group:
         """x A_cat^T [..., R * members] (None without adapters or for kind "call")."""
         return None if self.a_cat is None or self.kind == "call" else F.linear(x, self.a_cat)
 
-    def project(self, x: torch.Tensor):
-        """(member outputs without their LoRA update, t, bias still to add or None)."""
+    def project(self, x: torch.Tensor, t: torch.Tensor | None = None):
+        """(member outputs without their LoRA update, t, bias still to add or None); `t`: x A_cat^T if the caller
+        computed it already (the engine's fused norm), else computed here."""
         if self.kind == "call":
             return [m(x) for m in self.mods], None, None
-        t = self.lora_t(x)
+        t = self.lora_t(x) if t is None else t
         if self.kind == "fp4":
             y = fp4_linear_fused(x, self.w)  # Triton for CUDA fp16/bf16, else the reference
             return [y[..., r:r + n] for r, n in self.parts], t, self.bias

@@ -111,3 +111,21 @@ def test_rank_padding_and_splits():
     assert decode.attention_splits(128, 3, 512) == 1  # the small scale's rollouts: no combine kernel
     assert decode.attention_splits(64, 4, 512) == 4
     assert decode.attention_splits(1, 4, 64) == 1
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("rows,hidden,rt", [(3, 200, 48), (20, 64, 96), (1, 130, 16)],
+                         ids=["ragged", "two-programs", "one-row"])
+def test_rmsnorm_lora(dtype, rows, hidden, rt):
+    """The norm and the LoRA down-products in one kernel equal the norm kernel's output and x a^T."""
+    g = torch.Generator().manual_seed(rows)
+    h = torch.randn(rows, 1, hidden, generator=g).to(DEV, dtype)
+    w = (1 + 0.1 * torch.randn(hidden, generator=g)).to(DEV, dtype)
+    a = (0.2 * torch.randn(rt, hidden, generator=g)).to(DEV, dtype)
+    ref_x, ref_t = decode.rmsnorm_lora(h, w, 1e-6, a)
+    x, t = decode.rmsnorm_lora(h, w, 1e-6, a, use_triton=True)
+    assert x.shape == h.shape and t.shape == (rows, 1, rt)
+    assert rel_error(x, ref_x) < _tol(dtype) and rel_error(t, ref_t) < _tol(dtype)
+    assert rel_error(x, decode.rmsnorm(h, w, 1e-6, use_triton=True)) < _tol(dtype)
+    with pytest.raises(ValueError, match="rmsnorm_lora"):
+        decode.rmsnorm_lora(h, w, 1e-6, a[:, 1:])
