@@ -16,7 +16,8 @@
 #                                                         --cores all --configfile CONFIG $SMK_ARGS` in the background
 #                                                         (SMK_ARGS default: --resources gpu=N, qerl.config.gpu_jobs_at_once)
 #   bash workflow/run_device.sh wait SECONDS              follow the DAG until it ends or SECONDS pass
-#   bash workflow/run_device.sh tests                     the GPU tests on the real model (while the DAG runs)
+#   bash workflow/run_device.sh tests                     the GPU tests on the real model (while the DAG runs;
+#                                                         TESTS="FILES" others, e.g. the engine's before a DAG)
 #   bash workflow/run_device.sh pack NAME                 the results' small files -> $OUT/NAME.tgz
 #   bash workflow/run_device.sh sh COMMAND...             a command in the installed environment, from $SRC
 #   bash workflow/run_device.sh bg NAME COMMAND...        install, copy the checkout, run COMMAND from $SRC in the
@@ -113,12 +114,12 @@ torch.version.cuda, 'transformers', transformers.__version__, 'peft', peft.__ver
     echo "elapsed $(( $(date +%s) - $(cat /tmp/qerl-dag.start) )) s; running: $(kill -0 "$(cat /tmp/qerl-dag.pid)" 2>/dev/null && echo yes || echo no)"
     grep -E "steps \(|Error|error|Exception" /tmp/qerl-dag.log | tail -8
     nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv,noheader ;;
-  tests)
-    install; cd "$SRC" || exit 3
+  tests)  # TESTS: the test files (default: the real-model GPU tests, the engine's and the decode kernels')
+    install; [ -d "$SRC/qerl" ] || copy_source; cd "$SRC" || exit 3
     export QERL_REAL_MODEL=${QERL_REAL_MODEL:-$SRC/results/small/models/smollm2-135m/pretrained}
     export QERL_REAL_MODEL_OUT=${OUT:-/tmp}/real_model.json
     QERL_TEST_DATA_ROOT=$SRC/resources/data timeout "${TESTS_S:-300}" python3 -m pytest -q -rfE -p no:cacheprovider \
-      tests/gpu tests/rl/test_engine.py tests/qerl_kernels/test_decode.py ${TESTS_EXTRA} 2>&1 | tail -15 ;;
+      ${TESTS:-tests/gpu tests/rl/test_engine.py tests/qerl_kernels/test_decode.py} ${TESTS_EXTRA} 2>&1 | tail -15 ;;
   pack)
     cd "$SRC" || exit 3
     cp /tmp/qerl-dag.log /tmp/qerl-env.txt results/ 2>/dev/null
