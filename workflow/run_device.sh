@@ -19,6 +19,7 @@
 #   bash workflow/run_device.sh tests                     the GPU tests on the real model (while the DAG runs;
 #                                                         TESTS="FILES" others, e.g. the engine's before a DAG)
 #   bash workflow/run_device.sh pack NAME                 the results' small files -> $OUT/NAME.tgz
+#   bash workflow/run_device.sh stats SECONDS FILE        sample host CPU and GPU every ~5 s into $OUT/FILE
 #   bash workflow/run_device.sh sh COMMAND...             a command in the installed environment, from $SRC
 #   bash workflow/run_device.sh bg NAME COMMAND...        install, copy the checkout, run COMMAND from $SRC in the
 #                                                         background (log /tmp/qerl-NAME.log), e.g. the diagnosis
@@ -123,10 +124,19 @@ torch.version.cuda, 'transformers', transformers.__version__, 'peft', peft.__ver
   pack)
     cd "$SRC" || exit 3
     cp /tmp/qerl-dag.log /tmp/qerl-env.txt results/ 2>/dev/null
-    find results -type f \( -name "*.safetensors" -o -name "*.pt" -o -name "*.bin" -o -name "tokenizer.json" \) \
-      > /tmp/qerl-exclude
+    find results -type f \( -name "*.safetensors" -o -name "*.pt" -o -name "*.bin" -o -name "tokenizer.json" \
+      -o -size +8M \) > /tmp/qerl-exclude
     tar czf "$OUT/${1:-results}.tgz" -X /tmp/qerl-exclude results .snakemake/log 2>/dev/null
     ls -la "$OUT" ;;
+  stats)  # stats SECONDS FILE: every 5 s the host's CPU (/proc/stat, load, the busiest processes) and the GPU's
+    # power, utilisation, clocks and memory, into $OUT/FILE (what bounds jobs sharing the machine)
+    end=$(( $(date +%s) + ${1:-300} )); f=${OUT:-/tmp}/${2:-stats.txt}
+    while [ "$(date +%s)" -lt $end ]; do
+      { echo "== $(date +%s) $(cut -d' ' -f1-3 /proc/loadavg)"; head -1 /proc/stat
+        nvidia-smi --query-gpu=power.draw,utilization.gpu,utilization.memory,clocks.sm,memory.used --format=csv,noheader
+        top -b -n 2 -d 1 -w 160 | awk '/^top -/{n++} n==2' | sed -n '3p;8,18p'; } >> "$f"
+      sleep 3
+    done; tail -16 "$f" ;;
   sh)
     install; cd "$SRC" || exit 3; "$@" ;;
   bg)
