@@ -29,6 +29,12 @@ Measured on an H200 (results/measured/h200/step_trace.run9.md, 7B): 16 kernels p
 for BF16 + LoRA (cuBLAS adds a split-K reduction to the skinny LoRA products; the BF16 addmm copies its input), against
 31 and 33 before this engine; the LM head and the sampling (temperature, top-p, Gumbel-max with the default CUDA
 generator, log-prob and entropy of the sampling distribution, as qerl.rl.rollout.sample) follow, inside the same graph.
+With the Triton kernels and no top-p (rollouts) the sampling is one kernel (qerl_kernels.decode.sample_gumbel: the same
+distribution, its uniforms from Philox keyed by a seed drawn from the device RNG at each generate and the step), where
+torch's ops made ~35 passes over the [B, vocabulary] float32 logits (for SmolLM2-135M at 128 rows ~40 % of a decode
+step's memory traffic). Since the H200 count: the norm computes the q/k/v and gate/up LoRA down-products (hidden size
+<= 2048), one attention kernel when batch x kv_heads fills the GPU, the BF16 residual added in place: SmolLM2-135M with
+LoRA 601 -> 451 kernels a step (H100, qerl.profiling.share_gpu, before the fused sampler).
 Layers the fused path cannot read (merged or DoRA adapters, several active adapters, bitsandbytes bases unless marked
 for a dequantized decode: config model.nf4_decode, baselines.nf4.mark_decode_dequantized) are called
 as modules, with their LoRA applied by the same kernels where it can be.
@@ -55,7 +61,8 @@ from dataclasses import dataclass
 
 import torch
 
-from qerl_kernels.decode import NORM_LORA_MAX_HIDDEN, decode_attention, qkv_rope_cache, rmsnorm, rmsnorm_lora, silu_mul
+from qerl_kernels.decode import (NORM_LORA_MAX_HIDDEN, decode_attention, qkv_rope_cache, rmsnorm, rmsnorm_lora,
+                                  sample_gumbel, silu_mul)
 from qerl.rl.engine_groups import Group
 from qerl.rl.sampling import gumbel_sample
 
@@ -164,6 +171,7 @@ class DecodeEngine:
         self._pos = torch.zeros(batch, dtype=torch.long, device=self.device)  # its RoPE position
         self._slot = torch.zeros(1, dtype=torch.long, device=self.device)  # its cache slot
         self._col = torch.zeros(1, dtype=torch.long, device=self.device)  # its completion column
+        self._seed = torch.zeros(1, dtype=torch.int64, device=self.device)  # the fused sampler's key, per generate
         self.tokens = torch.zeros(batch, max_len, dtype=torch.long, device=self.device)
         self.logps = torch.zeros(batch, max_len, dtype=torch.float32, device=self.device)
         self.ents = torch.zeros(batch, max_len, dtype=torch.float32, device=self.device)
@@ -283,7 +291,10 @@ class DecodeEngine:
     def _decode_step(self, span: int, temperature: float, top_p: float) -> None:
         logits = self._decode_logits(span)
         self.valid.index_fill_(1, self._slot, True)
-        self._record(*gumbel_sample(logits, temperature, top_p))
+        if self.use_triton and temperature > 0 and top_p >= 1.0:  # one kernel (qerl_kernels.decode.sample_gumbel)
+            self._record(*sample_gumbel(logits, temperature, self._seed, self._col))
+        else:
+            self._record(*gumbel_sample(logits, temperature, top_p))
 
     def _span(self, slot: int) -> int:
         return min(self.max_len, -(-(slot + 1) // self.bucket) * self.bucket)
@@ -412,6 +423,7 @@ class DecodeEngine:
             self.refresh()  # adapters may have changed since the last generation
             dev = self.device
             eos = torch.tensor(sorted(set(int(e) for e in eos_ids)) or [-1], dtype=torch.long, device=dev)
+            self._seed.random_(0, 2**62)  # from the device's torch RNG, which the caller seeds
             logits = self.prefill(prompt_ids, attention_mask)
             self._pos.copy_(attention_mask.long().sum(-1))  # the first sampled token's position and slot
             self._slot.fill_(plen)

@@ -464,3 +464,40 @@ def test_build_policy_marks_nf4_layers_only_when_the_config_asks(tiny_base):
     assert marked(build_policy("lora", tiny_base, nf4_decode="dequantized")) == 0  # BF16 weights: nothing to mark
     with pytest.raises(ValueError, match="model.nf4_decode"):
         build_policy("nf4", tiny_base, nf4_decode="dequantised")
+
+
+@pytest.mark.triton_device
+def test_fused_sampler_records_what_the_model_gives_its_tokens():
+    """Rollout sampling (temperature > 0, no top-p) through the Triton kernels draws with the fused sampler: the
+    recorded log-probs are the teacher-forced forward's for the drawn tokens, a reseeded run draws the same tokens,
+    and top-p sampling keeps torch's path."""
+    import qerl.rl.engine as engine_mod
+    torch.manual_seed(0)
+    tok = build_tokenizer()
+    model = _lora(build_model(tok, hidden_size=128, intermediate_size=256, num_heads=4, num_kv_heads=2, seed=3).eval())
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    model = model.to(dev)
+    enc = tok([build_prompt(q, tok, "none") for q in QUESTIONS[:2]], return_tensors="pt", padding=True,
+              padding_side="left", add_special_tokens=False)
+    ids, attn = enc["input_ids"].to(dev), enc["attention_mask"].to(dev)
+    eng = DecodeEngine(model, batch=2, max_len=ids.shape[1] + 8, bucket=8, kernels="triton", graphs=False)
+    calls = []
+    fused = engine_mod.sample_gumbel
+    engine_mod.sample_gumbel = lambda *a: calls.append(1) or fused(*a)
+    try:
+        torch.manual_seed(5)
+        a = eng.generate(ids, attn, max_new_tokens=8, temperature=1.0, force_length=True)
+        assert len(calls) == 7  # every decode step (the first token comes from the prefill's logits)
+        torch.manual_seed(5)
+        b = eng.generate(ids, attn, max_new_tokens=8, temperature=1.0, force_length=True)
+        eng.generate(ids, attn, max_new_tokens=8, temperature=1.0, top_p=0.9, force_length=True)
+        assert len(calls) == 14
+    finally:
+        engine_mod.sample_gumbel = fused
+    assert torch.equal(a.tokens, b.tokens)
+    _check_against_forward(model, ids, attn, a)
+    full = torch.cat([ids, a.tokens], 1)
+    with torch.no_grad():
+        _, ent = sequence_logprobs(model, full, torch.cat([attn, torch.ones_like(a.tokens)], 1), ids.shape[1],
+                                   with_entropy=True)
+    assert torch.allclose(a.entropy, ent, atol=1e-3)
