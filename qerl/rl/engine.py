@@ -29,12 +29,14 @@ Measured on an H200 (results/measured/h200/step_trace.run9.md, 7B): 16 kernels p
 for BF16 + LoRA (cuBLAS adds a split-K reduction to the skinny LoRA products; the BF16 addmm copies its input), against
 31 and 33 before this engine; the LM head and the sampling (temperature, top-p, Gumbel-max with the default CUDA
 generator, log-prob and entropy of the sampling distribution, as qerl.rl.rollout.sample) follow, inside the same graph.
-With the Triton kernels and no top-p (rollouts) the sampling is one kernel (qerl_kernels.decode.sample_gumbel: the same
-distribution, its uniforms from Philox keyed by a seed drawn from the device RNG at each generate and the step), where
-torch's ops made ~35 passes over the [B, vocabulary] float32 logits (for SmolLM2-135M at 128 rows ~40 % of a decode
-step's memory traffic). Since the H200 count: the norm computes the q/k/v and gate/up LoRA down-products (hidden size
-<= 2048), one attention kernel when batch x kv_heads fills the GPU, the BF16 residual added in place: SmolLM2-135M with
-LoRA 601 -> 451 kernels a step (H100, qerl.profiling.share_gpu, before the fused sampler).
+With the Triton kernels and no top-p (rollouts; where it is faster: sample_gumbel_pays) the sampling is one kernel
+(qerl_kernels.decode.sample_gumbel: the same distribution, its uniforms from Philox keyed by a seed drawn from the
+device RNG at each generate and the step), where torch's ops make ~35 passes over the [B, vocabulary] float32 logits
+(282 -> 48 us a step for SmolLM2-135M at 128 rows on an H100). Since the H200 count: the norm computes the q/k/v and
+gate/up LoRA down-products (hidden size <= 2048), one attention kernel when batch x kv_heads fills the GPU, the BF16
+residual added in place. SmolLM2-135M with LoRA rank 32 at 128 rows, all of it (H100, one call,
+results/measured/h100/small/share_gpu/engine_kernels.md): 601 -> 433 kernels a step, 297 -> 336 steps/s alone, and
+with 8 processes sharing the GPU 71.7k -> 94.2k rows x steps/s in all (+31 %).
 Layers the fused path cannot read (merged or DoRA adapters, several active adapters, bitsandbytes bases unless marked
 for a dequantized decode: config model.nf4_decode, baselines.nf4.mark_decode_dequantized) are called
 as modules, with their LoRA applied by the same kernels where it can be.
@@ -62,7 +64,7 @@ from dataclasses import dataclass
 import torch
 
 from qerl_kernels.decode import (NORM_LORA_MAX_HIDDEN, decode_attention, qkv_rope_cache, rmsnorm, rmsnorm_lora,
-                                  sample_gumbel, silu_mul)
+                                  sample_gumbel, sample_gumbel_pays, silu_mul)
 from qerl.rl.engine_groups import Group
 from qerl.rl.sampling import gumbel_sample
 
@@ -291,7 +293,7 @@ class DecodeEngine:
     def _decode_step(self, span: int, temperature: float, top_p: float) -> None:
         logits = self._decode_logits(span)
         self.valid.index_fill_(1, self._slot, True)
-        if self.use_triton and temperature > 0 and top_p >= 1.0:  # one kernel (qerl_kernels.decode.sample_gumbel)
+        if self.use_triton and temperature > 0 and top_p >= 1.0 and sample_gumbel_pays(*logits.shape):  # one kernel
             self._record(*sample_gumbel(logits, temperature, self._seed, self._col))
         else:
             self._record(*gumbel_sample(logits, temperature, top_p))

@@ -110,6 +110,9 @@ def test_rank_padding_and_splits():
     assert decode.attention_splits(512, 4, 2304) == 1  # a large batch fills the GPU by itself
     assert decode.attention_splits(128, 3, 512) == 1  # the small scale's rollouts: no combine kernel
     assert decode.attention_splits(64, 4, 512) == 4
+    # the fused sampler where the H100 measured it faster (results/measured/h100/small/sampler)
+    assert decode.sample_gumbel_pays(128, 49152) and decode.sample_gumbel_pays(1, 49152)
+    assert decode.sample_gumbel_pays(64, 152064) and not decode.sample_gumbel_pays(8, 152064)
     assert decode.attention_splits(1, 4, 64) == 1
 
 
