@@ -318,17 +318,19 @@ if HAVE_TRITON:
     @triton.jit
     def _attn_split_kernel(
             # pointers
-            q_ptr, kc_ptr, vc_ptr, valid_ptr, slot_ptr, acc_ptr, ml_ptr, o_ptr,
+            q_ptr, kc_ptr, vc_ptr, valid_ptr, slot_ptr, first_ptr, acc_ptr, ml_ptr, o_ptr,
             # sizes
             SPAN, CHUNK, scale,
             # strides (cache: row, kv head, slot; valid: row)
             stride_cb, stride_ch, stride_cs, stride_valid,
             # meta
             KVH: tl.constexpr, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr, BS: tl.constexpr,
-            NSPLIT: tl.constexpr, IEEE: tl.constexpr):
+            NSPLIT: tl.constexpr, IEEE: tl.constexpr, HAS_FIRST: tl.constexpr):
         """Program (row b, kv head h, split s): the G query heads of kv head h against keys [s*CHUNK, (s+1)*CHUNK)
-        up to the current slot; online softmax; writes the unnormalised partial output and (max, sum), or with one
-        split the normalised output itself (no combine kernel)."""
+        up to the current slot, from the key block holding the row's first valid slot (HAS_FIRST: the whole blocks
+        of left padding before it are not read; masked, they add nothing, so the result is the same bit for bit);
+        online softmax; writes the unnormalised partial
+        output and (max, sum), or with one split the normalised output itself (no combine kernel)."""
         b = tl.program_id(0)
         h = tl.program_id(1)
         s = tl.program_id(2)
@@ -339,6 +341,9 @@ if HAVE_TRITON:
         q = tl.load(q_ptr + (b * KVH * G + h * G + gi)[:, None] * D + dd[None, :], mask=g_ok[:, None], other=0.0)
         k0 = s * CHUNK
         k1 = tl.minimum(tl.minimum(k0 + CHUNK, SPAN), slot + 1)
+        if HAS_FIRST:
+            # whole key blocks before the first valid slot (block boundaries kept: the same sums, bit for bit)
+            k0 = tl.maximum(k0, (tl.minimum(tl.load(first_ptr + b), slot) // BS) * BS)
         m_i = tl.full([GP], -1.0e30, dtype=tl.float32)
         l_i = tl.zeros([GP], dtype=tl.float32)
         acc = tl.zeros([GP, D], dtype=tl.float32)
@@ -543,7 +548,7 @@ def attention_splits(batch: int, kv_heads: int, span: int, sms: int = 132, block
 
 
 def decode_attention(q, k_cache, v_cache, valid, slot, span: int, scale: float, *, use_triton: bool = False,
-                     splits: int | None = None):
+                     splits: int | None = None, first: torch.Tensor | None = None):
     """Attention of one query per row and head over the cache slots [0, span) that are valid and <= slot.
 
     Args:
@@ -552,6 +557,8 @@ def decode_attention(q, k_cache, v_cache, valid, slot, span: int, scale: float, 
         valid: [B, max_len] bool, the slots holding real tokens; slot: [1] device tensor; span: keys considered.
         scale: score multiplier (d ** -0.5).
         splits: key splits (default `attention_splits`).
+        first: [B] int32, each row's first valid slot (every slot before it invalid: left padding), which the
+            kernel then does not read; None reads from slot 0. The result is the same either way.
 
     Returns:
         [B, heads * d] in q's dtype.
@@ -572,9 +579,9 @@ def decode_attention(q, k_cache, v_cache, valid, slot, span: int, scale: float, 
     qc = q.contiguous()
     valid_i8 = valid.view(torch.int8) if valid.dtype == torch.bool else valid
     _attn_split_kernel[(bsz, kvh, ns)](
-        qc, k_cache, v_cache, valid_i8, slot, acc, ml, out, span, chunk, float(scale),
-        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), valid_i8.stride(0),
-        KVH=kvh, G=g, GP=gp, D=d, BS=bs, NSPLIT=ns, IEEE=_ieee(q), num_warps=4)
+        qc, k_cache, v_cache, valid_i8, slot, slot if first is None else first, acc, ml, out, span, chunk,
+        float(scale), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), valid_i8.stride(0),
+        KVH=kvh, G=g, GP=gp, D=d, BS=bs, NSPLIT=ns, IEEE=_ieee(q), HAS_FIRST=first is not None, num_warps=4)
     if ns > 1:
         _attn_combine_kernel[(bsz, heads)](acc, ml, out, KVH=kvh, G=g, GP=gp, D=d, NSPLIT=ns,
                                            NSP=triton.next_power_of_2(ns), num_warps=2)

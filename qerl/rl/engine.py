@@ -34,7 +34,8 @@ With the Triton kernels and no top-p (rollouts; where it is faster: sample_gumbe
 device RNG at each generate and the step), where torch's ops make ~35 passes over the [B, vocabulary] float32 logits
 (282 -> 48 us a step for SmolLM2-135M at 128 rows on an H100). Since the H200 count: the norm computes the q/k/v and
 gate/up LoRA down-products (hidden size <= 2048), one attention kernel when batch x kv_heads fills the GPU, the BF16
-residual added in place. SmolLM2-135M with LoRA rank 32 at 128 rows, all of it (H100, one call,
+residual added in place; the attention skips the whole key blocks of a row's left padding (its first valid slot is
+kept per row at the prefill; the same sums bit for bit). SmolLM2-135M with LoRA rank 32 at 128 rows, all of it (H100, one call,
 results/measured/h100/small/share_gpu/engine_kernels.md): 601 -> 433 kernels a step, 297 -> 336 steps/s alone, and
 with 8 processes sharing the GPU 71.7k -> 94.2k rows x steps/s in all (+31 %).
 Layers the fused path cannot read (merged or DoRA adapters, several active adapters, bitsandbytes bases unless marked
@@ -153,6 +154,7 @@ class DecodeEngine:
         self.k_cache = torch.zeros(shape, dtype=self.dtype, device=self.device)
         self.v_cache = torch.zeros(shape, dtype=self.dtype, device=self.device)
         self.valid = torch.zeros(batch, max_len, dtype=torch.bool, device=self.device)
+        self._first = torch.zeros(batch, dtype=torch.int32, device=self.device)  # each row's first valid slot
         pos = torch.arange(max_len, device=self.device).unsqueeze(0)
         cos, sin = self.inner.rotary_emb(emb[:1].unsqueeze(0), pos)  # [1, max_len, head_dim]
         self.cos, self.sin = cos[0].to(self.dtype).contiguous(), sin[0].to(self.dtype).contiguous()
@@ -226,7 +228,7 @@ class DecodeEngine:
 
         def attend(i, q):
             return decode_attention(q[:, 0], self.k_cache[i], self.v_cache[i], self.valid, self._slot, span, scale,
-                                    use_triton=self.use_triton).view(bsz, 1, -1)
+                                    use_triton=self.use_triton, first=self._first).view(bsz, 1, -1)
 
         hidden = self.inner.embed_tokens(self._tok[:, None])  # [B, 1, H]
         x = self._layers_forward(hidden, self._pos[:, None], self._slot, attend)
@@ -385,6 +387,7 @@ class DecodeEngine:
             raise ValueError(f"DecodeEngine was built for batch {self.batch}, got {bsz} prompts")
         self.valid.zero_()
         self.valid[:, :plen] = attention_mask.bool()
+        self._first.copy_(attention_mask.long().argmax(-1))  # left padding: every slot before the first real token
         pos = (attention_mask.long().cumsum(-1) - 1).clamp_(min=0)
         return self._prefill_logits(prompt_ids, pos)
 

@@ -90,6 +90,28 @@ def test_decode_attention(dtype, splits, slot):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("splits", [1, 2], ids=["one-split", "two-splits"])
+def test_decode_attention_skips_left_padding_blocks(dtype, splits):
+    """Given each row's first valid slot, the kernel leaves out the whole key blocks of left padding before it: the
+    same output bit for bit (and the reference's); a first slot past the current one still attends that slot."""
+    g = torch.Generator().manual_seed(11)
+    bsz, kvh, grp, d, max_len, span = 3, 2, 2, 32, 300, 256
+    q = torch.randn(bsz, kvh * grp, d, generator=g).to(DEV, dtype)
+    kc = torch.randn(bsz, kvh, max_len, d, generator=g).to(DEV, dtype)
+    vc = torch.randn(bsz, kvh, max_len, d, generator=g).to(DEV, dtype)
+    valid = torch.ones(bsz, max_len, dtype=torch.bool, device=DEV)
+    valid[0, :130] = False
+    valid[1, :200] = False
+    s = torch.tensor([250], device=DEV)
+    valid[2, :] = False  # row 2: nothing valid before the current slot, its first slot given past it
+    first = torch.tensor([130, 200, 299], dtype=torch.int32, device=DEV)
+    out = decode.decode_attention(q, kc, vc, valid, s, span, d ** -0.5, use_triton=True, splits=splits, first=first)
+    whole = decode.decode_attention(q, kc, vc, valid, s, span, d ** -0.5, use_triton=True, splits=splits)
+    assert torch.equal(out, whole)
+    assert rel_error(out, decode.decode_attention(q, kc, vc, valid, s, span, d ** -0.5)) < _tol(dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("lora", [True, False], ids=["lora", "plain"])
 def test_silu_mul(dtype, lora):
     g = torch.Generator().manual_seed(1)
