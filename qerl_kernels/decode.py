@@ -196,13 +196,15 @@ if HAVE_TRITON:
                  mask=r_ok[:, None] & rc_ok[None, :])
 
     @triton.jit
-    def _sample_gumbel_kernel(l_ptr, stride_l, V, inv_t, seed_ptr, step_ptr, tok_ptr, logp_ptr, ent_ptr, B,
-                              BV: tl.constexpr):
-        """Program per row: logZ of logits * inv_t (online max and sum), then Gumbel-max over log p + g with g from
-        Philox uniforms keyed by (seed + step * B + row, vocabulary index); log p of the winner and the entropy."""
+    def _sample_gumbel_kernel(l_ptr, stride_l, V, inv_t, top_p, seed_ptr, step_ptr, tok_ptr, logp_ptr, ent_ptr, B,
+                              BV: tl.constexpr, TOP_P: tl.constexpr, ITERS: tl.constexpr):
+        """Program per row: logZ of logits * inv_t (online max and sum); with TOP_P the nucleus (below) and its own
+        logZ; then Gumbel-max over log p + g with g from Philox uniforms keyed by (seed + step * B + row, vocabulary
+        index), the tokens outside the nucleus at -inf; log p of the winner and the entropy."""
         row = tl.program_id(0)
         base = l_ptr + row.to(tl.int64) * stride_l
         m = tl.full([BV], -float("inf"), dtype=tl.float32)
+        lo_v = tl.full([BV], float("inf"), dtype=tl.float32)
         s = tl.zeros([BV], dtype=tl.float32)
         for v0 in range(0, V, BV):
             cols = v0 + tl.arange(0, BV)
@@ -211,8 +213,40 @@ if HAVE_TRITON:
             s = s * tl.exp(tl.where(m_new == -float("inf"), 0.0, m - m_new)) + \
                 tl.where(x == -float("inf"), 0.0, tl.exp(x - m_new))
             m = m_new
+            lo_v = tl.minimum(lo_v, tl.where(cols < V, x, float("inf")))
         mx = tl.max(m, axis=0)
         logz = mx + tl.log(tl.sum(s * tl.exp(m - mx), axis=0))
+        thr = -float("inf")
+        if TOP_P:
+            # The nucleus: the tokens whose strictly more probable tokens hold at most top_p of the mass (the set
+            # torch's top_p_filter keeps, except that tokens tied at the boundary are all kept where the sort keeps
+            # the first of them; bfloat16 logits tie often). Its least scaled logit t0 is where
+            # S(t) = mass of the tokens above t first drops to <= top_p: bisection keeps S(lo) > top_p >= S(hi), and
+            # t0, one of the row's values in (lo, hi], is then the least value above lo
+            lo = tl.min(lo_v, axis=0) - 1.0
+            hi = mx
+            for _ in range(ITERS):
+                mid = lo + (hi - lo) * 0.5
+                above = tl.zeros([BV], dtype=tl.float32)
+                for v0 in range(0, V, BV):
+                    cols = v0 + tl.arange(0, BV)
+                    x = tl.load(base + cols, mask=cols < V, other=-float("inf")).to(tl.float32) * inv_t
+                    above += tl.where(x > mid, tl.exp(x - logz), 0.0)
+                inside = tl.sum(above, axis=0) <= top_p
+                hi = tl.where(inside, mid, hi)
+                lo = tl.where(inside, lo, mid)
+            least = tl.full([BV], float("inf"), dtype=tl.float32)
+            for v0 in range(0, V, BV):
+                cols = v0 + tl.arange(0, BV)
+                x = tl.load(base + cols, mask=cols < V, other=-float("inf")).to(tl.float32) * inv_t
+                least = tl.minimum(least, tl.where(x > lo, x, float("inf")))
+            thr = tl.min(least, axis=0)
+            kept = tl.zeros([BV], dtype=tl.float32)
+            for v0 in range(0, V, BV):
+                cols = v0 + tl.arange(0, BV)
+                x = tl.load(base + cols, mask=cols < V, other=-float("inf")).to(tl.float32) * inv_t
+                kept += tl.where(x >= thr, tl.exp(x - mx), 0.0)
+            logz = mx + tl.log(tl.sum(kept, axis=0))
         key = tl.load(seed_ptr) + tl.load(step_ptr) * B + row
         best = tl.full([BV], -float("inf"), dtype=tl.float32)
         best_i = tl.zeros([BV], dtype=tl.int32)
@@ -220,7 +254,8 @@ if HAVE_TRITON:
         for v0 in range(0, V, BV):
             cols = v0 + tl.arange(0, BV)
             ok = cols < V
-            lp = tl.load(base + cols, mask=ok, other=-float("inf")).to(tl.float32) * inv_t - logz
+            x = tl.load(base + cols, mask=ok, other=-float("inf")).to(tl.float32) * inv_t
+            lp = tl.where(x >= thr, x - logz, -float("inf"))
             u = tl.minimum(tl.maximum(tl.rand(key, cols), 1e-20), 1.0)
             score = tl.where(ok, lp - tl.log(-tl.log(u)), -float("inf"))
             better = score > best
@@ -616,23 +651,29 @@ def silu_mul(gate, up, t, lora_b, *, use_triton: bool = False):
     return out.view(gate.shape)
 
 
-def sample_gumbel_pays(batch: int, vocab: int) -> bool:
-    """Whether `sample_gumbel` (one program per row) beats torch's ops for [batch, vocab] logits. Measured on an H100
+def sample_gumbel_pays(batch: int, vocab: int, top_p: float = 1.0) -> bool:
+    """Whether `sample_gumbel` (one program per row) beats torch's ops for [batch, vocab] logits. With top_p < 1: not
+    yet timed on a GPU (its nucleus costs 34 more passes over each row; torch's sorts the row), so torch's ops
+    (`python -m qerl.profiling.sampler_bench` times both). Without, measured on an H100
     inside CUDA graphs (results/measured/h100/small/sampler/): vocabulary 152,064 (Qwen2.5): 1 row 139 us fused vs 82
     torch, 8 rows 142 vs 109, 64 rows 143 vs 518, 256 rows 259 vs 1,888; vocabulary 49,152 (SmolLM2): 1 row 47 vs
     60, 16 rows 48 vs 76, 128 rows 48 vs 282. A few rows of a large vocabulary leave the GPU to a few programs."""
-    return batch >= 16 or vocab <= 65536
+    return top_p >= 1.0 and (batch >= 16 or vocab <= 65536)
 
 
-def sample_gumbel(logits: torch.Tensor, temperature: float, seed: torch.Tensor, step: torch.Tensor):
-    """One token per row of softmax(logits / temperature) (Gumbel-max; the distribution of qerl.rl.sampling's
-    gumbel_sample at top_p 1, other draws): (tokens [B] long, their log-probs [B] float32, the distribution's entropy
-    in nats [B] float32). The uniforms come from Philox keyed by (seed + step * B + row, token): device tensors
-    `seed` [1] int64 and `step` [1] long, read at run time (a CUDA graph replaying the call draws anew as `step`
-    advances); Triton only (GPU, or the CPU interpreter).
+def sample_gumbel(logits: torch.Tensor, temperature: float, seed: torch.Tensor, step: torch.Tensor,
+                  top_p: float = 1.0):
+    """One token per row of softmax(logits / temperature), within the nucleus of mass `top_p` (Gumbel-max; the
+    distribution of qerl.rl.sampling's gumbel_sample, other draws): (tokens [B] long, their log-probs [B] float32, the
+    sampled distribution's entropy in nats [B] float32). The uniforms come from Philox keyed by (seed + step * B + row,
+    token): device tensors `seed` [1] int64 and `step` [1] long, read at run time (a CUDA graph replaying the call
+    draws anew as `step` advances); Triton only (GPU, or the CPU interpreter). With top_p < 1 the nucleus is found
+    without sorting: 32 bisection passes over the row's scaled logits for the least one inside, then the least value
+    above the bisection's lower end (exact unless two of the row's values lie within its final interval).
 
     Raises:
-        ValueError: temperature <= 0 (greedy decoding takes the argmax: qerl.rl.sampling.gumbel_sample).
+        ValueError: temperature <= 0 (greedy decoding takes the argmax: qerl.rl.sampling.gumbel_sample), or top_p
+            outside (0, 1].
     """
     if temperature <= 0:
         raise ValueError(f"sample_gumbel samples at a temperature > 0, got {temperature}")
@@ -640,6 +681,9 @@ def sample_gumbel(logits: torch.Tensor, temperature: float, seed: torch.Tensor, 
     tok = torch.empty(bsz, dtype=torch.long, device=logits.device)
     logp = torch.empty(bsz, dtype=torch.float32, device=logits.device)
     ent = torch.empty(bsz, dtype=torch.float32, device=logits.device)
-    _sample_gumbel_kernel[(bsz,)](logits, logits.stride(0), vocab, 1.0 / float(temperature), seed, step, tok, logp,
-                                  ent, bsz, BV=min(4096, triton.next_power_of_2(vocab)), num_warps=8)
+    if not 0 < top_p <= 1:
+        raise ValueError(f"sample_gumbel: top_p must be in (0, 1], got {top_p}")
+    _sample_gumbel_kernel[(bsz,)](logits, logits.stride(0), vocab, 1.0 / float(temperature), float(top_p), seed, step,
+                                  tok, logp, ent, bsz, BV=min(4096, triton.next_power_of_2(vocab)),
+                                  TOP_P=top_p < 1.0, ITERS=32, num_warps=8)
     return tok, logp, ent

@@ -22,7 +22,8 @@ from torch import nn
 from qerl.contract.methods import WEIGHT_FORMATS
 
 __all__ = ["FORMATS", "DTYPES", "torch_dtype", "format_config", "quantize_model", "convert_linear",
-           "keep_trainable_layout", "checkpoint_format", "weight_nbytes", "nf4_problem"]
+           "keep_trainable_layout", "checkpoint_format", "weight_nbytes", "nf4_problem",
+           "decode_dequantized", "dequantized_weight"]
 
 FORMATS = WEIGHT_FORMATS  # ("bf16", "nf4", "mxfp4", "nvfp4")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -166,3 +167,18 @@ def nf4_problem() -> str | None:
     from baselines.nf4 import bitsandbytes_cpu_problem
 
     return bitsandbytes_cpu_problem()
+
+
+def decode_dequantized(module: nn.Module) -> bool:
+    """Whether the decode engine runs this bitsandbytes NF4 layer from a dequantized copy of its weight (config
+    model.nf4_decode: dequantized; baselines.nf4.mark_decode_dequantized marks the layers)."""
+    from baselines.nf4 import DECODE_DEQUANTIZED
+
+    return bool(getattr(module, DECODE_DEQUANTIZED, False))
+
+
+def dequantized_weight(layer: nn.Module, dtype: torch.dtype) -> torch.Tensor:
+    """The [out, in] weight of a bitsandbytes NF4 layer, dequantized as its forward does, in `dtype`."""
+    from baselines.nf4 import dequantized_weight as dequantize
+
+    return dequantize(layer, dtype)

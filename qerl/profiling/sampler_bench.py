@@ -1,6 +1,7 @@
 """The decode step's sampling alone: torch's ops (qerl.rl.sampling.gumbel_sample) against the fused Triton kernel
 (qerl_kernels.decode.sample_gumbel), each captured in a CUDA graph and replayed, at the batch sizes and vocabularies
-the engine meets (SmolLM2's 49,152, Qwen2.5's 152,064). Its numbers set qerl_kernels.decode.sample_gumbel_pays.
+the engine meets (SmolLM2's 49,152, Qwen2.5's 152,064), without top-p (rollouts) and with the evaluations' 0.95. Its
+numbers set qerl_kernels.decode.sample_gumbel_pays.
 
     python -m qerl.profiling.sampler_bench            (one GPU; prints one line per shape)
 """
@@ -42,9 +43,10 @@ def main() -> None:
         logits = torch.randn(b, v, device="cuda", dtype=torch.bfloat16)
         seed = torch.tensor([1], dtype=torch.int64, device="cuda")
         step = torch.tensor([0], device="cuda")
-        torch_us = time_graph(lambda: gumbel_sample(logits, 1.0, 1.0))
-        fused_us = time_graph(lambda: sample_gumbel(logits, 1.0, seed, step))
-        print(f"B {b} V {v}: torch ops {torch_us:.1f} us, fused {fused_us:.1f} us", flush=True)
+        for top_p in (1.0, 0.95):
+            torch_us = time_graph(lambda: gumbel_sample(logits, 0.6, top_p))
+            fused_us = time_graph(lambda: sample_gumbel(logits, 0.6, seed, step, top_p))
+            print(f"B {b} V {v} top_p {top_p}: torch ops {torch_us:.1f} us, fused {fused_us:.1f} us", flush=True)
 
 
 if __name__ == "__main__":

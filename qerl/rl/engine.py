@@ -295,8 +295,8 @@ class DecodeEngine:
     def _decode_step(self, span: int, temperature: float, top_p: float) -> None:
         logits = self._decode_logits(span)
         self.valid.index_fill_(1, self._slot, True)
-        if self.use_triton and temperature > 0 and top_p >= 1.0 and sample_gumbel_pays(*logits.shape):  # one kernel
-            self._record(*sample_gumbel(logits, temperature, self._seed, self._col))
+        if self.use_triton and temperature > 0 and sample_gumbel_pays(*logits.shape, top_p):  # one kernel
+            self._record(*sample_gumbel(logits, temperature, self._seed, self._col, top_p))
         else:
             self._record(*gumbel_sample(logits, temperature, top_p))
 

@@ -39,9 +39,9 @@ class Group:
     def __init__(self, mods, *, fuse: bool, dtype: torch.dtype, in_place: bool, copy_dense: bool):
         from torch import nn
 
-        from baselines.nf4 import DECODE_DEQUANTIZED
         from qerl.layers import QuantLinear
         from qerl.layers.lora import adapter_factors
+        from qerl.policy.formats import decode_dequantized
 
         self.mods, self.dtype, self.in_place, self.copy_dense = list(mods), dtype, in_place, copy_dense
         facts = [adapter_factors(m) for m in self.mods]
@@ -59,7 +59,7 @@ class Group:
             self.kind = "fp4"
         elif all(type(b) is nn.Linear for b in self.bases):
             self.kind = "dense"
-        elif all(getattr(b, DECODE_DEQUANTIZED, False) for b in self.bases):
+        elif all(decode_dequantized(b) for b in self.bases):
             self.kind, self.dequantized = "dense", True
         else:
             self.kind = "bases"
@@ -77,7 +77,7 @@ class Group:
             self.parts = [(0, self.sizes[0])] if len(bases) == 1 else list(self.w.parts)
         elif self.kind == "dense":
             if self.dequantized:  # frozen: dequantized once, until the layers' weights are replaced
-                from baselines.nf4 import dequantized_weight
+                from qerl.policy.formats import dequantized_weight
 
                 self.w = torch.cat([dequantized_weight(b, self.dtype) for b in bases])
             elif len(bases) == 1:
