@@ -178,13 +178,13 @@ def test_sample_gumbel_logp_entropy_determinism(temperature):
 
 
 def test_sample_gumbel_follows_the_distribution():
-    """Frequencies over 512 rows of the same logits match softmax(logits / T) (the Gumbel-max law)."""
-    logits = torch.tensor([2.0, 1.0, 0.0, -1.0, 0.5, 3.0, -2.0, 1.5], device=DEV).repeat(512, 1)
+    """Frequencies over 256 rows of the same logits match softmax(logits / T) (the Gumbel-max law)."""
+    logits = torch.tensor([2.0, 1.0, 0.0, -1.0, 0.5, 3.0, -2.0, 1.5], device=DEV).repeat(256, 1)
     tok, _, _ = decode.sample_gumbel(logits, 0.8, torch.tensor([99], dtype=torch.int64, device=DEV),
                                      torch.tensor([0], device=DEV))
-    freq = torch.bincount(tok.cpu(), minlength=8).float() / 512
+    freq = torch.bincount(tok.cpu(), minlength=8).float() / 256
     p = torch.softmax(logits[0].cpu() / 0.8, -1)
-    assert (freq - p).abs().max() < 0.07, (freq, p)  # 3 standard deviations at 512 rows
+    assert (freq - p).abs().max() < 0.095, (freq, p)  # 3 standard deviations at 256 rows
 
 
 @pytest.mark.parametrize("top_p", [0.95, 0.6])
@@ -212,11 +212,11 @@ def test_sample_gumbel_top_p_keeps_torchs_nucleus(top_p):
         p = ref.exp()
         assert torch.allclose(ent, -(p * ref.masked_fill(p == 0, 0.0)).sum(-1), atol=1e-4)
     if top_p == 0.6:  # the law, once (the interpreter runs a program per row)
-        small = torch.tensor([2.0, 1.0, 0.0, -1.0, 0.5, 3.0, -2.0, 1.5], device=DEV).repeat(128, 1)
+        small = torch.tensor([2.0, 1.0, 0.0, -1.0, 0.5, 3.0, -2.0, 1.5], device=DEV).repeat(64, 1)
         tok, _, _ = decode.sample_gumbel(small, 1.0, seed, torch.tensor([0], device=DEV), top_p=top_p)
-        freq = torch.bincount(tok.cpu(), minlength=8).float() / 128
+        freq = torch.bincount(tok.cpu(), minlength=8).float() / 64
         law = torch.softmax(top_p_filter(small[:1].cpu(), top_p), -1)[0]  # no ties here
-        assert (freq - law).abs().max() < 0.14, (freq, law)  # 3 standard deviations at 128 rows
+        assert (freq - law).abs().max() < 0.19, (freq, law)  # 3 standard deviations at 64 rows
         assert freq[law == 0].sum() == 0
     with pytest.raises(ValueError, match="top_p"):
         decode.sample_gumbel(logits, 0.6, seed, torch.tensor([0], device=DEV), top_p=0.0)

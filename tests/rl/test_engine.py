@@ -480,18 +480,18 @@ def test_fused_sampler_records_what_the_model_gives_its_tokens():
     enc = tok([build_prompt(q, tok, "none") for q in QUESTIONS[:2]], return_tensors="pt", padding=True,
               padding_side="left", add_special_tokens=False)
     ids, attn = enc["input_ids"].to(dev), enc["attention_mask"].to(dev)
-    eng = DecodeEngine(model, batch=2, max_len=ids.shape[1] + 8, bucket=8, kernels="triton", graphs=False)
+    eng = DecodeEngine(model, batch=2, max_len=ids.shape[1] + 5, bucket=8, kernels="triton", graphs=False)
     calls = []
     fused = engine_mod.sample_gumbel
     engine_mod.sample_gumbel = lambda *a: calls.append(1) or fused(*a)
     try:
         torch.manual_seed(5)
-        a = eng.generate(ids, attn, max_new_tokens=8, temperature=1.0, force_length=True)
-        assert len(calls) == 7  # every decode step (the first token comes from the prefill's logits)
+        a = eng.generate(ids, attn, max_new_tokens=5, temperature=1.0, force_length=True)
+        assert len(calls) == 4  # every decode step (the first token comes from the prefill's logits)
         torch.manual_seed(5)
-        b = eng.generate(ids, attn, max_new_tokens=8, temperature=1.0, force_length=True)
-        eng.generate(ids, attn, max_new_tokens=8, temperature=1.0, top_p=0.9, force_length=True)
-        assert len(calls) == 14
+        b = eng.generate(ids, attn, max_new_tokens=5, temperature=1.0, force_length=True)
+        eng.generate(ids, attn, max_new_tokens=5, temperature=1.0, top_p=0.9, force_length=True)
+        assert len(calls) == 8
     finally:
         engine_mod.sample_gumbel = fused
     assert torch.equal(a.tokens, b.tokens)
