@@ -295,10 +295,15 @@ class DecodeEngine:
     def _decode_step(self, span: int, temperature: float, top_p: float) -> None:
         logits = self._decode_logits(span)
         self.valid.index_fill_(1, self._slot, True)
-        if self.use_triton and temperature > 0 and sample_gumbel_pays(*logits.shape, top_p):  # one kernel
+        if self._fused_sampling(temperature, top_p):
             self._record(*sample_gumbel(logits, temperature, self._seed, self._col, top_p))
         else:
             self._record(*gumbel_sample(logits, temperature, top_p))
+
+    def _fused_sampling(self, temperature: float, top_p: float) -> bool:
+        """Whether the decode steps sample with the one-kernel sampler (Triton kernels, temperature > 0, and where
+        qerl_kernels.decode.sample_gumbel_pays measured it faster)."""
+        return self.use_triton and temperature > 0 and sample_gumbel_pays(self.batch, self.cfg.vocab_size, top_p)
 
     def _span(self, slot: int) -> int:
         return min(self.max_len, -(-(slot + 1) // self.bucket) * self.bucket)
@@ -428,7 +433,8 @@ class DecodeEngine:
             self.refresh()  # adapters may have changed since the last generation
             dev = self.device
             eos = torch.tensor(sorted(set(int(e) for e in eos_ids)) or [-1], dtype=torch.long, device=dev)
-            self._seed.random_(0, 2**62)  # from the device's torch RNG, which the caller seeds
+            if self._fused_sampling(temperature, top_p):  # its key, from the device's torch RNG (the caller seeds it)
+                self._seed.random_(0, 2**62)
             logits = self.prefill(prompt_ids, attention_mask)
             self._pos.copy_(attention_mask.long().sum(-1))  # the first sampled token's position and slot
             self._slot.fill_(plen)
