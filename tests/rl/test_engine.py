@@ -254,11 +254,9 @@ def _state(model):
     return {k: v.clone() for k, v in model.state_dict().items()}
 
 
-@pytest.mark.triton_device
-@pytest.mark.parametrize("variant", ["plain", "lora", "nvfp4+lora"])
-def test_triton_decode_kernels_match_the_torch_step(variant):
-    """The fused decode kernels (qerl_kernels.decode; Triton's interpreter on CPU) inside the engine give the torch
-    references' tokens and log-probs, and the teacher-forced forward's log-probs."""
+def _kernel_model(variant: str):
+    """A tiny model wide enough for the decode kernels (head_dim 32), in `variant` ("plain", "lora", "nvfp4+lora"),
+    on the GPU if there is one, with two left-padded prompts: (model, ids, attention mask)."""
     torch.manual_seed(0)
     tok = build_tokenizer()
     model = build_model(tok, hidden_size=128, intermediate_size=256, num_heads=4, num_kv_heads=2, seed=3).eval()
@@ -270,7 +268,15 @@ def test_triton_decode_kernels_match_the_torch_step(variant):
     model = model.to(dev)
     enc = tok([build_prompt(q, tok, "none") for q in QUESTIONS[:2]], return_tensors="pt", padding=True,
               padding_side="left", add_special_tokens=False)
-    ids, attn = enc["input_ids"].to(dev), enc["attention_mask"].to(dev)
+    return model, enc["input_ids"].to(dev), enc["attention_mask"].to(dev)
+
+
+@pytest.mark.triton_device
+@pytest.mark.parametrize("variant", ["plain", "lora", "nvfp4+lora"])
+def test_triton_decode_kernels_match_the_torch_step(variant):
+    """The fused decode kernels (qerl_kernels.decode; Triton's interpreter on CPU) inside the engine give the torch
+    references' tokens and log-probs, and the teacher-forced forward's log-probs."""
+    model, ids, attn = _kernel_model(variant)
     ref = DecodeEngine(model, batch=2, max_len=ids.shape[1] + 10, bucket=8, kernels="torch", graphs=False)
     tri = DecodeEngine(model, batch=2, max_len=ids.shape[1] + 10, bucket=8, kernels="triton", graphs=False)
     assert tri.use_triton and not ref.use_triton
@@ -472,14 +478,7 @@ def test_fused_sampler_records_what_the_model_gives_its_tokens():
     recorded log-probs are the teacher-forced forward's for the drawn tokens, a reseeded run draws the same tokens,
     and top-p sampling keeps torch's path."""
     import qerl.rl.engine as engine_mod
-    torch.manual_seed(0)
-    tok = build_tokenizer()
-    model = _lora(build_model(tok, hidden_size=128, intermediate_size=256, num_heads=4, num_kv_heads=2, seed=3).eval())
-    dev = "cuda" if torch.cuda.is_available() else "cpu"
-    model = model.to(dev)
-    enc = tok([build_prompt(q, tok, "none") for q in QUESTIONS[:2]], return_tensors="pt", padding=True,
-              padding_side="left", add_special_tokens=False)
-    ids, attn = enc["input_ids"].to(dev), enc["attention_mask"].to(dev)
+    model, ids, attn = _kernel_model("lora")
     eng = DecodeEngine(model, batch=2, max_len=ids.shape[1] + 5, bucket=8, kernels="triton", graphs=False)
     calls = []
     fused = engine_mod.sample_gumbel
