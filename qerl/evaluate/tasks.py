@@ -74,8 +74,6 @@ class EvalSettings:
         batch_size: sequences per forward batch.
         repeats: benchmark -> samples per problem where it differs from n_repeats (AIME/AMC have 30/40 problems
             and need more samples than GSM8K's 1319); see `for_benchmark`.
-        batch_sizes: benchmark -> rows decoded at once where it differs from batch_size (short prompts leave room
-            for more rows in the same memory); see `for_benchmark`.
     """
 
     benchmarks: tuple[str, ...] = ("gsm8k",)
@@ -87,21 +85,16 @@ class EvalSettings:
     limit: int | None = None
     batch_size: int = 32
     repeats: dict = field(default_factory=dict)
-    batch_sizes: dict = field(default_factory=dict)
 
     def for_benchmark(self, name: str) -> "EvalSettings":
-        """These settings with n_repeats and batch_size taken from `repeats` and `batch_sizes` where they name the
-        benchmark."""
-        out = replace(self, n_repeats=self.repeats[name]) if name in self.repeats else self
-        return replace(out, batch_size=self.batch_sizes[name]) if name in self.batch_sizes else out
+        """These settings with n_repeats taken from `repeats` where it names the benchmark."""
+        return replace(self, n_repeats=self.repeats[name]) if name in self.repeats else self
 
     def record(self) -> dict:
-        """The settings as results files record them (an empty `repeats` or `batch_sizes` is left out, as before
-        they existed)."""
+        """The settings as results files record them (an empty `repeats` is left out, as before it existed)."""
         out = asdict(self)
-        for key in ("repeats", "batch_sizes"):
-            if not out[key]:
-                del out[key]
+        if not out["repeats"]:
+            del out["repeats"]
         return out
 
     @classmethod
@@ -113,8 +106,6 @@ class EvalSettings:
         """
         section = dict(cfg.get("evaluate", {}))
         section.update({k: v for k, v in overrides.items() if v is not None})
-        if overrides.get("batch_size") is not None:  # an explicit batch size (qerl evaluate --batch-size) is for all
-            section["batch_sizes"] = {}
         known = {f for f in cls.__dataclass_fields__}
         unknown = sorted(set(section) - known)
         if unknown:
@@ -133,16 +124,13 @@ class EvalSettings:
             value = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"config key 'evaluate.{key}': expected a positive integer, got {value!r}")
-        for key, what in (("repeats", "samples"), ("batch_sizes", "rows")):
-            mapping = getattr(self, key)
-            if not isinstance(mapping, dict):
-                raise ValueError(f"config key 'evaluate.{key}': expected a mapping benchmark -> {what}, got "
-                                 f"{mapping!r}")
-            for name, value in mapping.items():
-                check_benchmarks([name])
-                if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                    raise ValueError(f"config key 'evaluate.{key}.{name}': expected a positive integer, got "
-                                     f"{value!r}")
+        if not isinstance(self.repeats, dict):
+            raise ValueError(f"config key 'evaluate.repeats': expected a mapping benchmark -> samples, got "
+                             f"{self.repeats!r}")
+        for name, value in self.repeats.items():
+            check_benchmarks([name])
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"config key 'evaluate.repeats.{name}': expected a positive integer, got {value!r}")
         bad_limit = isinstance(self.limit, bool) or not isinstance(self.limit, int) or self.limit < 1
         if self.limit is not None and bad_limit:
             raise ValueError(f"config key 'evaluate.limit': expected a positive integer or null, got {self.limit!r}")

@@ -178,23 +178,3 @@ def test_cli_writes_the_results_json(tmp_path, tokenizer, tiny_model, tiny_test_
     rc = main(["evaluate", "--config", str(repo_root / "config" / "config.yaml"), "--base", str(model_dir),
                "--benchmarks", "tiny", "gsm8", "--out", str(tmp_path / "bad.json")])
     assert rc == 2 and "gsm8" in capsys.readouterr().err
-
-
-def test_each_benchmark_samples_with_its_own_batch_size(tokenizer, scripted, cfg, answer_file, monkeypatch):
-    """evaluate.batch_sizes reaches the sampler of the benchmark it names (the small scale's GSM8K at 256 rows)."""
-    import qerl.evaluate.lm as lm
-
-    seen = []
-    init = lm.QerlLM.__init__
-
-    def spy(self, *args, **kwargs):
-        seen.append(kwargs["batch_size"])
-        init(self, *args, **kwargs)
-
-    monkeypatch.setattr(lm.QerlLM, "__init__", spy)
-    model = scripted("<think> 3 + 5 = 8 </think> <answer> 8 </answer>", choices={8: ["8", "9"]})
-    for sizes, expected in (({}, 3), ({"tiny": 2}, 2), ({"gsm8k": 2}, 3)):
-        settings = EvalSettings.from_config(cfg, max_new_tokens=32, batch_size=3)
-        settings = EvalSettings(**{**settings.__dict__, "batch_sizes": sizes})
-        evaluate_model(model, tokenizer, ["tiny"], cfg, seed=3, tiny_test=answer_file, settings=settings)
-        assert seen[-1] == expected, (sizes, seen)

@@ -105,17 +105,6 @@ def test_settings_from_config_and_bad_values(cfg):
     s = EvalSettings.from_config({"evaluate": {"n_repeats": 1, "repeats": {"aime24": 8}}})
     assert (s.for_benchmark("aime24").n_repeats, s.for_benchmark("gsm8k").n_repeats) == (8, 1)
     assert "repeats" in s.record() and "repeats" not in EvalSettings().record()
-    s = EvalSettings.from_config({"evaluate": {"batch_size": 128, "batch_sizes": {"gsm8k": 256},
-                                               "repeats": {"aime24": 4}}})
-    assert (s.for_benchmark("gsm8k").batch_size, s.for_benchmark("math500").batch_size) == (256, 128)
-    assert (s.for_benchmark("aime24").batch_size, s.for_benchmark("aime24").n_repeats) == (128, 4)
-    assert s.record()["batch_sizes"] == {"gsm8k": 256} and "batch_sizes" not in EvalSettings().record()
-    explicit = EvalSettings.from_config({"evaluate": {"batch_sizes": {"gsm8k": 256}}}, batch_size=8)
-    assert explicit.for_benchmark("gsm8k").batch_size == 8  # qerl evaluate --batch-size: every benchmark's
-    with pytest.raises(ValueError, match="evaluate.batch_sizes.gsm8k"):
-        EvalSettings.from_config({"evaluate": {"batch_sizes": {"gsm8k": 0}}})
-    with pytest.raises(ValueError, match="evaluate.batch_sizes"):
-        EvalSettings.from_config({"evaluate": {"batch_sizes": [256]}})
     with pytest.raises(ValueError, match="unknown benchmark"):
         EvalSettings.from_config({"evaluate": {"benchmarks": ["gsm8k", "mmlu"]}})
 
