@@ -659,7 +659,7 @@ def sample_gumbel_pays(batch: int, vocab: int, top_p: float = 1.0) -> bool:
     inside CUDA graphs (results/measured/h100/small/sampler/): vocabulary 152,064 (Qwen2.5): 1 row 139 us fused vs 82
     torch, 8 rows 142 vs 109, 64 rows 143 vs 518, 256 rows 259 vs 1,888; vocabulary 49,152 (SmolLM2): 1 row 47 vs
     60, 16 rows 48 vs 76, 128 rows 48 vs 282. A few rows of a large vocabulary leave the GPU to a few programs."""
-    return top_p >= 1.0 and (batch >= 16 or vocab <= 65536)
+    return batch >= 16 or (top_p >= 1.0 and vocab <= 65536)
 
 
 def sample_gumbel(logits: torch.Tensor, temperature: float, seed: torch.Tensor, step: torch.Tensor,
