@@ -135,7 +135,9 @@ def test_rank_padding_and_splits():
     # the fused sampler where the H100 measured it faster (results/measured/h100/small/sampler)
     assert decode.sample_gumbel_pays(128, 49152) and decode.sample_gumbel_pays(1, 49152)
     assert decode.sample_gumbel_pays(64, 152064) and not decode.sample_gumbel_pays(8, 152064)
-    assert not decode.sample_gumbel_pays(128, 49152, top_p=0.95)  # not yet timed with top-p
+    # top-p 0.95 (the evaluations): from 16 rows at either vocabulary, never at 1-8 rows
+    assert decode.sample_gumbel_pays(16, 49152, top_p=0.95) and decode.sample_gumbel_pays(64, 152064, top_p=0.95)
+    assert not decode.sample_gumbel_pays(1, 49152, top_p=0.95) and not decode.sample_gumbel_pays(8, 152064, top_p=0.95)
     assert decode.attention_splits(1, 4, 64) == 1
 
 
