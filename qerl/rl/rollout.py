@@ -363,6 +363,21 @@ def kv_cache_arg(model) -> str:
 #: memory asking for a chunk's 0.99 GiB
 LOGITS_BUDGET = 2**26
 
+#: bytes of MLP activations one no-grad `sequence_logprobs` pass may hold at once, reckoned at 16 bytes per token and
+#: intermediate channel (the gate and up products in bfloat16, peft's LoRA term and its sum in float32); larger passes
+#: run in row chunks. Paper scale, 7B on the H100 (results/measured/h100/paper_random, run 3): the old log-probs of 48
+#: rows x 4,296 tokens in one pass asked for 14.5 GiB in one MLP and BF16 LoRA ran out of memory; at 4 GiB that is 3
+#: rows a pass (each ~40k tokens x 7B: compute-bound). The small scale's 128 rows x ~500 tokens x 1,536 channels
+#: (1.6 GB) stay one pass; the tiny scale's are far below it
+ACTIVATIONS_BUDGET = 2**32
+
+
+def _pass_rows(model, width: int, n: int) -> int:
+    """Rows of `width` tokens one no-grad pass of `model` may take under ACTIVATIONS_BUDGET (n when the model names
+    no intermediate size)."""
+    inter = int(getattr(getattr(model, "config", None), "intermediate_size", 0) or 0)
+    return max(1, ACTIVATIONS_BUDGET // (16 * width * inter)) if inter else n
+
 
 def _vocab_size(model) -> int:
     config = getattr(model, "config", None)
@@ -436,10 +451,12 @@ def sequence_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tens
     rows = max(1, LOGITS_BUDGET // per_row) if per_row else n  # rows per chunk; n: one pass
     grad = torch.is_grad_enabled()
     parts = _decoder_and_head(model) if rows < n and not (grad and with_entropy) else None
-    if parts is None and rows < n and not grad:
-        # a model without a separate decoder and head: whole passes over row chunks; each row's numbers are its own
-        parts_ = [sequence_logprobs(model, input_ids[i : i + rows], attention_mask[i : i + rows], prompt_len,
-                                    with_entropy) for i in range(0, n, rows)]
+    step = min(_pass_rows(model, width, n), rows if parts is None else n)  # rows a whole pass may take
+    if step < n and not grad:
+        # whole passes over row chunks: more rows than the decoder's activations may hold (a 7B's 4k-token rows), or a
+        # model without a separate decoder and head; each row's numbers are its own
+        parts_ = [sequence_logprobs(model, input_ids[i : i + step], attention_mask[i : i + step], prompt_len,
+                                    with_entropy) for i in range(0, n, step)]
         return (torch.cat([p[0] for p in parts_]),
                 torch.cat([p[1] for p in parts_]) if with_entropy else None)
     target = input_ids[:, prompt_len:]  # [N, L]

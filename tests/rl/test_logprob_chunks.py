@@ -84,3 +84,30 @@ def test_right_aligned_rows_give_the_left_padded_numbers_and_no_fully_masked_que
                 torch.testing.assert_close(grads[n], ref_g[n], rtol=1e-4, atol=1e-6)
     finally:
         hook.remove()
+
+
+def test_no_grad_pass_over_the_activations_budget_runs_in_row_chunks(tiny_model, monkeypatch):
+    """More rows than ACTIVATIONS_BUDGET allows (the 7B's 4k-token old log-probs ran out of memory in one pass): whole
+    passes of a few rows each, the one-pass numbers; with grad the pass stays whole (checkpointing bounds it)."""
+    g = torch.Generator().manual_seed(3)
+    ids = torch.randint(3, tiny_model.config.vocab_size, (5, 12), generator=g)
+    mask = torch.ones_like(ids)
+    mask[3, :2] = 0
+    calls = []
+    hook = tiny_model.model.register_forward_pre_hook(lambda m, a, k: calls.append(k["input_ids"].shape[0]),
+                                                      with_kwargs=True)
+    try:
+        with torch.no_grad():
+            whole, ent = rollout.sequence_logprobs(tiny_model, ids, mask, 4, with_entropy=True)
+            assert calls == [5]
+            calls.clear()
+            monkeypatch.setattr(rollout, "ACTIVATIONS_BUDGET", 16 * 12 * tiny_model.config.intermediate_size * 2)
+            parts, ent_parts = rollout.sequence_logprobs(tiny_model, ids, mask, 4, with_entropy=True)
+        assert calls == [2, 2, 1]
+        torch.testing.assert_close(parts, whole, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(ent_parts, ent, rtol=1e-5, atol=1e-6)
+        calls.clear()
+        logp, _ = rollout.sequence_logprobs(tiny_model, ids, mask, 4)
+        assert calls == [5] and logp.requires_grad
+    finally:
+        hook.remove()
