@@ -653,12 +653,13 @@ def silu_mul(gate, up, t, lora_b, *, use_triton: bool = False):
 
 
 def sample_gumbel_pays(batch: int, vocab: int, top_p: float = 1.0) -> bool:
-    """Whether `sample_gumbel` (one program per row) beats torch's ops for [batch, vocab] logits. With top_p < 1: not
-    yet timed on a GPU (its nucleus costs 34 more passes over each row; torch's sorts the row), so torch's ops
-    (`python -m qerl.profiling.sampler_bench` times both). Without, measured on an H100
-    inside CUDA graphs (results/measured/h100/small/sampler/): vocabulary 152,064 (Qwen2.5): 1 row 139 us fused vs 82
-    torch, 8 rows 142 vs 109, 64 rows 143 vs 518, 256 rows 259 vs 1,888; vocabulary 49,152 (SmolLM2): 1 row 47 vs
-    60, 16 rows 48 vs 76, 128 rows 48 vs 282. A few rows of a large vocabulary leave the GPU to a few programs."""
+    """Whether `sample_gumbel` (one program per row) beats torch's ops for [batch, vocab] logits, as measured on an H100
+    inside CUDA graphs (results/measured/h100/small/sampler/; `python -m qerl.profiling.sampler_bench`), us fused vs
+    torch. Without top-p: vocabulary 152,064 (Qwen2.5): 1 row 139-147 vs 82-84, 8 rows 142-146 vs 109-118, 64 rows
+    143-148 vs 518-520, 256 rows 259-268 vs 1,888; vocabulary 49,152 (SmolLM2): 1 row 47-50 vs 60-61, 16 rows 48-50 vs
+    76-78, 128 rows 48-50 vs 282-283. With top-p 0.95 (the nucleus costs 34 more passes over each row; torch sorts the
+    row): 152,064: 1 row 628 vs 192, 8 rows 635 vs 524, 64 rows 646 vs 1,905, 256 rows 1,316 vs 6,792; 49,152: 1 row
+    169 vs 138, 16 rows 169 vs 302, 128 rows 170 vs 1,287. A few rows leave the GPU to a few programs."""
     return batch >= 16 or (top_p >= 1.0 and vocab <= 65536)
 
 
