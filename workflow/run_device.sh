@@ -124,7 +124,7 @@ torch.version.cuda, 'transformers', transformers.__version__, 'peft', peft.__ver
   pack)
     cd "$SRC" || exit 3
     cp /tmp/qerl-dag.log /tmp/qerl-env.txt results/ 2>/dev/null
-    # weights, checkpoints and files over 1 MB stay behind: run 13's pack at 8 MB still passed the call's 64 MiB
+    # weights, checkpoints and files over 1 MB stay behind: with an 8 MB cut run 14's pack mid-DAG passed a call's 64 MiB
     # (rollout dumps); at 1 MB the whole small DAG packs to 12 MB with every eval.json and metrics.jsonl (run 14)
     find results -type f \( -name "*.safetensors" -o -name "*.pt" -o -name "*.bin" -o -name "tokenizer.json" \
       -o -size +1M \) > /tmp/qerl-exclude
