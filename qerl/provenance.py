@@ -8,7 +8,10 @@ Two uses, one module:
   header line (scale, model, seeds, commit, hardware), falling back to this machine (`host_hardware`) when the inputs
   carry none.
 
-Commit: `git rev-parse HEAD` (with `-dirty`), or the short hash for headers; "unknown" outside a git checkout.
+Commit: `git rev-parse HEAD` (with `-dirty`), or the short hash for headers; "unknown" outside a git checkout. A copy
+of a checkout whose git metadata is not its own (workflow/run_device.sh on a lent GPU machine, where the metadata
+travelled older than the files: runs 9, 14 and the paper-scale runs stamped an older commit) names its commit in the
+environment variable QERL_COMMIT, which then wins.
 Hardware for a header is the GPU name through torch when an NVIDIA driver is loaded (torch is imported only then, so
 rendering on a CPU stays fast), else the CPU model from /proc/cpuinfo or `platform`.
 """
@@ -33,7 +36,11 @@ def git_commit(repo: str | Path = _REPO, short: bool = False) -> str:
     """`<sha>` of HEAD, with `-dirty` when tracked files differ from it; "unknown" outside a git checkout.
 
     With `short`, the short hash alone (`git rev-parse --short HEAD`, no dirty check), as artifact headers print it.
+    QERL_COMMIT, when set, is returned as it is (short: its first 7 characters).
     """
+    named = os.environ.get("QERL_COMMIT", "").strip()
+    if named:
+        return named[:7] if short else named
     if short:
         try:
             out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=repo, capture_output=True, text=True,

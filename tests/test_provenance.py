@@ -10,6 +10,16 @@ def test_short_commit_is_the_start_of_the_full_one(tmp_path):
     assert git_commit(tmp_path) == git_commit(tmp_path, short=True) == "unknown"  # not a git checkout
 
 
+def test_a_named_commit_wins_over_the_git_metadata(tmp_path, monkeypatch):
+    """A copied checkout whose git metadata is older than its files names its commit in QERL_COMMIT
+    (workflow/run_device.sh sets it from COMMIT): stamps and headers say that one, also outside a git checkout."""
+    monkeypatch.setenv("QERL_COMMIT", "301549f0123456789abcdef")
+    assert git_commit() == git_commit(tmp_path) == "301549f0123456789abcdef"
+    assert git_commit(short=True) == "301549f" and provenance()["commit"] == "301549f0123456789abcdef"
+    monkeypatch.setenv("QERL_COMMIT", "")
+    assert git_commit(tmp_path) == "unknown"
+
+
 def test_a_stage_stamp_reads_back_into_a_header():
     stamp = provenance()
     assert stamp["hardware"]["cpu"] and stamp["commit"]

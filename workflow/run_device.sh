@@ -45,6 +45,9 @@ SRC=${SRC:-/tmp/qerl-src}
 SITE=/tmp/site
 export PYTHONPATH=$SRC:$SITE PATH=$SITE/bin:$PATH
 mkdir -p "$STAGE"
+# COMMIT names the checkout's commit in every output (qerl.provenance): the git metadata that travels here can be
+# older than the files
+[ -n "${COMMIT:-}" ] && export QERL_COMMIT=$COMMIT
 cmd=$1; shift
 
 install() {
