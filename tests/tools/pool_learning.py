@@ -10,7 +10,7 @@ them changed the speed of sampling and decoding, not what is trained. Held-out g
 untrained model of the same weight format evaluated in the same run (each run made its own SFT base), only where that
 run evaluated it; the SE adds the untrained means' own spread.
 
-    python tests/tools/pool_learning.py            # two Markdown tables
+    python tests/tools/pool_learning.py            # a Markdown table
 """
 from __future__ import annotations
 
