@@ -164,9 +164,10 @@ if HAVE_GLUON:
             s2 = s_bufs.index(slot).load(s_l)
             fence_async_shared()            # order the shared reads before the producer's next TMA write
             mbarrier.arrive(w_empty.index(slot), count=1)
-            # chunk 0 frees the previous chunk's x slot unless the previous k-step ended a tile (freed there)
-            acc, a_prev = _mma_chunk(acc, a_prev, w2, s2, x_bufs, x_ready, x_empty, i * NCH, ks > 0, a_l, BN, 0,
-                                     XSTAGES, BF16)
+            # chunk 0 frees the previous chunk's x slot: there is one unless this is the CTA's first k-step, and it
+            # is still held unless the previous k-step ended a tile (freed there; then ks == 0)
+            acc, a_prev = _mma_chunk(acc, a_prev, w2, s2, x_bufs, x_ready, x_empty, i * NCH, (i > 0) & (ks > 0),
+                                     a_l, BN, 0, XSTAGES, BF16)
             acc, a_prev = _mma_chunk(acc, a_prev, w2, s2, x_bufs, x_ready, x_empty, i * NCH + 1, True, a_l, BN, 1,
                                      XSTAGES, BF16)
             if (ks == K_STEPS - 1) | (it == u1 - 1):
@@ -332,6 +333,8 @@ def fp4_gemm_wgmma(x: torch.Tensor, w: PreparedFP4, bias: torch.Tensor | None = 
     if x.shape[0] == 0:
         return y
     x = x.contiguous()
+    if x.data_ptr() % 16:   # a view at an odd offset: TMA reads from 16-byte aligned addresses only
+        x = x.clone()
     bias = bias.contiguous() if bias is not None else None
     sms = torch.cuda.get_device_properties(x.device).multi_processor_count
     grid, args, meta = launch_args(x, w, bias, y, sms, **knobs)

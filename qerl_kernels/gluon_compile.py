@@ -108,6 +108,14 @@ def wgmma_variants() -> list[Variant]:
             Variant("wgmma-w4-gateup-m64", *GATE_UP, 64, knobs=dict(num_warps=4), kernel="wgmma"),
             Variant("wgmma-w4-gateup-m256", *GATE_UP, 256, knobs=dict(num_warps=4), kernel="wgmma"),
             Variant("wgmma-mp256-gateup-m256", *GATE_UP, 256, knobs=dict(max_mp=256), kernel="wgmma")]
+    # the rest of tune.WGMMA_SWEEP (gate/up group, M = 256), so the sweep's first GPU run finds them in the cache
+    from qerl_kernels.tune import WGMMA_SWEEP
+    named = {(8, 128, None, None), (4, 128, None, None), (8, 256, None, None)}
+    for nw, mp, ws, xs in WGMMA_SWEEP:
+        if (nw, mp, ws, xs) not in named:
+            knobs = {k: v for k, v in dict(num_warps=nw, max_mp=mp, wstages=ws, xstages=xs).items() if v is not None}
+            out.append(Variant(f"wgmma-tune-{nw}-{mp}-{ws or 'd'}-{xs or 'd'}-gateup-m256", *GATE_UP, 256,
+                               knobs=knobs, kernel="wgmma"))
     return out
 
 
