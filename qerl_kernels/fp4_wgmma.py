@@ -9,8 +9,10 @@ wgmma is asynchronous, so here each consumer warpgroup issues the wgmma of one 1
 chunk while it runs.
 
 Shape of the kernel (y[M, N] = x[M, K] @ W[N, K]^T * out_scale (+ bias), computed as y^T = W @ x^T, "swap AB"):
-1. Tiles: BN weight rows (64 per consumer warpgroup) x MP activation rows (M padded to a power of two, 16..256; M
-   above `max_mp` is cut into M blocks of max_mp, the weight tile then decoded once per block). The (tile, k-step)
+1. Tiles: BN weight rows (64 per consumer warpgroup) x MP activation rows (M padded to a power of two, 16..max_mp;
+   M above `max_mp` is cut into M blocks of max_mp, the weight tile then decoded once per block). max_mp defaults to
+   128: at 256 the [64, 256] fp32 accumulator of a warpgroup (128 registers a thread) beside two decoded A chunks
+   spills in the sm_90 build. The (tile, k-step)
    iterations, tiles ordered weight-tile-major (the M blocks of one weight tile are neighbours, so its second read
    is an L2 hit), are cut into one contiguous range per CTA of a persistent grid of one CTA per SM
    (fp4_gluon.stream_k_split): every CTA streams the same weight bytes (+- one k-step) whatever the shape, and a

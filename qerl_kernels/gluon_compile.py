@@ -1,4 +1,5 @@
-"""Compile the Gluon NVFP4 kernel (fp4_gluon.py) ahead of time for a Hopper GPU, on any machine: no GPU needed.
+"""Compile the Gluon NVFP4 kernels (fp4_gluon.py, fp4_wgmma.py) ahead of time for a Hopper GPU, on any machine: no
+GPU needed.
 
 Why (issue 22): the kernel gets few GPU calls; a Gluon API, layout or ptxas error found there wastes one. Triton
 compiles for a target it does not have (Gluon -> TTGIR -> LLVM -> PTX, then the backend's bundled ptxas -> cubin),
@@ -17,7 +18,12 @@ Variants (`variants()`): the benchmark's (default knobs; the 7B gate/up group at
 bias and a one-k-step weight as the tests launch them) and tune.py's GLUON_SWEEP (rows per tile with warps, ring
 stages, CTAs per SM) at M = 1 and 16 on the gate/up group.
 
+The wgmma kernel's variants (`wgmma_variants`: the 7B launch shapes at M = 16..512, fp16, bias, ragged M, the sweep's
+knobs) also report what its design relies on (`wgmma_facts`): wgmma count and shape, A from registers, the waits,
+commits and barriers in the PTX.
+
 Run:  python -m qerl_kernels.gluon_compile                 # every variant, a table on stdout; exit 1 if any failed
+      python -m qerl_kernels.gluon_compile --kernel wgmma --jobs 8   # only fp4_wgmma's, 8 builds at a time
       python -m qerl_kernels.gluon_compile --only bench-m1 tune-64-4-3-1-m16 --json   (--list names them)
 Needs Triton with triton.experimental.gluon (3.6 on the GPU image; 3.9 builds it too).
 """
@@ -38,7 +44,8 @@ import torch
 from qerl_kernels import fp4_gluon, fp4_wgmma
 from qerl_kernels.layout import PreparedFP4, padded_shape
 
-__all__ = ["Variant", "variants", "compile_variant", "ptxas_usage", "resident_ctas", "check", "table", "main"]
+__all__ = ["Variant", "variants", "wgmma_variants", "wgmma_facts", "compile_variant", "ptxas_usage", "resident_ctas",
+           "check", "table", "main"]
 
 SMEM_PER_SM = 228 * 1024      # Hopper (H100 / H200): shared memory per SM
 SMEM_RESERVED = 1024          # per CTA, reserved by the system
@@ -203,7 +210,7 @@ def check(v: Variant, arch: int = 90) -> dict:
         knobs["ctas_per_sm"] = fp4_gluon.default_ctas_per_sm(v.m)
     else:   # one CTA per SM; BN and the two rings' depths follow from the knobs (read back from the launch)
         knobs = {k: defaults[k].default for k in ("num_warps", "max_mp")}
-        knobs["ctas_per_sm"] = 1
+        knobs.update(ctas_per_sm=1, bn="-", stages="-")
     knobs.update(v.knobs)
     row = dict(name=v.name, kernel=v.kernel, shape=f"{v.n}x{v.k}", m=v.m, dtype="bf16" if v.bf16 else "fp16",
                bias=v.bias, **knobs)
@@ -251,7 +258,8 @@ def wgmma_facts(ptx: str) -> dict:
 def table(rows: list[dict]) -> str:
     """The report as a markdown table."""
     head = ("| variant | N x K | M | MP | dtype | bias | BN | warps | stages | CTAs/SM planned | fits | status | regs "
-            "(maxnreg) | setmaxnreg | spill st/ld B | stack B | smem B | smem cvt | threads | s |")
+            "(maxnreg) | setmaxnreg | spill st/ld B | stack B | smem B | smem cvt | threads | wgmma (reg A) | "
+            "bar.sync / mbarrier waits (static) | s |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
         ok = r["status"] == "ok"
@@ -261,7 +269,8 @@ def table(rows: list[dict]) -> str:
             f"{r['regs']} ({r['maxnreg']})" if ok else "-", "/".join(map(str, r["setmaxnreg"])) if ok else "-",
             f"{r['spill_st']}/{r['spill_ld']}" if ok else "-", r["stack"] if ok else "-",
             r["smem"] if ok else "-", r["smem_cvt"] if ok else "-", r["threads"] if ok else "-",
-            f"{r['seconds']:.1f}")) + " |")
+            f"{r['wgmma']} ({r['wgmma_reg_a']}) {'/'.join(r['wgmma_shapes'])}" if ok and "wgmma" in r else "-",
+            f"{r['bar_sync']} / {r['mbar_wait']}" if ok and "wgmma" in r else "-", f"{r['seconds']:.1f}")) + " |")
     warns = sorted({w for r in rows for w in r.get("warnings", [])})
     if warns:
         lines += ["", "ptxas warnings:"] + [f"- {w}" for w in warns]
