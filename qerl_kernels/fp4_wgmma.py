@@ -108,84 +108,128 @@ if HAVE_GLUON:
                 mbarrier.expect(x_ready.index(slot), nbytes)
                 _tma_load(x_desc, [m0, ks * _BK + h * 128], x_ready.index(slot), x_bufs.index(slot))
 
-    @gluon.jit
-    def _chunk(t2, h: gl.constexpr, n: gl.constexpr):
-        """Chunk h (0 or 1) of a k-step's register tile [BN, 2 * n]: [BN, n], the register halves of each thread's
-        columns (the words' and scales' layouts keep both chunks of a row in one thread), no data movement."""
-        a, b = gl.split(gl.permute(gl.reshape(t2, [t2.shape[0], 2, n]), (0, 2, 1)))
-        if h == 0:
-            return a
-        return b
+    @gluon.constexpr_function
+    def _word_layout(BN, NUM_WARPS):
+        """Register layout of one chunk's words [BN, 16] int32 (index 4c + b): lane 4g + c of warp w holds words
+        4c..4c + 3 of rows 16w + g and 16w + g + 8 (4 registers a row), i.e. wgmma's k_width-2 A fragment of the
+        chunk's 128 columns once each word is decoded to 8 values (asserted where the decoded tile becomes the A
+        operand). Written out because DotOperandLayout(k_width=4) on a 16-word tile holds every word twice (its
+        instruction k is 32 words)."""
+        BN, NUM_WARPS = int(BN), int(NUM_WARPS)
+        warps = [[16 << i, 0] for i in range(NUM_WARPS.bit_length() - 1)]
+        reps = [[(16 * NUM_WARPS) << j, 0] for j in range((BN // (16 * NUM_WARPS)).bit_length() - 1)]
+        return gl.DistributedLinearLayout(reg_bases=[[0, 1], [0, 2], [8, 0]] + reps,
+                                          lane_bases=[[0, 4], [0, 8], [1, 0], [2, 0], [4, 0]], warp_bases=warps,
+                                          block_bases=[], shape=[BN, 16])
 
     @gluon.jit
-    def _mma_chunk(acc, a_prev, w2, s2, x_bufs, x_ready, x_empty, j, release_prev, a_l: gl.constexpr,
-                   BN: gl.constexpr, h: gl.constexpr, XSTAGES: gl.constexpr, BF16: gl.constexpr):
-        """Decode chunk h of the k-step into A registers, issue its wgmma on x slot j, retire the previous chunk's
-        wgmma (wait until one is in flight) and free that chunk's x slot if asked. Returns (acc, this chunk's A)."""
-        a = gl.convert_layout(_decode(_chunk(w2, h, 16), _chunk(s2, h, 4), BN, BF16), a_l, assert_trivial=True)
+    def _half(t, q: gl.constexpr):
+        """Half q (0 or 1) of a chunk's words [BN, 16] (index 4c + b) or scales [BN, 4] (index b): the entries with
+        b = 2q, 2q + 1, i.e. columns 64q..64q + 63 of the chunk, as [BN, 8] (index 2c + b') or [BN, 2]; each thread
+        keeps its own registers (no data movement)."""
+        n: gl.constexpr = t.shape[1] // 4          # 4 lane-quad positions c (words) or 1 (scales)
+        BN: gl.constexpr = t.shape[0]
+        if n == 1:
+            t3 = gl.permute(gl.reshape(t, [BN, 2, 2]), (0, 2, 1))                 # [n, b', bh]
+        else:
+            t3 = gl.permute(gl.reshape(t, [BN, 4, 2, 2]), (0, 1, 3, 2))           # [n, c, b', bh]
+        a, b = gl.split(t3)
+        if q == 0:
+            return gl.reshape(a, [BN, 2 * n])
+        return gl.reshape(b, [BN, 2 * n])
+
+    @gluon.jit
+    def _mma_group(acc, a_prev, w, s, x_bufs, x_ready, x_empty, j, q: gl.constexpr, cont, a_l: gl.constexpr,
+                   BN: gl.constexpr, KS: gl.constexpr, XSTAGES: gl.constexpr, BF16: gl.constexpr):
+        """One wgmma group: decode KS columns (part q of chunk j's 128) into A registers, issue their wgmma on x
+        slot j, retire the previous group's wgmma (wait until one is in flight). `cont`: the previous group of this
+        CTA belongs to the same tile: the wgmma accumulates onto acc (else it starts from zero: use_acc), and if the
+        previous group ended its chunk, that chunk's x slot is freed here (one at a tile's end is freed there).
+        Returns (acc, this group's A)."""
+        a = gl.convert_layout(_decode(w, s, BN, BF16, KS // 32), a_l, assert_trivial=True)
         slot, phase = _ring(j, XSTAGES)
-        mbarrier.wait(x_ready.index(slot), phase)
-        acc = warpgroup_mma(a, x_bufs.index(slot).permute((1, 0)), acc, is_async=True)
-        # the previous chunk's wgmma is complete after this wait; its A registers are kept alive until here (deps)
+        if q == 0:
+            mbarrier.wait(x_ready.index(slot), phase)
+        xt = x_bufs.index(slot)
+        if KS < 128:
+            xt = xt.slice(q * KS, KS, dim=1)
+        # a tile's first group starts from zero through use_acc, not by zeroing acc: the accumulator registers are
+        # then only ever written by wgmma inside the loop, so ptxas need not insert a full wait at the loop's back
+        # edge (with zeros written there it did: "warpgroup.wait is injected", C7517, losing the overlap)
+        acc = warpgroup_mma(a, xt.permute((1, 0)), acc, use_acc=cont, is_async=True)
+        # the previous group's wgmma is complete after this wait; its A registers are kept alive until here (deps)
         acc, a_prev = warpgroup_mma_wait(num_outstanding=1, deps=[acc, a_prev])
-        if release_prev:
-            mbarrier.arrive(x_empty.index((j + XSTAGES - 1) % XSTAGES), count=1)
+        if q == 0:
+            if cont:
+                mbarrier.arrive(x_empty.index((j + XSTAGES - 1) % XSTAGES), count=1)
         return acc, a
 
     @gluon.jit
     def _wgmma_consumer(x_bufs, w_bufs, s_bufs, x_ready, x_empty, w_ready, w_empty, os_ptr, bias_ptr, y_ptr, ws_ptr,
                         cnt_ptr, M, N, TOTAL, PER, K_STEPS, M_BLOCKS, stride_ym,
                         BN: gl.constexpr, MP: gl.constexpr, WSTAGES: gl.constexpr, XSTAGES: gl.constexpr,
-                        BF16: gl.constexpr, HAS_BIAS: gl.constexpr, NUM_WARPS: gl.constexpr):
+                        BF16: gl.constexpr, HAS_BIAS: gl.constexpr, NUM_WARPS: gl.constexpr, KS: gl.constexpr):
         """Consumer warpgroups: decode + async wgmma per chunk, accumulate the tile in fp32, flush at tile ends."""
         mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NUM_WARPS, 1],
                                                       instr_shape=[16, MP, 16])
         a_l: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
-        # words [BN, 32] int32 as an 8-bit-style A operand (k_width 4): a thread holds words 4c..4c+3 of both
-        # 16-word chunks of rows g and g + 8 (lane 4g + c), so its decoded bf16 pairs sit where wgmma's k_width-2
-        # A fragment wants them (the conversion to a_l stays in registers: asserted)
-        w_l: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=4)
-        s_l: gl.constexpr = _scale_layout(BN, NUM_WARPS)
+        w_l: gl.constexpr = _word_layout(BN, NUM_WARPS)
+        s_l: gl.constexpr = _scale_layout(BN, NUM_WARPS, 1)
         adt: gl.constexpr = gl.bfloat16 if BF16 else gl.float16
-        NCH: gl.constexpr = _BK // 128   # chunks (wgmma groups) per k-step
+        NCH: gl.constexpr = _BK // 128   # 128-column chunks (x tiles) per k-step; 128 // KS wgmma groups each
         u0 = gl.program_id(0) * PER
         u1 = gl.minimum(u0 + PER, TOTAL)
         t_first = u0 // K_STEPS
         rbn = gl.arange(0, BN, layout=gl.SliceLayout(1, mma))
         rm = gl.arange(0, MP, layout=gl.SliceLayout(0, mma))
-        ws_tile = gl.expand_dims(rbn, 1) * MP + gl.expand_dims(rm, 0)
         acc = gl.zeros([BN, MP], gl.float32, mma)
-        a_prev = gl.zeros([BN, 128], adt, a_l)
-        for it in range(u0, u1):
-            tile = it // K_STEPS
-            ks = it - tile * K_STEPS
-            i = it - u0
-            slot, phase = _ring(i, WSTAGES)
-            mbarrier.wait(w_ready.index(slot), phase)
-            w2 = w_bufs.index(slot).load(w_l)
-            s2 = s_bufs.index(slot).load(s_l)
-            fence_async_shared()            # order the shared reads before the producer's next TMA write
-            mbarrier.arrive(w_empty.index(slot), count=1)
-            # chunk 0 frees the previous chunk's x slot: there is one unless this is the CTA's first k-step, and it
-            # is still held unless the previous k-step ended a tile (freed there; then ks == 0)
-            acc, a_prev = _mma_chunk(acc, a_prev, w2, s2, x_bufs, x_ready, x_empty, i * NCH, (i > 0) & (ks > 0),
-                                     a_l, BN, 0, XSTAGES, BF16)
-            acc, a_prev = _mma_chunk(acc, a_prev, w2, s2, x_bufs, x_ready, x_empty, i * NCH + 1, True, a_l, BN, 1,
-                                     XSTAGES, BF16)
-            if (ks == K_STEPS - 1) | (it == u1 - 1):
-                acc, a_prev = warpgroup_mma_wait(num_outstanding=0, deps=[acc, a_prev])
-                mbarrier.arrive(x_empty.index((i * NCH + 1) % XSTAGES), count=1)
-                mb = tile % M_BLOCKS
-                _flush(acc, tile, u0, u1, t_first, PER, K_STEPS, os_ptr, bias_ptr, y_ptr + mb * MP * stride_ym,
-                       ws_ptr, cnt_ptr, (tile // M_BLOCKS) * BN + rbn, rm, ws_tile, M - mb * MP, N, stride_ym,
-                       BN, MP, HAS_BIAS)
-                acc = gl.zeros([BN, MP], gl.float32, mma)
+        a_prev = gl.zeros([BN, KS], adt, a_l)
+        # outer loop over this CTA's tiles, inner over the tile's k-steps in its range: the accumulator is then
+        # carried through the inner loop written only by wgmma, and waited for and flushed between the loops (a
+        # flush under a condition inside one flat loop made the compiler copy in-flight accumulator registers at the
+        # join, and ptxas injected a full wgmma wait per k-step: C7517, the decode / wgmma overlap lost)
+        for tile in range(t_first, (u1 - 1) // K_STEPS + 1):
+            k0 = gl.maximum(u0, tile * K_STEPS)
+            k1 = gl.minimum(u1, (tile + 1) * K_STEPS)
+            for it in range(k0, k1):
+                i = it - u0
+                slot, phase = _ring(i, WSTAGES)
+                mbarrier.wait(w_ready.index(slot), phase)
+                for h in gl.static_range(NCH):
+                    # the chunk's words and scales, read when needed (the next chunk's are not held through this
+                    # one's decode); the last chunk's read frees the weight slot
+                    w = w_bufs.index(slot).slice(16 * h, 16, dim=1).load(w_l)   # [BN, 16] int32, words 4c + b
+                    s = s_bufs.index(slot).slice(4 * h, 4, dim=1).load(s_l)     # [BN, 4] int16, scales b
+                    if h == NCH - 1:
+                        fence_async_shared()        # order the shared reads before the producer's next TMA write
+                        mbarrier.arrive(w_empty.index(slot), count=1)
+                    # a group continues the tile's accumulation unless it is the tile's first in this CTA
+                    if KS == 128:
+                        acc, a_prev = _mma_group(acc, a_prev, w, s, x_bufs, x_ready, x_empty, i * NCH + h, 0,
+                                                 (it > k0) | (h > 0), a_l, BN, KS, XSTAGES, BF16)
+                    else:
+                        acc, a_prev = _mma_group(acc, a_prev, _half(w, 0), _half(s, 0), x_bufs, x_ready, x_empty,
+                                                 i * NCH + h, 0, (it > k0) | (h > 0), a_l, BN, KS, XSTAGES, BF16)
+                        acc, a_prev = _mma_group(acc, a_prev, _half(w, 1), _half(s, 1), x_bufs, x_ready, x_empty,
+                                                 i * NCH + h, 1, True, a_l, BN, KS, XSTAGES, BF16)
+            acc, a_prev = warpgroup_mma_wait(num_outstanding=0, deps=[acc, a_prev])
+            mbarrier.arrive(x_empty.index(((k1 - 1 - u0) * NCH + 1) % XSTAGES), count=1)
+            # the tile's rows of W and of x, and its partial's offsets in the workspace ([BN, MP] int32), from the
+            # tile index here: computed once before the loops they were held through the main loop (at MP = 128
+            # ~100 registers a thread: spills)
+            rn = (tile // M_BLOCKS) * BN + rbn
+            rmt = (tile % M_BLOCKS) * MP + rm
+            ws_tile = gl.expand_dims(rn % BN, 1) * MP + gl.expand_dims(rmt % MP, 0)
+            _flush(acc, tile, u0, u1, t_first, PER, K_STEPS, os_ptr, bias_ptr, y_ptr, ws_ptr, cnt_ptr, rn, rmt,
+                   ws_tile, M, N, stride_ym, BN, MP, HAS_BIAS)
+            # nothing is in flight now: the last A tile need not be held through the flush (its registers free)
+            a_prev = gl.zeros([BN, KS], adt, a_l)
 
     @gluon.jit
     def _fp4_gemm_wgmma(w_desc, s_desc, x_desc, os_ptr, bias_ptr, y_ptr, ws_ptr, cnt_ptr,
                         M, N, TOTAL, PER, K_STEPS, M_BLOCKS, stride_ym,
                         BN: gl.constexpr, MP: gl.constexpr, WSTAGES: gl.constexpr, XSTAGES: gl.constexpr,
-                        BF16: gl.constexpr, HAS_BIAS: gl.constexpr, NUM_WARPS: gl.constexpr,
+                        BF16: gl.constexpr, HAS_BIAS: gl.constexpr, NUM_WARPS: gl.constexpr, KS: gl.constexpr,
                         LOAD_REGS: gl.constexpr):
         w_bufs = gl.allocate_shared_memory(gl.int32, [WSTAGES, BN, _BK // 8], w_desc.layout)
         s_bufs = gl.allocate_shared_memory(gl.int16, [WSTAGES, BN, _BK // 32], s_desc.layout)
@@ -203,7 +247,7 @@ if HAVE_GLUON:
         gl.warp_specialize([
             (_wgmma_consumer, (x_bufs, w_bufs, s_bufs, x_ready, x_empty, w_ready, w_empty, os_ptr, bias_ptr, y_ptr,
                                ws_ptr, cnt_ptr, M, N, TOTAL, PER, K_STEPS, M_BLOCKS, stride_ym,
-                               BN, MP, WSTAGES, XSTAGES, BF16, HAS_BIAS, NUM_WARPS)),
+                               BN, MP, WSTAGES, XSTAGES, BF16, HAS_BIAS, NUM_WARPS, KS)),
             (_load_w, (w_desc, s_desc, w_bufs, s_bufs, w_ready, w_empty, TOTAL, PER, K_STEPS, M_BLOCKS, BN, WSTAGES)),
             (_load_x, (x_desc, x_bufs, x_ready, x_empty, TOTAL, PER, K_STEPS, M_BLOCKS, MP, XSTAGES)),
         ], [1, 1], [LOAD_REGS, LOAD_REGS])
@@ -247,25 +291,27 @@ def wgmma_plan(n_pad: int, k_pad: int, m: int, sms: int, bn: int = 128, max_mp: 
 
 
 def launch_args(x: torch.Tensor, w: PreparedFP4, bias: torch.Tensor | None, y: torch.Tensor, sms: int, *,
-                num_warps: int = 8, max_mp: int = 128, wstages: int | None = None, xstages: int | None = None,
-                load_regs: int = 40) -> tuple[int, tuple, dict]:
+                num_warps: int = 8, max_mp: int = 128, ks: int = 64, wstages: int | None = None,
+                xstages: int | None = None, load_regs: int = 24) -> tuple[int, tuple, dict]:
     """(grid, positional arguments, meta-parameters) of one `_fp4_gemm_wgmma` launch computing y = x @ W^T (+ bias).
 
     The one place that turns the knobs into a launch: fp4_gemm_wgmma launches what it returns and the offline
     compile check (gluon_compile.py) compiles it from CPU tensors of the same shapes and dtypes. Knobs: num_warps,
     consumer warps (4 or 8: one or two warpgroups, BN = 16 * num_warps weight rows per tile); max_mp, the largest
-    M block (a power of two, 16..256: wgmma's N); wstages / xstages, the depths of the weight and activation rings
-    (default `default_stages`); load_regs, each producer warp's registers.
+    M block (a power of two, 16..256: wgmma's N); ks, the columns of one wgmma group (64 or 128: the decoded A
+    tile of a group, and of the one in flight beside it, is ks / 4 registers a thread); wstages / xstages, the depths of the weight and activation rings
+    (default `default_stages`); load_regs, each producer warp's registers (24, the least: the consumers get 240 and
+    the default build has no spills at M = 128; at 40 they get 232 and spill in the epilogue).
 
     Raises:
         ValueError: a knob, shape or layout the kernel does not support (the message names it).
     """
     m, k = x.shape
-    if (num_warps not in (4, 8) or max_mp not in (16, 32, 64, 128, 256) or load_regs % 8
+    if (num_warps not in (4, 8) or max_mp not in (16, 32, 64, 128, 256) or ks not in (64, 128) or load_regs % 8
             or not 24 <= load_regs <= 256):
         raise ValueError(f"fp4_gemm_wgmma: needs num_warps 4 or 8 (whole warpgroups), max_mp a power of two in "
-                         f"16..256 and load_regs a multiple of 8 in 24..256; got num_warps={num_warps}, "
-                         f"max_mp={max_mp}, load_regs={load_regs}")
+                         f"16..256, ks 64 or 128 and load_regs a multiple of 8 in 24..256; got num_warps={num_warps}, "
+                         f"max_mp={max_mp}, ks={ks}, load_regs={load_regs}")
     bn = 16 * num_warps
     n_pad, k_pad = w.words.shape[0], w.words.shape[1] * 8
     plan = wgmma_plan(n_pad, k_pad, m, sms, bn, max_mp)
@@ -294,7 +340,7 @@ def launch_args(x: torch.Tensor, w: PreparedFP4, bias: torch.Tensor | None, y: t
     args = (w_desc, s_desc, x_desc, os_row, bias if bias is not None else os_row, y, ws, cnt,
             m, w.n, plan["TOTAL"], plan["PER"], plan["K_STEPS"], plan["M_BLOCKS"], y.stride(0))
     meta = dict(BN=bn, MP=mp, WSTAGES=wstages, XSTAGES=xstages, BF16=bf16, HAS_BIAS=bias is not None,
-                NUM_WARPS=num_warps, LOAD_REGS=load_regs, num_warps=num_warps, maxnreg=_max_regs(num_warps))
+                NUM_WARPS=num_warps, KS=ks, LOAD_REGS=load_regs, num_warps=num_warps, maxnreg=_max_regs(num_warps))
     return plan["grid"], args, meta
 
 

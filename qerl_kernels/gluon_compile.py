@@ -117,11 +117,12 @@ def wgmma_variants() -> list[Variant]:
             Variant("wgmma-mp256-gateup-m256", *GATE_UP, 256, knobs=dict(max_mp=256), kernel="wgmma")]
     # the rest of tune.WGMMA_SWEEP (gate/up group, M = 256), so the sweep's first GPU run finds them in the cache
     from qerl_kernels.tune import WGMMA_SWEEP
-    named = {(8, 128, None, None), (4, 128, None, None), (8, 256, None, None)}
-    for nw, mp, ws, xs in WGMMA_SWEEP:
-        if (nw, mp, ws, xs) not in named:
-            knobs = {k: v for k, v in dict(num_warps=nw, max_mp=mp, wstages=ws, xstages=xs).items() if v is not None}
-            out.append(Variant(f"wgmma-tune-{nw}-{mp}-{ws or 'd'}-{xs or 'd'}-gateup-m256", *GATE_UP, 256,
+    named = {(8, 128, 64, None, None), (4, 128, 64, None, None), (8, 256, 64, None, None)}
+    for nw, mp, ks, ws, xs in WGMMA_SWEEP:
+        if (nw, mp, ks, ws, xs) not in named:
+            knobs = {k: v for k, v in dict(num_warps=nw, max_mp=mp, ks=ks, wstages=ws, xstages=xs).items()
+                     if v is not None}
+            out.append(Variant(f"wgmma-tune-{nw}-{mp}-{ks}-{ws or 'd'}-{xs or 'd'}-gateup-m256", *GATE_UP, 256,
                                knobs=knobs, kernel="wgmma"))
     return out
 
@@ -190,7 +191,11 @@ def ptxas_usage(ptx: str, metadata, arch: int = 90) -> dict:
         return int(hit.group(1)) if hit else None
     return dict(regs=num(r"Used (\d+) registers"), spill_st=num(r"(\d+) bytes spill stores"),
                 spill_ld=num(r"(\d+) bytes spill loads"), stack=num(r"(\d+) bytes stack frame"),
-                warnings=[ln.strip() for ln in log.splitlines() if "warning" in ln.lower()])
+                warnings=[ln.strip() for ln in log.splitlines() if "warning" in ln.lower()],
+                # ptxas's notes on wgmma (C75xx, "info", not warnings): serialised wgmma or a wait it had to insert
+                # (e.g. "warpgroup.wait is injected ... to allow use of registers defined by GMMA"): the async
+                # overlap the wgmma kernel is built on would be lost
+                wgmma_notes=[ln.split(")", 1)[-1].strip() for ln in log.splitlines() if "(C75" in ln])
 
 
 def resident_ctas(regs: int, threads: int, smem: int) -> int:
@@ -209,7 +214,7 @@ def check(v: Variant, arch: int = 90) -> dict:
         knobs = {k: defaults[k].default for k in ("bn", "num_warps", "stages")}
         knobs["ctas_per_sm"] = fp4_gluon.default_ctas_per_sm(v.m)
     else:   # one CTA per SM; BN and the two rings' depths follow from the knobs (read back from the launch)
-        knobs = {k: defaults[k].default for k in ("num_warps", "max_mp")}
+        knobs = {k: defaults[k].default for k in ("num_warps", "max_mp", "ks")}
         knobs.update(ctas_per_sm=1, bn="-", stages="-")
     knobs.update(v.knobs)
     row = dict(name=v.name, kernel=v.kernel, shape=f"{v.n}x{v.k}", m=v.m, dtype="bf16" if v.bf16 else "fp16",
@@ -233,7 +238,8 @@ def check(v: Variant, arch: int = 90) -> dict:
                tma=ptx.count("cp.async.bulk.tensor"), mma=ptx.count("mma.sync"),
                smem_cvt=ptx.count("stmatrix") + ptx.count("ldmatrix"))
     if v.kernel == "wgmma":
-        row.update(bn=meta["BN"], stages=f"{meta['WSTAGES']}/{meta['XSTAGES']}", **wgmma_facts(ptx))
+        row.update(bn=meta["BN"], stages=f"{meta['WSTAGES']}/{meta['XSTAGES']}", **wgmma_facts(ptx),
+                   **sass_loop_spills(compiled.asm["cubin"]))
     row["fits"] = resident_ctas(use["regs"] or meta["maxnreg"], threads, md.shared)
     row["setmaxnreg"] = sorted({int(x) for x in re.findall(r"setmaxnreg\.\w+\.sync\.aligned\.u32\s+(\d+)", ptx)})
     return row
@@ -255,11 +261,37 @@ def wgmma_facts(ptx: str) -> dict:
                 bar_sync=len(re.findall(r"\b(?:bar|barrier)\.sync\b", ptx)))
 
 
+def sass_loop_spills(cubin: bytes) -> dict:
+    """Where the wgmma kernel's spills are, from the SASS of the cubin Triton built (cuobjdump of its backend): the
+    local-memory loads / stores (STL / LDL) between the first HGMMA and the last `WARPGROUP.DEPBAR.LE gsb0, 0x1`
+    (the wait that keeps one group in flight), i.e. inside the main loop, where they would cost every k-step,
+    and outside it (the epilogue: once per tile). {} where cuobjdump is missing."""
+    import os
+    import shutil
+    from triton.backends.nvidia import compiler as nv
+    tool = os.path.join(os.path.dirname(nv.__file__), "bin", "cuobjdump")
+    if not os.path.exists(tool) and not shutil.which("cuobjdump"):
+        return {}
+    with tempfile.TemporaryDirectory() as d:
+        with open(f"{d}/k.cubin", "wb") as f:
+            f.write(cubin)
+        r = subprocess.run([tool if os.path.exists(tool) else "cuobjdump", "-sass", f"{d}/k.cubin"],
+                           capture_output=True, text=True)
+    lines = r.stdout.splitlines()
+    mma = [i for i, ln in enumerate(lines) if "HGMMA" in ln]
+    waits = [i for i, ln in enumerate(lines) if "DEPBAR.LE gsb0, 0x1" in ln]
+    local = [i for i, ln in enumerate(lines) if re.search(r"\b(STL|LDL)(\.|\s)", ln)]
+    if not mma or not waits:
+        return dict(local_ops=len(local))
+    inside = [i for i in local if mma[0] <= i <= waits[-1]]
+    return dict(local_ops=len(local), loop_local_ops=len(inside))
+
+
 def table(rows: list[dict]) -> str:
     """The report as a markdown table."""
     head = ("| variant | N x K | M | MP | dtype | bias | BN | warps | stages | CTAs/SM planned | fits | status | regs "
             "(maxnreg) | setmaxnreg | spill st/ld B | stack B | smem B | smem cvt | threads | wgmma (reg A) | "
-            "bar.sync / mbarrier waits (static) | s |")
+            "bar.sync / mbarrier waits (static) | STL+LDL main loop / all (SASS) | s |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
         ok = r["status"] == "ok"
@@ -270,7 +302,9 @@ def table(rows: list[dict]) -> str:
             f"{r['spill_st']}/{r['spill_ld']}" if ok else "-", r["stack"] if ok else "-",
             r["smem"] if ok else "-", r["smem_cvt"] if ok else "-", r["threads"] if ok else "-",
             f"{r['wgmma']} ({r['wgmma_reg_a']}) {'/'.join(r['wgmma_shapes'])}" if ok and "wgmma" in r else "-",
-            f"{r['bar_sync']} / {r['mbar_wait']}" if ok and "wgmma" in r else "-", f"{r['seconds']:.1f}")) + " |")
+            f"{r['bar_sync']} / {r['mbar_wait']}" if ok and "wgmma" in r else "-",
+            f"{r['loop_local_ops']} / {r['local_ops']}" if ok and "loop_local_ops" in r else "-",
+            f"{r['seconds']:.1f}")) + " |")
     warns = sorted({w for r in rows for w in r.get("warnings", [])})
     if warns:
         lines += ["", "ptxas warnings:"] + [f"- {w}" for w in warns]

@@ -42,11 +42,12 @@ GLUON_SWEEP = [  # BN, consumer warps, ring stages, CTAs per SM (fp4_gluon.fp4_g
     if bn * cps <= 256]  # 8 consumer warps at 3 CTAs per SM would get 56 registers
 
 
-# fp4_wgmma.fp4_gemm_wgmma's knobs: (num_warps, max_mp, wstages, xstages); None = default_stages. Two warpgroups
-# (BN 128) or one (BN 64); M blocks of 64 / 128 / 256 (256 with 8 warps spills in the sm_90 build: timed to see
-# what the spills cost against decoding each weight tile once per 128 rows of x); shallow and deep rings.
-WGMMA_SWEEP = [(8, 128, None, None), (4, 128, None, None), (8, 64, None, None), (4, 256, None, None),
-               (8, 256, None, None), (8, 128, 3, 2), (4, 64, 8, 4)]
+# fp4_wgmma.fp4_gemm_wgmma's knobs: (num_warps, max_mp, ks, wstages, xstages); None = default_stages. Two warpgroups
+# (BN 128) or one (BN 64); M blocks of 64 / 128 / 256 (256 spills in the sm_90 build: timed to see what the spills
+# cost against decoding each weight tile once per 128 rows of x); wgmma groups of 64 or 128 columns; shallow and
+# deep rings.
+WGMMA_SWEEP = [(8, 128, 64, None, None), (8, 128, 128, None, None), (4, 128, 64, None, None), (8, 64, 64, None, None),
+               (4, 256, 64, None, None), (8, 256, 64, None, None), (8, 128, 64, 3, 2), (4, 64, 64, 8, 4)]
 
 
 # fp4_gemv.fp4_gemm_gemv's knobs: (BN, BW, num_warps, num_stages) per mode, each at 3 grid sizes (CTAs per SM the
@@ -200,8 +201,8 @@ def sweep_wgmma(args) -> int:
             t_bf, _ = time_calls([lambda b=b: torch.nn.functional.linear(x, b) for b in bf_copies])
             t_def, _ = time_calls([lambda q=q: fp4_launch.fp4_gemm(x, q) for q in copies])
             best = []
-            for nw, mp, ws, xs in WGMMA_SWEEP:
-                kw = dict(num_warps=nw, max_mp=mp, wstages=ws, xstages=xs)
+            for nw, mp, ks, ws, xs in WGMMA_SWEEP:
+                kw = dict(num_warps=nw, max_mp=mp, ks=ks, wstages=ws, xstages=xs)
                 try:
                     y = fp4_gemm_wgmma(x, p, **kw)
                     err = ((y.float() - ref).norm() / ref.norm()).item()
@@ -209,13 +210,13 @@ def sweep_wgmma(args) -> int:
                 except Exception as e:  # noqa: BLE001 - out of resources etc.
                     print(f"wgmma {shape} M={m} {kw}: {type(e).__name__} {str(e)[:160]}", flush=True)
                     continue
-                best.append((t, nw, mp, ws, xs))
-                print(f"wgmma {shape} M={m} warps={nw} max_mp={mp} stages={ws}/{xs}: {t * 1e3:7.1f} us "
+                best.append((t, nw, mp, ks, ws, xs))
+                print(f"wgmma {shape} M={m} warps={nw} max_mp={mp} ks={ks} stages={ws}/{xs}: {t * 1e3:7.1f} us "
                       f"{2 * m * n * k / t / 1e9:6.0f} TFLOP/s {p.nbytes / t / 1e6:6.0f} GB/s x{t_bf / t:.2f} bf16 "
                       f"x{t_def / t:.2f} default err {err:.1e}", flush=True)
             if best:
                 top = "; ".join(f"{c[1:]} {c[0] * 1e3:.1f}us" for c in sorted(best)[:3])
-                print(f"wgmma best {shape} M={m} (warps, max_mp, wstages, xstages): {top} | default "
+                print(f"wgmma best {shape} M={m} (warps, max_mp, ks, wstages, xstages): {top} | default "
                       f"{t_def * 1e3:.1f}us bf16 {t_bf * 1e3:.1f}us", flush=True)
         del copies, bf_copies
     return 0
