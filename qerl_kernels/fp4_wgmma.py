@@ -5,32 +5,36 @@ Why (issue 22): at M >= 64 the bf16 baseline is no longer purely bandwidth-bound
 cuBLAS 7B layer 202 us at M = 64, 241 us at M = 256), and the 4-bit kernels there lose to it: the Triton stream-K
 kernel 1.27x / 0.67x, the Gluon mma.sync kernel (fp4_gluon) 0.19x at M = 64, its consumers' decode + mma.sync chain
 being latency-bound. A 4-bit kernel keeps pace only if the tensor cores run while the weights are decoded: Hopper's
-wgmma is asynchronous, so here each consumer warpgroup issues the wgmma of one 128-column chunk and decodes the next
-chunk while it runs.
+wgmma is asynchronous, so here each consumer warpgroup issues the wgmma of one 64-column group of its decoded tile
+and decodes the next group while it runs.
 
 Shape of the kernel (y[M, N] = x[M, K] @ W[N, K]^T * out_scale (+ bias), computed as y^T = W @ x^T, "swap AB"):
 1. Tiles: BN weight rows (64 per consumer warpgroup) x MP activation rows (M padded to a power of two, 16..max_mp;
    M above `max_mp` is cut into M blocks of max_mp, the weight tile then decoded once per block). max_mp defaults to
-   128: at 256 the [64, 256] fp32 accumulator of a warpgroup (128 registers a thread) beside two decoded A chunks
-   spills in the sm_90 build. The (tile, k-step)
-   iterations, tiles ordered weight-tile-major (the M blocks of one weight tile are neighbours, so its second read
-   is an L2 hit), are cut into one contiguous range per CTA of a persistent grid of one CTA per SM
-   (fp4_gluon.stream_k_split): every CTA streams the same weight bytes (+- one k-step) whatever the shape, and a
-   tile cut between CTAs is reduced by the last to arrive, in CTA order (deterministic; fp4_gluon._flush).
+   128: at 256 the [64, 256] fp32 accumulator of a warpgroup (128 registers a thread) does not fit beside the
+   decode in the sm_90 build (spills). The (tile, k-step) iterations, tiles ordered weight-tile-major (the M blocks
+   of one weight tile are neighbours, so its second read is an L2 hit), are cut into one contiguous range per CTA of
+   a persistent grid of one CTA per SM (fp4_gluon.stream_k_split): every CTA streams the same weight bytes (+- one
+   k-step) whatever the shape, and a tile cut between CTAs is reduced by the last to arrive, in CTA order
+   (deterministic; fp4_gluon._flush).
 2. Weight producer (1 warp, `_load_w`): per k-step (BK = 256 columns) one TMA copy of the [BN, 32] int32 word tile
    and one of the [BN, 8] int16 scale tile into a WSTAGES-deep ring (rows of 16 bytes: TMA's minimum, hence BK 256).
 3. Activation producer (1 warp, `_load_x`): per 128-column chunk one TMA copy of the x tile [MP, 128] (rows past M
    and columns past K read as zeros) into an XSTAGES-deep ring; its own warp so that the weight loads, which come
    from HBM and need the deep ring, never wait behind an x slot that a wgmma still reads.
-4. Consumers (the default partition, NUM_WARPS = 4 or 8 warps, one or two warpgroups sharing each x tile):
-   per k-step read the word and scale tiles into registers and free the weight slot at once; per chunk decode the
-   [BN, 128] tile with the Triton kernels' PTX (fp4_gluon._decode -> fp4_decoder._asm) straight into wgmma's
-   A-operand register layout (asserted trivial at compile time), issue `warpgroup_mma(a, x_tile^T, acc,
-   is_async=True)` with B = the x tile in shared memory (K-major, a transposed view), then
-   `warpgroup_mma_wait(num_outstanding=1)`: the wgmma of the previous chunk is done, its x slot is freed and its A
-   registers may be reused, while this chunk's wgmma overlaps the next chunk's decode.
+4. Consumers (the default partition, NUM_WARPS = 4 or 8 warps, one or two warpgroups sharing each x tile; the
+   consumer loops over its tiles, and inside over the tile's k-steps): per chunk read its words and scales from the
+   weight slot (the second chunk's read frees the slot); per group of KS = 64 columns decode them with the Triton
+   kernels' PTX (fp4_gluon._decode -> fp4_decoder._asm) straight into wgmma's A-operand register layout (asserted
+   trivial at compile time), issue `warpgroup_mma(a, x_tile^T, acc, use_acc=..., is_async=True)` with B = the x
+   tile's columns in shared memory (K-major, a transposed view), then `warpgroup_mma_wait(num_outstanding=1)`: the
+   previous group's wgmma is done, its A registers may be reused (kept alive until then through `deps`) and at a
+   chunk boundary its x slot is freed, while this group's wgmma overlaps the next group's decode. At a tile's end
+   wait for all, flush, and start the next tile from zero through `use_acc` (the accumulator is only ever written
+   by wgmma inside the k-step loop; writing zeros there made ptxas serialise the wgmma: kernels.notes.md).
 Not done: ping-pong between the two warpgroups (they work on one tile together, "cooperative"; ping-pong would give
-each its own tile and overlap one's epilogue with the other's main loop: few epilogues per CTA here), TMA stores.
+each its own tile and overlap one's epilogue with the other's main loop: few epilogues per CTA here), TMA stores,
+TMA multicast of the x tile to a CTA pair.
 
 Numerics: identical to the other kernels: decoded weights are exact (w * 2**-62 for bf16, w * 2**-14 for fp16),
 products accumulate in fp32 in the tensor cores, the per-row factor (and bias) is applied once to the fp32 result.
@@ -63,8 +67,6 @@ __all__ = ["MAX_M", "SMEM_BUDGET", "fp4_gemm_wgmma", "wgmma_plan", "launch_args"
 
 MAX_M = 4096          # M blocks of max_mp each; above ~512 dequantize + cuBLAS is the better path (fp4_launch)
 SMEM_BUDGET = 227 * 1024   # Hopper: shared memory one CTA may use
-_WORDS = BK // 8      # int32 words per row of one k-step
-_SCALES = BK // 32    # int16 scale entries per row of one k-step
 
 if HAVE_GLUON:
     _BK = gl.constexpr(BK)
@@ -299,9 +301,10 @@ def launch_args(x: torch.Tensor, w: PreparedFP4, bias: torch.Tensor | None, y: t
     compile check (gluon_compile.py) compiles it from CPU tensors of the same shapes and dtypes. Knobs: num_warps,
     consumer warps (4 or 8: one or two warpgroups, BN = 16 * num_warps weight rows per tile); max_mp, the largest
     M block (a power of two, 16..256: wgmma's N); ks, the columns of one wgmma group (64 or 128: the decoded A
-    tile of a group, and of the one in flight beside it, is ks / 4 registers a thread); wstages / xstages, the depths of the weight and activation rings
-    (default `default_stages`); load_regs, each producer warp's registers (24, the least: the consumers get 240 and
-    the default build has no spills at M = 128; at 40 they get 232 and spill in the epilogue).
+    tile of a group, and of the one in flight beside it, is ks / 4 registers a thread); wstages / xstages, the
+    depths of the weight and activation rings (default `default_stages`); load_regs, each producer warp's
+    registers (24, the least: the consumers get 240 and the default build has no spills at M = 128; at 40 they get
+    232 and spill in the epilogue).
 
     Raises:
         ValueError: a knob, shape or layout the kernel does not support (the message names it).

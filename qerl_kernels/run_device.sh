@@ -165,7 +165,8 @@ if [ -z "$SKIP" ] && [ "${TUNE_S:-60}" -gt 0 ]; then
 fi
 stamp "kernel tests (the Gluon file ran above)"
 timeout "${PYTEST_S:-45}" python3 -m pytest tests/qerl_kernels -q -rfE -p no:cacheprovider \
-  --ignore=tests/qerl_kernels/test_kernels_gluon.py --ignore=tests/qerl_kernels/test_kernels_wgmma.py ${PYTEST_K:+-k "$PYTEST_K"} 2>&1 | tee "$W/pytest.log" | tail -15
+  --ignore=tests/qerl_kernels/test_kernels_gluon.py --ignore=tests/qerl_kernels/test_kernels_wgmma.py \
+  ${PYTEST_K:+-k "$PYTEST_K"} 2>&1 | tee "$W/pytest.log" | tail -15
 cp "$W/pytest.log" "$OUT/"
 stamp done
 cp "$W/bench.log" "$OUT/"

@@ -134,7 +134,8 @@ def test_compiles_for_sm90_with_register_a_wgmma():
     wgmma taking its A operand from registers (the decoded tile never goes through shared memory), 4 async groups
     per k-step, and no wgmma serialised by ptxas (no "warpgroup.wait is injected": the decode / wgmma overlap
     holds). No spill inside the main loop; at M = 64 none at all; a ragged M (Triton 3.6) or several M blocks
-    (3.9's newer ptxas) spill up to 72 bytes in the epilogue, once per tile (kernels.notes.md). In a fresh process without TRITON_INTERPRET (see test_kernels_gluon.test_compiles_for_sm90)."""
+    (3.9's newer ptxas) spill up to 72 bytes in the epilogue, once per tile (kernels.notes.md). In a fresh process
+    without TRITON_INTERPRET (see test_kernels_gluon.test_compiles_for_sm90)."""
     try:
         from triton.backends.nvidia.compiler import get_ptxas
         assert get_ptxas(90).path
