@@ -31,11 +31,11 @@
 # process with a timeout (a hang, crash or CUDA fault there ends the mode: the benchmark would hang on it too), the
 # benchmark of the 7B shapes at M in $MS_WGMMA (default 16 64 128 256 512) with only its correctness checks (bf16
 # cuBLAS, the default nvfp4 path, nvfp4_gluon at M <= 64 and nvfp4_wgmma timed in the same run; no MXFP4, NF4,
-# backward or forced paths), then its knob sweep (tune.py --wgmma) at M = 64 and 256 on the gate/up group and
-# down_proj. Writes to $OUT: wgmma-compile.log, wgmma-pytest.log, bench.log, kernels.summary.md, kernels.csv,
-# kernels.provenance.md, tune-wgmma.log. Stage timeouts (s), 535 in all: COMPILE_S 60, PYTEST_S 180, PREWARM_S 40
-# (the Triton kernels' variants, for the default path beside it), BENCH_S 180, TUNE_S 75 (0: skip); BUDGET 130 stops
-# the benchmark from starting new shapes.
+# backward or forced paths), then its knob sweep (tune.py --wgmma) at M = 64 and 256 on the gate/up group. Writes to
+# $OUT: wgmma-compile.log, wgmma-pytest.log, bench.log, kernels.summary.md, kernels.csv, kernels.provenance.md,
+# tune-wgmma.log. Stage timeouts (s), 540 in all: COMPILE_S 60, PYTEST_S 210, PREWARM_S 40 (the Triton kernels'
+# variants, for the default path beside it), BENCH_S 170, TUNE_S 60 (0: skip); BUDGET 120 stops the benchmark from
+# starting new shapes.
 # Usage: COMMIT=$(git rev-parse HEAD) bash qerl_kernels/run_device.sh wgmma
 set -o pipefail
 export PYTHONUNBUFFERED=1 TRITON_DEFAULT_FP_FUSION=1
@@ -61,7 +61,7 @@ if [ "${1:-}" = wgmma ]; then
   grep -vE "^(\||$)|: ok " "$W/wgmma-compile.log" | grep -v "nanobind\|leaked" | tail -12
   stamp "wgmma: compile check rc=$rc"; cp "$W/wgmma-compile.log" "$OUT/"
   stamp "wgmma: GPU tests"
-  timeout "${PYTEST_S:-180}" python3 -m pytest tests/qerl_kernels/test_kernels_wgmma.py -q -rfE -p no:cacheprovider \
+  timeout "${PYTEST_S:-210}" python3 -m pytest tests/qerl_kernels/test_kernels_wgmma.py -q -rfE -p no:cacheprovider \
     > "$W/wgmma-pytest.log" 2>&1
   rc=$?
   stamp "wgmma: GPU tests rc=$rc"; tail -25 "$W/wgmma-pytest.log"; cp "$W/wgmma-pytest.log" "$OUT/"
@@ -76,15 +76,15 @@ if [ "${1:-}" = wgmma ]; then
   stamp "wgmma: benchmark"
   SKIP="mxfp4 nf4 bf16_bwd nvfp4_bwd nvfp4_tc nvfp4_bwd_tc nvfp4_fused nvfp4_deq_cublas nvfp4_bwd_fused"
   SKIP="$SKIP nvfp4_bwd_deq_cublas nvfp4_gemv mxfp4_gemv"
-  CMD="python -m qerl_kernels.bench --models 7B --m $MS --wgmma-checks-only --skip $SKIP --budget-s ${BUDGET:-130}"
-  timeout "${BENCH_S:-180}" python3 -m qerl_kernels.bench --models 7B --m $MS --out "$W" --wgmma-checks-only \
-    --skip $SKIP --budget-s "${BUDGET:-130}" --commit "${COMMIT:-unknown}" --command "$CMD" 2>&1 \
+  CMD="python -m qerl_kernels.bench --models 7B --m $MS --wgmma-checks-only --skip $SKIP --budget-s ${BUDGET:-120}"
+  timeout "${BENCH_S:-170}" python3 -m qerl_kernels.bench --models 7B --m $MS --out "$W" --wgmma-checks-only \
+    --skip $SKIP --budget-s "${BUDGET:-120}" --commit "${COMMIT:-unknown}" --command "$CMD" 2>&1 \
     | tee -a "$W/bench.log" | grep -v "^N=" | tail -70
   stamp "wgmma: benchmark rc=$?"
   cp "$W/kernels.summary.md" "$W/kernels.csv" "$W/kernels.provenance.md" "$W/bench.log" "$OUT/" 2>/dev/null
-  if [ "${TUNE_S:-75}" -gt 0 ]; then
+  if [ "${TUNE_S:-60}" -gt 0 ]; then
     stamp "wgmma: knob sweep"
-    timeout "${TUNE_S:-75}" python3 -m qerl_kernels.tune --wgmma --shapes 37888x3584 3584x18944 --m 64 256 \
+    timeout "${TUNE_S:-60}" python3 -m qerl_kernels.tune --wgmma --shapes 37888x3584 --m 64 256 \
       > "$W/tune-wgmma.log" 2>&1
     grep "wgmma best" "$W/tune-wgmma.log"
     cp "$W/tune-wgmma.log" "$OUT/"

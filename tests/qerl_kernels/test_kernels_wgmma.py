@@ -7,6 +7,7 @@ properties the design relies on (wgmma with A from registers, no spills, no layo
 GPU (Hopper): the 7B shapes at M 1..512 including ragged M and several M blocks, fp16 and bf16, a q/k/v-style group
 with per-member factors and a bias, the non-default knobs; deterministic (bit-for-bit repeatable) split-K.
 """
+import functools
 import json
 import os
 import subprocess
@@ -184,13 +185,21 @@ def _check(prepared, ref_w, k, dtype, ms, bias=None, **knobs):
 needs_hopper = pytest.mark.skipif(not HOPPER or not HAVE_GLUON, reason="needs Gluon on a Hopper (sm_90) GPU")
 
 
+@functools.lru_cache(maxsize=2)
+def _weight(n, k, seed):
+    """A seeded random NVFP4 weight on the GPU (prepared, dense reference), quantized once for both dtypes (the 7B
+    shapes take seconds each on the CPU)."""
+    prepared, ref_w, _ = qerl_kernels.random_prepared("nvfp4", n, k, seed=seed, device="cuda")
+    return prepared, ref_w
+
+
 @pytest.mark.gpu
 @needs_hopper
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
 @pytest.mark.parametrize("n,k", [(4608, 3584), (3584, 3584), (18944, 3584), (3584, 18944)],
                          ids=["qkv", "o", "gate", "down"])
 def test_gpu_7b_shapes(n, k, dtype):
-    prepared, ref_w, _ = qerl_kernels.random_prepared("nvfp4", n, k, seed=n + k, device="cuda")
+    prepared, ref_w = _weight(n, k, n + k)
     _check(prepared, ref_w, k, dtype, (1, 16, 37, 64, 128, 200, 256, 512))
 
 
@@ -218,5 +227,5 @@ def test_gpu_group_bias_and_random_shapes(dtype):
 @pytest.mark.gpu
 @needs_hopper
 def test_gpu_knobs(knobs):
-    prepared, ref_w, _ = qerl_kernels.random_prepared("nvfp4", 4608, 3584, seed=3, device="cuda")
+    prepared, ref_w = _weight(4608, 3584, 4608 + 3584)
     _check(prepared, ref_w, 3584, torch.bfloat16, (16, 200, 256), **knobs)
