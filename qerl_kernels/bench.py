@@ -21,6 +21,8 @@ copies that one pass over them exceeds the L2 cache, so every call streams its w
     nvfp4_bwd_tc      the backward through the tensor-core tiles (single weights, M >= 64)
     nvfp4_dequantize  the standalone dequantize kernel alone (M column = 0)
     nvfp4_gluon       the warp-specialized Gluon kernel, qerl_kernels.fp4_gluon.fp4_gemm_gluon (M <= 64; issue 22)
+    nvfp4_wgmma       the Gluon wgmma kernel (register-A async wgmma, TMA rings), qerl_kernels.fp4_wgmma.fp4_gemm_wgmma
+                      (M <= 512; issue 22, RL batch sizes); not in the default dispatch
     nvfp4_gemv / mxfp4_gemv   the skinny-M split-K kernel with its heuristic knobs, qerl_kernels.fp4_gemv
                       (M <= 16; issue 22 item 4); rows where it beats the default path by >= 3 % are written as
                       fp4_gemv.MEASURED_WINS entries to gemv-wins.txt (commit them to make the dispatch take it)
@@ -297,6 +299,17 @@ class ShapeBench:
             except Exception as e:  # noqa: BLE001 - not compiled / not supported here: report, go on
                 print(f"{method} N={self.n} K={self.k} M={m}: {type(e).__name__}: {str(e)[:300]}", flush=True)
                 return None
+        elif method == "nvfp4_wgmma":
+            from qerl_kernels.fp4_wgmma import MAX_M, fp4_gemm_wgmma
+            if m > MAX_M:
+                return None
+            fns = [lambda w=w: fp4_gemm_wgmma(x, w) for w in self.copies["nvfp4"]]
+            wb = self.bytes["nvfp4"]
+            try:
+                fns[0]()
+            except Exception as e:  # noqa: BLE001 - not compiled / not supported here: report, go on
+                print(f"{method} N={self.n} K={self.k} M={m}: {type(e).__name__}: {str(e)[:300]}", flush=True)
+                return None
         elif method in ("nvfp4_gemv", "mxfp4_gemv"):
             from qerl_kernels.fp4_gemv import GEMV_MAX_M
             if m > GEMV_MAX_M:
@@ -474,6 +487,58 @@ def check_gemv(shapes, out_lines: list[str], groups=()) -> bool:
     return ok
 
 
+def check_wgmma(shapes, out_lines: list[str], groups=()) -> bool:
+    """The wgmma kernel (fp4_wgmma, default knobs) against the float32 reference on the benchmark shapes: NVFP4,
+    bf16 and fp16, M = 1, 16, 64, 128, 200, 256, 512 (bias at 200: two M blocks, the last ragged), bit-for-bit
+    repeatability of its stream-K reduction; then the q/k/v and gate/up groups (bf16, M 16, 128, 300)."""
+    from qerl_kernels import nvfp4
+    from qerl_kernels.fp4_wgmma import fp4_gemm_wgmma
+    from qerl_kernels.layout import concat_prepared
+    from qerl_kernels.reference import nvfp4_dequantize_reference, nvfp4_quantize_reference
+    from qerl_kernels.reference import rel_error as rel
+
+    def run(p, ref, n, k, dtype, ms):
+        errs, same = [], True
+        for m in ms:
+            x = torch.randn(m, k, device="cuda", dtype=dtype)
+            b = torch.randn(n, device="cuda", dtype=dtype) if m == 200 else None
+            y = fp4_gemm_wgmma(x, p, b)
+            errs.append(rel(y, (x.float() @ ref.t() + (b.float() if b is not None else 0)).to(dtype)))
+            same &= torch.equal(fp4_gemm_wgmma(x, p, b), y)
+        return errs, same
+
+    ok = True
+    cases = [(f"N={n} K={k}", n, k, None) for n, k in shapes] + [(f"group {[mn for mn, _ in mem]}x{mem[0][1]}",
+                                                                  sum(mn for mn, _ in mem), mem[0][1], mem)
+                                                                 for mem in groups]
+    for label, n, k, members in cases:
+        if members is None:
+            c, s, gs = nvfp4_quantize_reference(torch.randn(n, k, device="cuda") *
+                                                torch.exp(torch.randn(n, 1, device="cuda")))
+            p, ref = nvfp4.prepare(c, s, gs), nvfp4_dequantize_reference(c, s, gs)
+            runs = ((torch.bfloat16, (1, 16, 64, 128, 200, 256, 512)), (torch.float16, (1, 16, 64, 128, 200, 256, 512)))
+        else:
+            q = [nvfp4_quantize_reference(torch.randn(mn, k, device="cuda") *
+                                          torch.exp(torch.randn(1, device="cuda"))) for mn, _ in members]
+            p = concat_prepared([nvfp4.prepare(*t) for t in q])
+            ref = torch.zeros(p.n, k, device="cuda")
+            for (row, mn), t in zip(p.parts, q):
+                ref[row:row + mn] = nvfp4_dequantize_reference(*t)
+            runs = ((torch.bfloat16, (16, 128, 300)),)
+        for dtype, ms in runs:
+            tol = 4e-3 if dtype == torch.bfloat16 else 1e-3
+            try:
+                errs, same = run(p, ref, p.n, k, dtype, ms)
+                good = same and max(errs) < tol and all(math.isfinite(e) for e in errs)
+                msg = f"max rel err fwd={max(errs):.2e} repeatable={same}"
+            except Exception as e:  # noqa: BLE001 - report and go on: the other kernels still get timed
+                good, msg = False, f"{type(e).__name__}: {str(e)[:300]}"
+            ok &= good
+            out_lines.append(f"check nvfp4_wgmma {str(dtype)[6:]} {label}: {msg} {'OK' if good else 'FAIL'}")
+            print(out_lines[-1], flush=True)
+    return ok
+
+
 def gemv_wins(rows, device: str, margin: float = 0.97) -> list[str]:
     """MEASURED_WINS entries (fp4_gemv) for the rows where nvfp4_gemv / mxfp4_gemv took at most `margin` times the
     default path's time (nvfp4 / mxfp4) on the same shape and M: Python lines to paste into that table, each with
@@ -514,6 +579,8 @@ def main(argv=None) -> int:
                     "test failed); nvfp4_gluon also leaves the correctness checks")
     ap.add_argument("--gemv-checks-only", action="store_true", help="correctness checks of the skinny-M kernel "
                     "(fp4_gemv) only, not of every kernel (the lean device call of run_device.sh gemv)")
+    ap.add_argument("--wgmma-checks-only", action="store_true", help="correctness checks of the wgmma kernel "
+                    "(fp4_wgmma) only (the lean device call of run_device.sh wgmma)")
     ap.add_argument("--budget-s", type=float, default=1e9, help="stop measuring new shapes after this many seconds")
     ap.add_argument("--prewarm", type=int, default=0, help="compile all kernel variants first in N processes")
     ap.add_argument("--prewarm-only", action="store_true")
@@ -555,10 +622,12 @@ def main(argv=None) -> int:
         first = {key for key, users in shapes.items() if any(mdl == args.models[0] for mdl, _ in users)}
         singles = [(n, k) for n, k, mem in shapes if mem is None and (n, k, mem) in first]
         grouped = [mem for n, k, mem in shapes if mem is not None and (n, k, mem) in first]
-        if not args.gemv_checks_only:
+        if not args.gemv_checks_only and not args.wgmma_checks_only:
             check_ok = check_correctness(singles, lines, grouped, gluon="nvfp4_gluon" not in args.skip)
-        if "nvfp4_gemv" not in args.skip and min(args.m) <= 16:
+        if "nvfp4_gemv" not in args.skip and min(args.m) <= 16 and not args.wgmma_checks_only:
             check_ok &= check_gemv(singles, lines, grouped)
+        if "nvfp4_wgmma" not in args.skip and not args.gemv_checks_only:
+            check_ok &= check_wgmma(singles, lines, grouped)
 
     rows = []
     methods_all = ["bf16", "nvfp4", "mxfp4", "nf4", "bf16_bwd", "nvfp4_bwd"]
@@ -577,6 +646,8 @@ def main(argv=None) -> int:
                 meths += ["nvfp4_gluon"]
             if m <= 16:
                 meths += ["nvfp4_gemv", "mxfp4_gemv"]
+            if m <= 512:
+                meths += ["nvfp4_wgmma"]
             if m >= 64:
                 meths += ["nvfp4_tc", "nvfp4_bwd_tc"]
             if m >= 128:

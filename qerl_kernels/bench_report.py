@@ -19,7 +19,7 @@ import sys
 import torch
 
 __all__ = ["LAYERS", "GROUPED_LAYERS", "TARGETS", "BWD_TARGET", "layer_sums", "bandwidth_table", "gemv_shape_table",
-           "grouped_table", "targets_table", "summarize", "plot", "provenance"]
+           "wgmma_shape_table", "grouped_table", "targets_table", "summarize", "plot", "provenance"]
 
 LAYERS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 GROUPED_LAYERS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")  # one layer with q/k/v and gate/up fused
@@ -133,6 +133,31 @@ def bandwidth_table(rows, ceiling_gbs, model, method: str = "nvfp4_gluon") -> li
     return out + [""]
 
 
+def wgmma_shape_table(rows, model) -> list[str]:
+    """Issue 22, per launch: the wgmma kernel (nvfp4_wgmma) against cuBLAS and the default path on every shape and
+    M, with the tensor-core rate each reaches (TFLOP/s: 2 M N K / time) and the wgmma kernel's share of the read
+    ceiling: which of the two bounds a launch sits at (kernels.notes.md predicts both per 7B shape)."""
+    t = {(r["layer"], r["M"], r["method"]): r for r in rows if r["model"] == model}
+    keys = sorted({(r["layer"], r["M"]) for r in rows if r["model"] == model and r["method"] == "nvfp4_wgmma"},
+                  key=lambda lm: (LAYERS + GROUPED_LAYERS).index(lm[0]) * 10 ** 5 + lm[1]
+                  if lm[0] in LAYERS + GROUPED_LAYERS else 10 ** 9)
+    if not keys:
+        return []
+    out = [f"## Qwen2.5-{model}: the wgmma kernel per launch (us; x = the other's time / this one's)", "",
+           "| layer | M | bf16 | nvfp4 (default) | nvfp4_wgmma | x bf16 | x default | wgmma TFLOP/s | bf16 TFLOP/s | "
+           "wgmma % ceiling |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
+    for layer, m in keys:
+        r = {meth: t.get((layer, m, meth)) for meth in ("bf16", "nvfp4", "nvfp4_wgmma")}
+        us = {meth: float(v["median_ms"]) * 1e3 if v else None for meth, v in r.items()}
+        bf, nv, wg = us["bf16"], us["nvfp4"], us["nvfp4_wgmma"]
+        cells = [layer, str(m)] + [f"{v:.1f}" if v else "-" for v in (bf, nv, wg)]
+        cells += [f"{bf / wg:.2f}" if bf else "-", f"{nv / wg:.2f}" if nv else "-", r["nvfp4_wgmma"]["tflops"],
+                  r["bf16"]["tflops"] if r["bf16"] else "-", f"{r['nvfp4_wgmma']['pct_ceiling']}%"]
+        out.append("| " + " | ".join(cells) + " |")
+    return out + [""]
+
+
 def gemv_shape_table(rows, model) -> list[str]:
     """Issue 22 item 4, per launch: the skinny-M kernel (nvfp4_gemv, mxfp4_gemv) against cuBLAS and the default
     path on every shape and M, with its share of the read ceiling (pct_ceiling)."""
@@ -170,6 +195,8 @@ def summarize(rows, ceiling_gbs, models, ms, lines) -> str:
         out += bandwidth_table(rows, ceiling_gbs, model)
         out += bandwidth_table(rows, ceiling_gbs, model, "nvfp4_gemv")
         out += gemv_shape_table(rows, model)
+        out += bandwidth_table(rows, ceiling_gbs, model, "nvfp4_wgmma")
+        out += wgmma_shape_table(rows, model)
     for model in models:
         out += grouped_table(rows, ceiling_gbs, model)
     for model in models:

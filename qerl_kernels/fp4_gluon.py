@@ -61,7 +61,7 @@ if HAVE_TRITON:
     except ImportError:  # pragma: no cover - older Triton: the module stays importable, the op raises
         HAVE_GLUON = False
 
-__all__ = ["HAVE_GLUON", "BK", "fp4_gemm_gluon", "gluon_plan", "launch_args", "default_ctas_per_sm"]
+__all__ = ["HAVE_GLUON", "BK", "fp4_gemm_gluon", "gluon_plan", "stream_k_split", "launch_args", "default_ctas_per_sm"]
 
 BK = 256          # k columns per pipeline step: the scale tile's rows are then 16 bytes, TMA's minimum
 MAX_M = 64
@@ -96,25 +96,30 @@ if HAVE_GLUON:
             _tma_load(s_desc, [tile * BN, ks * (_BK // 32)], ready.index(slot), s_bufs.index(slot))
 
     @gluon.constexpr_function
-    def _scale_layout(BN, NUM_WARPS):
-        """Register layout of the [BN, BK // 32] scale tile such that, reshaped to [n, chunk, b], it is the words'
-        layout (w_l reshaped to [n, chunk, c, b]) with the lane-quad dimension c sliced off: a thread loads the 8
-        scales of each of its rows (two 16-byte shared loads, the 4 lanes of a quad the same ones), and the decode
-        broadcasts them over c without moving data (a plain convert_layout went through shared memory: stmatrix,
-        ldmatrix and two extra barriers per k-step)."""
-        BN, NUM_WARPS = int(BN), int(NUM_WARPS)
+    def _scale_layout(BN, NUM_WARPS, CHUNKS=2):
+        """Register layout of the [BN, 4 * CHUNKS] scale tile (CHUNKS 128-column chunks: 2 = one k-step here, 1 in
+        the wgmma kernel) such that, reshaped to [n, chunk, b], it is the words' layout (w_l reshaped to [n, chunk,
+        c, b]) with the lane-quad dimension c sliced off: a thread loads the 4 scales of each chunk of each of its
+        rows (16-byte shared loads at 2 chunks, the 4 lanes of a quad the same ones), and the decode broadcasts
+        them over c without moving data (a plain convert_layout went through shared memory: stmatrix, ldmatrix and
+        two extra barriers per k-step)."""
+        BN, NUM_WARPS, CHUNKS = int(BN), int(NUM_WARPS), int(CHUNKS)
         warps = [[16 << i, 0] for i in range(NUM_WARPS.bit_length() - 1)]
         reps = [[(16 * NUM_WARPS) << j, 0] for j in range((BN // (16 * NUM_WARPS)).bit_length() - 1)]
-        return gl.DistributedLinearLayout(reg_bases=[[0, 1], [0, 2], [8, 0], [0, 4]] + reps,
+        chunks = [[0, 4 << j] for j in range(CHUNKS.bit_length() - 1)]
+        return gl.DistributedLinearLayout(reg_bases=[[0, 1], [0, 2], [8, 0]] + chunks + reps,
                                           lane_bases=[[0, 0], [0, 0], [1, 0], [2, 0], [4, 0]], warp_bases=warps,
-                                          block_bases=[], shape=[BN, _BK // 32])
+                                          block_bases=[], shape=[BN, 4 * CHUNKS])
 
     @gluon.jit
-    def _decode(w2, s2, BN: gl.constexpr, BF16: gl.constexpr):
-        """[BN, BK // 8] words + [BN, BK // 32] scales -> [BN, BK] decoded weights (see fp4_decoder._decode_tile)."""
-        NC: gl.constexpr = _BK // 128
-        w4 = gl.reshape(w2, [BN, NC, 4, 4])                                               # [n, chunk, c, b]
-        s3 = gl.convert_layout(gl.reshape(s2, [BN, NC, 4]), gl.SliceLayout(2, w4.type.layout),  # [n, chunk, b]
+    def _decode(w2, s2, BN: gl.constexpr, BF16: gl.constexpr, NB: gl.constexpr = 4):
+        """[BN, 4 * NB * NC] words + [BN, NB * NC] scales -> [BN, 32 * NB * NC] decoded weights (see
+        fp4_decoder._decode_tile): NC groups of NB 32-column words per lane quad, word index (chunk, c, b). Here NB
+        = 4, NC = 2 (one k-step of two whole 128-column chunks); the wgmma kernel (fp4_wgmma) decodes one chunk (NC
+        = 1) or half of one (NB = 2: words b = 0, 1 or 2, 3 of each quad lane, columns 64 apart)."""
+        NC: gl.constexpr = w2.shape[1] // (4 * NB)
+        w4 = gl.reshape(w2, [BN, NC, 4, NB])                                              # [n, chunk, c, b]
+        s3 = gl.convert_layout(gl.reshape(s2, [BN, NC, NB]), gl.SliceLayout(2, w4.type.layout),  # [n, chunk, b]
                                assert_trivial=True)
         s4 = gl.expand_dims(s3, 2)                                                        # [n, chunk, 1, b]
         w4, s4 = gl.broadcast(w4, s4)
@@ -127,7 +132,7 @@ if HAVE_GLUON:
         w = gl.join(gl.join(gl.join(o0, o1), gl.join(o2, o3)), gl.join(gl.join(o4, o5), gl.join(o6, o7)))
         # dims [n, chunk, c, b, r, q0, q1] -> [n, chunk, b, q1, q0, c, r]: column 32b + 8q + 2c + r
         w = gl.permute(w, (0, 1, 3, 6, 5, 2, 4))
-        return gl.reshape(w, [BN, _BK])
+        return gl.reshape(w, [BN, NC * NB * 32])
 
     @gluon.jit
     def _store_tile(acc, os_ptr, bias_ptr, y_ptr, rn, rm, M, N, stride_ym, HAS_BIAS: gl.constexpr):
@@ -139,12 +144,13 @@ if HAVE_GLUON:
         gl.store(ptrs, out.to(y_ptr.dtype.element_ty), mask=mask)
 
     @gluon.jit
-    def _flush(acc, tile, u0, u1, t_first, PER, K_STEPS, os_ptr, bias_ptr, y_ptr, ws_ptr, cnt_ptr, rbn, rm, ws_tile,
+    def _flush(acc, tile, u0, u1, t_first, PER, K_STEPS, os_ptr, bias_ptr, y_ptr, ws_ptr, cnt_ptr, rn, rm, ws_tile,
                M, N, stride_ym, BN: gl.constexpr, MP: gl.constexpr, HAS_BIAS: gl.constexpr):
         """A tile's accumulator at the end of its k-steps in this CTA: written out if this CTA did all of them,
         else parked as a partial (slot 0: the CTA's first tile, 1: its last) and, by the last CTA to arrive,
-        summed in CTA order (deterministic), scaled and written; the tile's counter is then reset."""
-        rn = tile * BN + rbn
+        summed in CTA order (deterministic), scaled and written; the tile's counter is then reset. `tile` is the
+        tile's index in the stream-K iteration space, rn / rm its output rows of W and of x (the wgmma kernel's
+        tiles also have an M index: it passes y_ptr and M relative to its M block)."""
         if (tile * K_STEPS >= u0) & ((tile + 1) * K_STEPS <= u1):
             _store_tile(acc, os_ptr, bias_ptr, y_ptr, rn, rm, M, N, stride_ym, HAS_BIAS)
         else:
@@ -204,8 +210,8 @@ if HAVE_GLUON:
             a = gl.convert_layout(_decode(w2, s2, BN, BF16), a_l, assert_trivial=True)
             acc = mma_v2(a, xt, acc)
             if (ks == K_STEPS - 1) | (it == u1 - 1):
-                _flush(acc, tile, u0, u1, t_first, PER, K_STEPS, os_ptr, bias_ptr, y_ptr, ws_ptr, cnt_ptr, rbn, rm,
-                       ws_tile, M, N, stride_ym, BN, MP, HAS_BIAS)
+                _flush(acc, tile, u0, u1, t_first, PER, K_STEPS, os_ptr, bias_ptr, y_ptr, ws_ptr, cnt_ptr,
+                       tile * BN + rbn, rm, ws_tile, M, N, stride_ym, BN, MP, HAS_BIAS)
                 acc = gl.zeros([BN, MP], gl.float32, mma)
 
     @gluon.jit
@@ -244,8 +250,15 @@ def gluon_plan(n_pad: int, k_pad: int, m: int, sms: int, bn: int = 64, ctas_per_
     mp = max(8, 1 << (m - 1).bit_length())
     tiles, k_steps = n_pad // bn, k_pad // BK
     total = tiles * k_steps
-    per = -(-total // min(total, sms * ctas_per_sm))
-    return dict(MP=mp, tiles=tiles, K_STEPS=k_steps, TOTAL=total, PER=per, grid=-(-total // per))
+    per, grid = stream_k_split(total, sms * ctas_per_sm)
+    return dict(MP=mp, tiles=tiles, K_STEPS=k_steps, TOTAL=total, PER=per, grid=grid)
+
+
+def stream_k_split(total: int, ctas: int) -> tuple[int, int]:
+    """(PER, grid): `total` iterations cut into contiguous ranges of PER for at most `ctas` CTAs, none empty (the
+    last may be shorter). Shared by the Gluon kernels (this one and fp4_wgmma)."""
+    per = -(-total // min(total, ctas))
+    return per, -(-total // per)
 
 
 def _max_regs(num_warps: int, ctas_per_sm: int) -> int:

@@ -1,4 +1,5 @@
-"""Compile the Gluon NVFP4 kernel (fp4_gluon.py) ahead of time for a Hopper GPU, on any machine: no GPU needed.
+"""Compile the Gluon NVFP4 kernels (fp4_gluon.py, fp4_wgmma.py) ahead of time for a Hopper GPU, on any machine: no
+GPU needed.
 
 Why (issue 22): the kernel gets few GPU calls; a Gluon API, layout or ptxas error found there wastes one. Triton
 compiles for a target it does not have (Gluon -> TTGIR -> LLVM -> PTX, then the backend's bundled ptxas -> cubin),
@@ -17,7 +18,12 @@ Variants (`variants()`): the benchmark's (default knobs; the 7B gate/up group at
 bias and a one-k-step weight as the tests launch them) and tune.py's GLUON_SWEEP (rows per tile with warps, ring
 stages, CTAs per SM) at M = 1 and 16 on the gate/up group.
 
+The wgmma kernel's variants (`wgmma_variants`: the 7B launch shapes at M = 16..512, fp16, bias, ragged M, the sweep's
+knobs) also report what its design relies on (`wgmma_facts`): wgmma count and shape, A from registers, the waits,
+commits and barriers in the PTX.
+
 Run:  python -m qerl_kernels.gluon_compile                 # every variant, a table on stdout; exit 1 if any failed
+      python -m qerl_kernels.gluon_compile --kernel wgmma --jobs 8   # only fp4_wgmma's, 8 builds at a time
       python -m qerl_kernels.gluon_compile --only bench-m1 tune-64-4-3-1-m16 --json   (--list names them)
 Needs Triton with triton.experimental.gluon (3.6 on the GPU image; 3.9 builds it too).
 """
@@ -35,10 +41,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-from qerl_kernels import fp4_gluon
+from qerl_kernels import fp4_gluon, fp4_wgmma
 from qerl_kernels.layout import PreparedFP4, padded_shape
 
-__all__ = ["Variant", "variants", "compile_variant", "ptxas_usage", "resident_ctas", "check", "table", "main"]
+__all__ = ["Variant", "variants", "wgmma_variants", "wgmma_facts", "compile_variant", "ptxas_usage", "resident_ctas",
+           "check", "table", "main"]
 
 SMEM_PER_SM = 228 * 1024      # Hopper (H100 / H200): shared memory per SM
 SMEM_RESERVED = 1024          # per CTA, reserved by the system
@@ -50,7 +57,8 @@ DOWN = (3584, 18944)          # 7B down_proj (74 k-steps)
 
 @dataclass(frozen=True)
 class Variant:
-    """One launch configuration of fp4_gemm_gluon: a weight shape, M, activation dtype and bias, and the knobs."""
+    """One launch configuration of a Gluon kernel ("gluon": fp4_gemm_gluon, "wgmma": fp4_gemm_wgmma): a weight
+    shape, M, activation dtype and bias, and the knobs."""
     name: str
     n: int
     k: int
@@ -58,11 +66,23 @@ class Variant:
     bf16: bool = True
     bias: bool = False
     knobs: dict = field(default_factory=dict, hash=False)
+    kernel: str = "gluon"
 
 
-def variants() -> list[Variant]:
-    """The benchmark's launches (default knobs) and the tune sweep's (tune.GLUON_SWEEP); a sweep config equal to the
-    defaults builds the same binary as its bench variant (then a cache hit)."""
+# the launcher and the kernel of each Gluon module this check builds
+KERNELS = {"gluon": (fp4_gluon, "_fp4_gemm_ws"), "wgmma": (fp4_wgmma, "_fp4_gemm_wgmma")}
+QKV, O_PROJ = (4608, 3584), (3584, 3584)     # the 7B q/k/v group and o_proj
+WGMMA_MS = (16, 64, 128, 256, 512)          # the M the wgmma kernel is for (issue 22: RL batch sizes)
+
+
+def variants(kernel: str = "gluon") -> list[Variant]:
+    """The launches to build: for "gluon" the benchmark's (default knobs) and the tune sweep's (tune.GLUON_SWEEP; a
+    sweep config equal to the defaults builds the same binary as its bench variant, then a cache hit); for "wgmma"
+    `wgmma_variants`; "all" both."""
+    if kernel == "wgmma":
+        return wgmma_variants()
+    if kernel == "all":
+        return variants("gluon") + wgmma_variants()
     from qerl_kernels.tune import GLUON_SWEEP
     out = [Variant(f"bench-m{m}", *GATE_UP, m) for m in (1, 4, 8, 16, 32, 64)]
     # other 7B shapes where the plan's integers specialise differently (k/v: one k-step per CTA, PER = 1 becomes a
@@ -80,9 +100,36 @@ def variants() -> list[Variant]:
     return out
 
 
+def wgmma_variants() -> list[Variant]:
+    """The wgmma kernel's builds (default knobs unless named): every 7B launch shape of the benchmark (q/k/v group,
+    o_proj, gate/up group, down_proj) at M = 16, 64, 128, 256, 512 in bf16; fp16, bias, a ragged M (MP 32, 128 and
+    M blocks of 256 with a ragged last block) and a one-k-step weight as the GPU tests launch them; one warpgroup
+    (num_warps 4) and an M block of 256 (max_mp; spills) as the alternatives to time."""
+    out = [Variant(f"wgmma-{name}-m{m}", *nk, m, kernel="wgmma")
+           for name, nk in (("qkv", QKV), ("o", O_PROJ), ("gateup", GATE_UP), ("down", DOWN)) for m in WGMMA_MS]
+    out += [Variant("wgmma-fp16-gateup-m64", *GATE_UP, 64, bf16=False, kernel="wgmma"),
+            Variant("wgmma-fp16-bias-down-m200", *DOWN, 200, bf16=False, bias=True, kernel="wgmma"),
+            Variant("wgmma-bias-qkv-m17", *QKV, 17, bias=True, kernel="wgmma"),
+            Variant("wgmma-qkv-m300", *QKV, 300, kernel="wgmma"),
+            Variant("wgmma-test-k256-m1", 384, 256, 1, kernel="wgmma"),
+            Variant("wgmma-w4-gateup-m64", *GATE_UP, 64, knobs=dict(num_warps=4), kernel="wgmma"),
+            Variant("wgmma-w4-gateup-m256", *GATE_UP, 256, knobs=dict(num_warps=4), kernel="wgmma"),
+            Variant("wgmma-mp256-gateup-m256", *GATE_UP, 256, knobs=dict(max_mp=256), kernel="wgmma")]
+    # the rest of tune.WGMMA_SWEEP (gate/up group, M = 256), so the sweep's first GPU run finds them in the cache
+    from qerl_kernels.tune import WGMMA_SWEEP
+    named = {(8, 128, 64, None, None), (4, 128, 64, None, None), (8, 256, 64, None, None)}
+    for nw, mp, ks, ws, xs in WGMMA_SWEEP:
+        if (nw, mp, ks, ws, xs) not in named:
+            knobs = {k: v for k, v in dict(num_warps=nw, max_mp=mp, ks=ks, wstages=ws, xstages=xs).items()
+                     if v is not None}
+            out.append(Variant(f"wgmma-tune-{nw}-{mp}-{ks}-{ws or 'd'}-{xs or 'd'}-gateup-m256", *GATE_UP, 256,
+                               knobs=knobs, kernel="wgmma"))
+    return out
+
+
 def _cpu_launch(v: Variant):
-    """(grid, args, meta) of the variant's launch, built by fp4_gluon.launch_args from CPU tensors (never filled:
-    only shapes, dtypes, strides and 16-byte alignment matter to the compile)."""
+    """(grid, args, meta) of the variant's launch, built by its module's launch_args from CPU tensors (never
+    filled: only shapes, dtypes, strides and 16-byte alignment matter to the compile)."""
     dt = torch.bfloat16 if v.bf16 else torch.float16
     n_pad, k_pad = padded_shape(v.n, v.k)
     w = PreparedFP4(words=torch.empty(n_pad, k_pad // 8, dtype=torch.int32),
@@ -91,7 +138,7 @@ def _cpu_launch(v: Variant):
     x = torch.empty(v.m, v.k, dtype=dt)
     y = torch.empty(v.m, v.n, dtype=dt)
     bias = torch.empty(v.n, dtype=dt) if v.bias else None
-    return fp4_gluon.launch_args(x, w, bias, y, SMS, **v.knobs)
+    return KERNELS[v.kernel][0].launch_args(x, w, bias, y, SMS, **v.knobs)
 
 
 def _target(arch: int):
@@ -107,7 +154,8 @@ def compile_variant(v: Variant, arch: int = 90):
     from triton.experimental.gluon._runtime import GluonASTSource
     from triton.runtime.jit import create_function_from_signature
     _, args, meta = _cpu_launch(v)
-    kernel = fp4_gluon._fp4_gemm_ws
+    module, name = KERNELS[v.kernel]
+    kernel = getattr(module, name)
     target = _target(arch)
     backend = make_backend(target)
     # the keyword arguments JITFunction.run adds before binding (the ones this Triton has)
@@ -143,7 +191,11 @@ def ptxas_usage(ptx: str, metadata, arch: int = 90) -> dict:
         return int(hit.group(1)) if hit else None
     return dict(regs=num(r"Used (\d+) registers"), spill_st=num(r"(\d+) bytes spill stores"),
                 spill_ld=num(r"(\d+) bytes spill loads"), stack=num(r"(\d+) bytes stack frame"),
-                warnings=[ln.strip() for ln in log.splitlines() if "warning" in ln.lower()])
+                warnings=[ln.strip() for ln in log.splitlines() if "warning" in ln.lower()],
+                # ptxas's notes on wgmma (C75xx, "info", not warnings): serialised wgmma or a wait it had to insert
+                # (e.g. "warpgroup.wait is injected ... to allow use of registers defined by GMMA"): the async
+                # overlap the wgmma kernel is built on would be lost
+                wgmma_notes=[ln.split(")", 1)[-1].strip() for ln in log.splitlines() if "(C75" in ln])
 
 
 def resident_ctas(regs: int, threads: int, smem: int) -> int:
@@ -156,11 +208,17 @@ def resident_ctas(regs: int, threads: int, smem: int) -> int:
 
 def check(v: Variant, arch: int = 90) -> dict:
     """Compile one variant; a row of the report (status 'ok' or the error's first line)."""
-    defaults = inspect.signature(fp4_gluon.launch_args).parameters
-    knobs = {k: defaults[k].default for k in ("bn", "num_warps", "stages")}
-    knobs["ctas_per_sm"] = fp4_gluon.default_ctas_per_sm(v.m)
+    module = KERNELS[v.kernel][0]
+    defaults = inspect.signature(module.launch_args).parameters
+    if v.kernel == "gluon":
+        knobs = {k: defaults[k].default for k in ("bn", "num_warps", "stages")}
+        knobs["ctas_per_sm"] = fp4_gluon.default_ctas_per_sm(v.m)
+    else:   # one CTA per SM; BN and the two rings' depths follow from the knobs (read back from the launch)
+        knobs = {k: defaults[k].default for k in ("num_warps", "max_mp", "ks")}
+        knobs.update(ctas_per_sm=1, bn="-", stages="-")
     knobs.update(v.knobs)
-    row = dict(name=v.name, shape=f"{v.n}x{v.k}", m=v.m, dtype="bf16" if v.bf16 else "fp16", bias=v.bias, **knobs)
+    row = dict(name=v.name, kernel=v.kernel, shape=f"{v.n}x{v.k}", m=v.m, dtype="bf16" if v.bf16 else "fp16",
+               bias=v.bias, **knobs)
     t0 = time.time()
     try:
         compiled, meta = compile_variant(v, arch)
@@ -179,15 +237,61 @@ def check(v: Variant, arch: int = 90) -> dict:
                # instructions the design relies on, and layout conversions through shared memory (none expected)
                tma=ptx.count("cp.async.bulk.tensor"), mma=ptx.count("mma.sync"),
                smem_cvt=ptx.count("stmatrix") + ptx.count("ldmatrix"))
+    if v.kernel == "wgmma":
+        row.update(bn=meta["BN"], stages=f"{meta['WSTAGES']}/{meta['XSTAGES']}", **wgmma_facts(ptx),
+                   **sass_loop_spills(compiled.asm["cubin"]))
     row["fits"] = resident_ctas(use["regs"] or meta["maxnreg"], threads, md.shared)
     row["setmaxnreg"] = sorted({int(x) for x in re.findall(r"setmaxnreg\.\w+\.sync\.aligned\.u32\s+(\d+)", ptx)})
     return row
 
 
+def wgmma_facts(ptx: str) -> dict:
+    """What the wgmma kernel's design relies on, read from its PTX: the wgmma instructions and their shape, whether
+    A comes from registers (operand 2 a register list, not a shared-memory descriptor), and the synchronisation
+    the compiler emitted (static counts over the whole kernel; kernels.notes.md reads them per k-step)."""
+    ops = re.findall(r"wgmma\.mma_async\.sync\.aligned\.(m64n\d+k16)\.f32\.(\w+)\.(\w+)\s+\{[^}]*\},\s*(\S)",
+                     ptx)
+    return dict(wgmma=len(ops), wgmma_shapes=sorted({f"{s}.{a}" for s, a, _, _ in ops}),
+                wgmma_reg_a=sum(first == "{" for *_, first in ops),
+                wgmma_wait=len(re.findall(r"wgmma\.wait_group", ptx)),
+                wgmma_commit=len(re.findall(r"wgmma\.commit_group", ptx)),
+                wgmma_fence=len(re.findall(r"wgmma\.fence", ptx)),
+                mbar_wait=len(re.findall(r"mbarrier\.try_wait", ptx)),
+                mbar_arrive=len(re.findall(r"mbarrier\.arrive", ptx)),
+                bar_sync=len(re.findall(r"\b(?:bar|barrier)\.sync\b", ptx)))
+
+
+def sass_loop_spills(cubin: bytes) -> dict:
+    """Where the wgmma kernel's spills are, from the SASS of the cubin Triton built (cuobjdump of its backend): the
+    local-memory loads / stores (STL / LDL) between the first HGMMA and the last `WARPGROUP.DEPBAR.LE gsb0, 0x1`
+    (the wait that keeps one group in flight), i.e. inside the main loop, where they would cost every k-step,
+    and outside it (the epilogue: once per tile). {} where cuobjdump is missing."""
+    import os
+    import shutil
+    from triton.backends.nvidia import compiler as nv
+    tool = os.path.join(os.path.dirname(nv.__file__), "bin", "cuobjdump")
+    if not os.path.exists(tool) and not shutil.which("cuobjdump"):
+        return {}
+    with tempfile.TemporaryDirectory() as d:
+        with open(f"{d}/k.cubin", "wb") as f:
+            f.write(cubin)
+        r = subprocess.run([tool if os.path.exists(tool) else "cuobjdump", "-sass", f"{d}/k.cubin"],
+                           capture_output=True, text=True)
+    lines = r.stdout.splitlines()
+    mma = [i for i, ln in enumerate(lines) if "HGMMA" in ln]
+    waits = [i for i, ln in enumerate(lines) if "DEPBAR.LE gsb0, 0x1" in ln]
+    local = [i for i, ln in enumerate(lines) if re.search(r"\b(STL|LDL)(\.|\s)", ln)]
+    if not mma or not waits:
+        return dict(local_ops=len(local))
+    inside = [i for i in local if mma[0] <= i <= waits[-1]]
+    return dict(local_ops=len(local), loop_local_ops=len(inside))
+
+
 def table(rows: list[dict]) -> str:
     """The report as a markdown table."""
     head = ("| variant | N x K | M | MP | dtype | bias | BN | warps | stages | CTAs/SM planned | fits | status | regs "
-            "(maxnreg) | setmaxnreg | spill st/ld B | stack B | smem B | smem cvt | threads | s |")
+            "(maxnreg) | setmaxnreg | spill st/ld B | stack B | smem B | smem cvt | threads | wgmma (reg A) | "
+            "bar.sync / mbarrier waits (static) | STL+LDL main loop / all (SASS) | s |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
         ok = r["status"] == "ok"
@@ -197,6 +301,9 @@ def table(rows: list[dict]) -> str:
             f"{r['regs']} ({r['maxnreg']})" if ok else "-", "/".join(map(str, r["setmaxnreg"])) if ok else "-",
             f"{r['spill_st']}/{r['spill_ld']}" if ok else "-", r["stack"] if ok else "-",
             r["smem"] if ok else "-", r["smem_cvt"] if ok else "-", r["threads"] if ok else "-",
+            f"{r['wgmma']} ({r['wgmma_reg_a']}) {'/'.join(r['wgmma_shapes'])}" if ok and "wgmma" in r else "-",
+            f"{r['bar_sync']} / {r['mbar_wait']}" if ok and "wgmma" in r else "-",
+            f"{r['loop_local_ops']} / {r['local_ops']}" if ok and "loop_local_ops" in r else "-",
             f"{r['seconds']:.1f}")) + " |")
     warns = sorted({w for r in rows for w in r.get("warnings", [])})
     if warns:
@@ -204,10 +311,17 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def _check_star(a):
+    return check(*a)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--only", nargs="*", default=None, help="variant names (default: all; --list shows them)")
     ap.add_argument("--list", action="store_true", help="print the variant names and exit")
+    ap.add_argument("--kernel", choices=["gluon", "wgmma", "all"], default="all",
+                    help="which kernel's variants: fp4_gluon's, fp4_wgmma's or both (default)")
+    ap.add_argument("--jobs", type=int, default=1, help="build in this many processes (each variant is one build)")
     ap.add_argument("--arch", type=int, default=90, help="compute capability to build for (default 90: sm_90a)")
     ap.add_argument("--json", action="store_true", help="print one JSON object per variant instead of the table")
     args = ap.parse_args(argv)
@@ -215,7 +329,7 @@ def main(argv=None) -> int:
         print("gluon_compile: this Triton has no triton.experimental.gluon with the Hopper modules", file=sys.stderr)
         return 2
     import triton
-    vs = variants()
+    vs = variants(args.kernel)
     if args.list:
         print("\n".join(v.name for v in vs))
         return 0
@@ -226,15 +340,23 @@ def main(argv=None) -> int:
             return 2
         vs = [v for v in vs if v.name in args.only]
     rows = []
-    for v in vs:
-        rows.append(check(v, args.arch))
-        r = rows[-1]
+
+    def emit(r):
+        rows.append(r)
         if args.json:
             print(json.dumps(r), flush=True)
-            continue
+            return
         print(f"{r['name']}: {r['status']}" + (f" regs {r['regs']} spills {r['spill_st']}/{r['spill_ld']} smem "
                                                f"{r['smem']} fits {r['fits']}/{r['ctas_per_sm']} CTAs/SM"
                                                if r["status"] == "ok" else ""), flush=True)
+    if args.jobs > 1:   # one process per build (a fresh one per task keeps each build's Triton state apart)
+        import multiprocessing as mp
+        with mp.get_context("spawn").Pool(args.jobs, maxtasksperchild=1) as pool:
+            for r in pool.imap(_check_star, [(v, args.arch) for v in vs]):
+                emit(r)
+    else:
+        for v in vs:
+            emit(check(v, args.arch))
     if not args.json:
         print(f"\nGluon kernel compile check, triton {triton.__version__}, sm_{args.arch}\n\n{table(rows)}\n")
     bad = [r["name"] for r in rows if r["status"] != "ok"]

@@ -7,7 +7,8 @@
 # nothing else), the benchmark (bandwidth ceiling = best of several streaming kernels; correctness checks on the first
 # model's shapes; timings at M in $MS with nvfp4_gluon beside cuBLAS and the Triton kernels), with NCU=1 ncu of the
 # Gluon and Triton kernels on the 7B gate/up group at M = 1 and 16, a sweep of the Gluon kernel's configs
-# (tune.py --gluon), and last the other GPU kernel tests.
+# (tune.py --gluon), and last the other GPU kernel tests. The wgmma kernel (fp4_wgmma) stays out of this mode (its
+# benchmark method, tests and compile check) until it has run on a GPU: mode `wgmma` below.
 # Writes to $OUT (<= 8 files, each copied as soon as its stage ends, so a call cut short still returns them):
 # gluon-smoke.log (the compile check's table, then the Gluon tests), bench.log, kernels.summary.md, ncu.log (NCU=1),
 # tune-gluon.log, pytest.log and kernels.tgz (the whole work folder: kernels.csv and kernels.provenance.md included).
@@ -23,6 +24,19 @@
 # gemv-wins.txt (MEASURED_WINS entries to commit), tune-gemv.log. Stage timeouts (s): PYTEST_S 90, BENCH_S 150,
 # TUNE_S 75; BUDGET 110 stops the benchmark from starting new shapes.
 # Usage: COMMIT=$(git rev-parse HEAD) bash qerl_kernels/run_device.sh gemv
+#
+# Mode `wgmma` (issue 22, RL batch sizes; ~6-8 minutes on one H100, nothing else runs): the wgmma kernel
+# (qerl_kernels/fp4_wgmma.py) has never run on a GPU, so: its offline compile check (gluon_compile --kernel wgmma, 8
+# processes: every variant's registers / spills / smem, and Triton's cache filled), its GPU tests in their own
+# process with a timeout (a hang, crash or CUDA fault there ends the mode: the benchmark would hang on it too), the
+# benchmark of the 7B shapes at M in $MS_WGMMA (default 16 64 128 256 512) with only its correctness checks (bf16
+# cuBLAS, the default nvfp4 path, nvfp4_gluon at M <= 64 and nvfp4_wgmma timed in the same run; no MXFP4, NF4,
+# backward or forced paths), then its knob sweep (tune.py --wgmma) at M = 64 and 256 on the gate/up group. Writes to
+# $OUT: wgmma-compile.log, wgmma-pytest.log, bench.log, kernels.summary.md, kernels.csv, kernels.provenance.md,
+# tune-wgmma.log. Stage timeouts (s), 540 in all: COMPILE_S 60, PYTEST_S 210, PREWARM_S 40 (the Triton kernels'
+# variants, for the default path beside it), BENCH_S 170, TUNE_S 60 (0: skip); BUDGET 120 stops the benchmark from
+# starting new shapes.
+# Usage: COMMIT=$(git rev-parse HEAD) bash qerl_kernels/run_device.sh wgmma
 set -o pipefail
 export PYTHONUNBUFFERED=1 TRITON_DEFAULT_FP_FUSION=1
 OUT=${OUT:-/tmp/kernels-out}
@@ -39,6 +53,46 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,
   | tee -a "$W/bench.log"
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" \
   | tee -a "$W/bench.log"
+if [ "${1:-}" = wgmma ]; then
+  MS=${MS_WGMMA:-16 64 128 256 512}
+  stamp "wgmma: compile check"
+  timeout "${COMPILE_S:-60}" python3 -m qerl_kernels.gluon_compile --kernel wgmma --jobs 8 > "$W/wgmma-compile.log" 2>&1
+  rc=$?
+  grep -vE "^(\||$)|: ok " "$W/wgmma-compile.log" | grep -v "nanobind\|leaked" | tail -12
+  stamp "wgmma: compile check rc=$rc"; cp "$W/wgmma-compile.log" "$OUT/"
+  stamp "wgmma: GPU tests"
+  timeout -k 10 "${PYTEST_S:-210}" python3 -m pytest tests/qerl_kernels/test_kernels_wgmma.py -q -rfE -p no:cacheprovider \
+    > "$W/wgmma-pytest.log" 2>&1
+  rc=$?
+  stamp "wgmma: GPU tests rc=$rc"; tail -25 "$W/wgmma-pytest.log"; cp "$W/wgmma-pytest.log" "$OUT/"
+  if [ $rc -ge 124 ] || grep -qiE "illegal (memory|instruction)|unspecified launch failure|CUDA error|misaligned" \
+      "$W/wgmma-pytest.log"; then
+    stamp "wgmma: hang, crash or CUDA fault in the tests: benchmark and sweep not run"; cp "$W/bench.log" "$OUT/"
+    exit 1
+  fi
+  stamp "wgmma: prewarm"
+  timeout "${PREWARM_S:-40}" python3 -m qerl_kernels.bench --prewarm "${PREWARM:-15}" --prewarm-only 2>&1 | tail -3 \
+    | tee -a "$W/bench.log"
+  stamp "wgmma: benchmark"
+  SKIP="mxfp4 nf4 bf16_bwd nvfp4_bwd nvfp4_tc nvfp4_bwd_tc nvfp4_fused nvfp4_deq_cublas nvfp4_bwd_fused"
+  SKIP="$SKIP nvfp4_bwd_deq_cublas nvfp4_gemv mxfp4_gemv"
+  CMD="python -m qerl_kernels.bench --models 7B --m $MS --wgmma-checks-only --skip $SKIP --budget-s ${BUDGET:-120}"
+  timeout "${BENCH_S:-170}" python3 -m qerl_kernels.bench --models 7B --m $MS --out "$W" --wgmma-checks-only \
+    --skip $SKIP --budget-s "${BUDGET:-120}" --commit "${COMMIT:-unknown}" --command "$CMD" 2>&1 \
+    | tee -a "$W/bench.log" | grep -v "^N=" | tail -70
+  stamp "wgmma: benchmark rc=$?"
+  cp "$W/kernels.summary.md" "$W/kernels.csv" "$W/kernels.provenance.md" "$W/bench.log" "$OUT/" 2>/dev/null
+  if [ "${TUNE_S:-60}" -gt 0 ]; then
+    stamp "wgmma: knob sweep"
+    timeout "${TUNE_S:-60}" python3 -m qerl_kernels.tune --wgmma --shapes 37888x3584 --m 64 256 \
+      > "$W/tune-wgmma.log" 2>&1
+    grep "wgmma best" "$W/tune-wgmma.log"
+    cp "$W/tune-wgmma.log" "$OUT/"
+  fi
+  stamp "wgmma: done"
+  cp "$W/bench.log" "$OUT/"
+  exit 0
+fi
 if [ "${1:-}" = gemv ]; then
   MS=${MS_GEMV:-1 4 8 16}
   stamp "gemv: GPU tests"
@@ -46,7 +100,7 @@ if [ "${1:-}" = gemv ]; then
     > "$W/gemv-pytest.log" 2>&1
   stamp "gemv: GPU tests rc=$?"; tail -8 "$W/gemv-pytest.log"; cp "$W/gemv-pytest.log" "$OUT/"
   stamp "gemv: benchmark"
-  SKIP="nvfp4_gluon nf4 bf16_bwd nvfp4_bwd"
+  SKIP="nvfp4_gluon nvfp4_wgmma nf4 bf16_bwd nvfp4_bwd"
   CMD="python -m qerl_kernels.bench --models 7B --m $MS --gemv-checks-only --skip $SKIP --budget-s ${BUDGET:-110}"
   timeout "${BENCH_S:-150}" python3 -m qerl_kernels.bench --models 7B --m $MS --out "$W" --gemv-checks-only \
     --skip $SKIP --budget-s "${BUDGET:-110}" --commit "${COMMIT:-unknown}" --command "$CMD" 2>&1 \
@@ -64,7 +118,7 @@ if [ "${1:-}" = gemv ]; then
   exit 0
 fi
 stamp "gluon compile check"
-timeout "${COMPILE_S:-40}" python3 -m qerl_kernels.gluon_compile > "$W/gluon-compile.log" 2>&1
+timeout "${COMPILE_S:-40}" python3 -m qerl_kernels.gluon_compile --kernel gluon > "$W/gluon-compile.log" 2>&1
 rc=$?
 grep -vE "^(\||$)|: ok " "$W/gluon-compile.log" | tail -12   # failures and the verdict, not the table
 stamp "gluon compile check rc=$rc"
@@ -86,9 +140,10 @@ else
   stamp "gluon smoke rc=$rc"
 fi
 stamp benchmark
-CMD="python -m qerl_kernels.bench --models ${MODELS:-7B} --m $MS --budget-s ${BUDGET:-120}${SKIP:+ --skip $SKIP}"
+BSKIP="nvfp4_wgmma${SKIP:+ $SKIP}"   # the wgmma kernel runs in its own mode (run_device.sh wgmma) until it ran once
+CMD="python -m qerl_kernels.bench --models ${MODELS:-7B} --m $MS --budget-s ${BUDGET:-120} --skip $BSKIP"
 timeout "${BENCH_S:-200}" python3 -m qerl_kernels.bench --models ${MODELS:-7B} --m $MS --out "$W" \
-  --budget-s "${BUDGET:-120}" --commit "${COMMIT:-unknown}" --command "$CMD" ${SKIP:+--skip $SKIP} 2>&1 \
+  --budget-s "${BUDGET:-120}" --commit "${COMMIT:-unknown}" --command "$CMD" --skip $BSKIP 2>&1 \
   | tee -a "$W/bench.log" | grep -v "^check\|^N=" | tail -60
 cp "$W/kernels.summary.md" "$W/bench.log" "$OUT/" 2>/dev/null
 if [ -n "$NCU" ] && command -v ncu >/dev/null && [ -z "$SKIP" ]; then
@@ -110,7 +165,8 @@ if [ -z "$SKIP" ] && [ "${TUNE_S:-60}" -gt 0 ]; then
 fi
 stamp "kernel tests (the Gluon file ran above)"
 timeout "${PYTEST_S:-45}" python3 -m pytest tests/qerl_kernels -q -rfE -p no:cacheprovider \
-  --ignore=tests/qerl_kernels/test_kernels_gluon.py ${PYTEST_K:+-k "$PYTEST_K"} 2>&1 | tee "$W/pytest.log" | tail -15
+  --ignore=tests/qerl_kernels/test_kernels_gluon.py --ignore=tests/qerl_kernels/test_kernels_wgmma.py \
+  ${PYTEST_K:+-k "$PYTEST_K"} 2>&1 | tee "$W/pytest.log" | tail -15
 cp "$W/pytest.log" "$OUT/"
 stamp done
 cp "$W/bench.log" "$OUT/"

@@ -11,6 +11,8 @@ Run:  python -m qerl_kernels.tune --shapes 18944x3584 3584x3584 --m 1 16 64
           cudaProfilerStart/Stop, so ncu sees exactly the two tuned kernels)
       python -m qerl_kernels.tune --gluon --shapes 37888x3584 3584x18944 --m 1 16   # the Gluon kernel's sweep
           (GLUON_SWEEP: rows per tile with warps, ring stages, CTAs per SM; --profile --gluon adds one Gluon call)
+      python -m qerl_kernels.tune --wgmma --shapes 37888x3584 3584x18944 --m 64 256   # the wgmma kernel's sweep
+          (WGMMA_SWEEP: consumer warps, largest M block, ring depths; beside the default path and cuBLAS bf16)
       python -m qerl_kernels.tune --gemv --shapes 18944x3584 3584x18944 --m 1 16   # the skinny-M kernel's sweep
           (GEMV_SWEEP: mode, BN, BW, warps, stages, CTAs per SM; beside the default path and cuBLAS bf16, each
           timed on rotating weight copies as in the benchmark; prints the best knobs per shape and M)
@@ -38,6 +40,14 @@ DEFAULT_SWEEP = [  # BN, BK, num_warps, num_stages, CPS (grid = SMs * CPS; > res
 GLUON_SWEEP = [  # BN, consumer warps, ring stages, CTAs per SM (fp4_gluon.fp4_gemm_gluon's knobs)
     (bn, nw, st, cps) for (bn, nw) in ((64, 4), (128, 8)) for st in (3, 4, 6) for cps in (1, 2, 3)
     if bn * cps <= 256]  # 8 consumer warps at 3 CTAs per SM would get 56 registers
+
+
+# fp4_wgmma.fp4_gemm_wgmma's knobs: (num_warps, max_mp, ks, wstages, xstages); None = default_stages. Two warpgroups
+# (BN 128) or one (BN 64); M blocks of 64 / 128 / 256 (256 spills in the sm_90 build: timed to see what the spills
+# cost against decoding each weight tile once per 128 rows of x); wgmma groups of 64 or 128 columns; shallow and
+# deep rings.
+WGMMA_SWEEP = [(8, 128, 64, None, None), (8, 128, 128, None, None), (4, 128, 64, None, None), (8, 64, 64, None, None),
+               (4, 256, 64, None, None), (8, 256, 64, None, None), (8, 128, 64, 3, 2), (4, 64, 64, 8, 4)]
 
 
 # fp4_gemv.fp4_gemm_gemv's knobs: (BN, BW, num_warps, num_stages) per mode, each at 3 grid sizes (CTAs per SM the
@@ -76,6 +86,7 @@ def main(argv=None) -> int:
                     "between cudaProfilerStart/Stop (for ncu --profile-from-start off)")
     ap.add_argument("--gluon", action="store_true", help="sweep GLUON_SWEEP for fp4_gluon.fp4_gemm_gluon instead")
     ap.add_argument("--gemv", action="store_true", help="sweep GEMV_SWEEP for fp4_gemv.fp4_gemm_gemv instead")
+    ap.add_argument("--wgmma", action="store_true", help="sweep WGMMA_SWEEP for fp4_wgmma.fp4_gemm_wgmma instead")
     args = ap.parse_args(argv)
     if args.profile:
         return profile(args)
@@ -83,6 +94,8 @@ def main(argv=None) -> int:
         return sweep_gluon(args)
     if args.gemv:
         return sweep_gemv(args)
+    if args.wgmma:
+        return sweep_wgmma(args)
     dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     configs = [parse_cfg(c) for c in args.configs] if args.configs else DEFAULT_SWEEP
@@ -167,6 +180,45 @@ def sweep_gluon(args) -> int:
                 top = "; ".join(f"{c[1:]} {c[0] * 1e3:.1f}us" for c in sorted(best)[:3])
                 print(f"gluon best {shape} M={m} (bn, warps, stages, ctas/SM): {top}", flush=True)
         del copies
+    return 0
+
+
+def sweep_wgmma(args) -> int:
+    """Time every WGMMA_SWEEP config of the wgmma kernel per shape and M beside cuBLAS bf16 and the default path,
+    all on rotating weight copies (as the benchmark); print the best three per shape and M."""
+    from qerl_kernels.fp4_wgmma import fp4_gemm_wgmma
+    dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    for shape in args.shapes:
+        n, k = (int(v) for v in shape.split("x"))
+        w = torch.randn(n, k, device="cuda") * 0.02
+        p = nvfp4.prepare(*nvfp4_quantize_reference(w))
+        copies = [_clone_prepared(p) for _ in range(copies_for(p.nbytes, l2))]
+        bf_copies = [w.to(dtype) for _ in range(copies_for(n * k * 2, l2))]
+        for m in args.m:
+            x = torch.randn(m, k, device="cuda", dtype=dtype)
+            ref = x.float() @ fp4_launch.fp4_dequantize(p, dtype).float().t()
+            t_bf, _ = time_calls([lambda b=b: torch.nn.functional.linear(x, b) for b in bf_copies])
+            t_def, _ = time_calls([lambda q=q: fp4_launch.fp4_gemm(x, q) for q in copies])
+            best = []
+            for nw, mp, ks, ws, xs in WGMMA_SWEEP:
+                kw = dict(num_warps=nw, max_mp=mp, ks=ks, wstages=ws, xstages=xs)
+                try:
+                    y = fp4_gemm_wgmma(x, p, **kw)
+                    err = ((y.float() - ref).norm() / ref.norm()).item()
+                    t, _ = time_calls([lambda q=q: fp4_gemm_wgmma(x, q, **kw) for q in copies])
+                except Exception as e:  # noqa: BLE001 - out of resources etc.
+                    print(f"wgmma {shape} M={m} {kw}: {type(e).__name__} {str(e)[:160]}", flush=True)
+                    continue
+                best.append((t, nw, mp, ks, ws, xs))
+                print(f"wgmma {shape} M={m} warps={nw} max_mp={mp} ks={ks} stages={ws}/{xs}: {t * 1e3:7.1f} us "
+                      f"{2 * m * n * k / t / 1e9:6.0f} TFLOP/s {p.nbytes / t / 1e6:6.0f} GB/s x{t_bf / t:.2f} bf16 "
+                      f"x{t_def / t:.2f} default err {err:.1e}", flush=True)
+            if best:
+                top = "; ".join(f"{c[1:]} {c[0] * 1e3:.1f}us" for c in sorted(best)[:3])
+                print(f"wgmma best {shape} M={m} (warps, max_mp, ks, wstages, xstages): {top} | default "
+                      f"{t_def * 1e3:.1f}us bf16 {t_bf * 1e3:.1f}us", flush=True)
+        del copies, bf_copies
     return 0
 
 

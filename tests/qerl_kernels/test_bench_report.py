@@ -44,3 +44,16 @@ def test_gemv_rows_give_tables_and_measured_table_entries():
     # nvfp4_gemv beats the default by 20 % on both shapes; mxfp4_gemv by 0.4 % (under the 3 % margin) or not at all
     assert len(wins) == 2 and all(w.lstrip().startswith("('h100', 0, 'bf16', ") for w in wins)
     assert "18944, 3584, 4): {}," in wins[1] and "gemv 20.0 us, default 25.0 us" in wins[1]
+
+
+def test_wgmma_shape_table_per_launch_rates():
+    from qerl_kernels.bench_report import wgmma_shape_table
+
+    rows = [dict(model="7B", layer="gate_proj", N=18944, K=3584, M=256, method=meth, median_ms=str(ms), gbps="1.0",
+                 pct_ceiling=pct, tflops=tf)
+            for meth, ms, pct, tf in (("bf16", 0.120, "40.0", "289.6"), ("nvfp4", 0.150, "9.0", "231.7"),
+                                      ("nvfp4_wgmma", 0.080, "17.0", "434.4"))]
+    out = wgmma_shape_table(rows, "7B")
+    cells = [c.strip() for c in next(line for line in out if line.startswith("| gate_proj")).strip("|").split("|")]
+    assert cells == ["gate_proj", "256", "120.0", "150.0", "80.0", "1.50", "1.88", "434.4", "289.6", "17.0%"]
+    assert wgmma_shape_table([r for r in rows if r["method"] != "nvfp4_wgmma"], "7B") == []

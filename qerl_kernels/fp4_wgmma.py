@@ -1,0 +1,393 @@
+"""The NVFP4 W4A16 GEMM for RL batch sizes (M 16-512) in Gluon: asynchronous wgmma with the decoded weight as the
+register A operand, fed by TMA producers through mbarrier rings, persistent stream-K.
+
+Why (issue 22): at M >= 64 the bf16 baseline is no longer purely bandwidth-bound (H100, kernels.notes.md call 4:
+cuBLAS 7B layer 202 us at M = 64, 241 us at M = 256), and the 4-bit kernels there lose to it: the Triton stream-K
+kernel 1.27x / 0.67x, the Gluon mma.sync kernel (fp4_gluon) 0.19x at M = 64, its consumers' decode + mma.sync chain
+being latency-bound. A 4-bit kernel keeps pace only if the tensor cores run while the weights are decoded: Hopper's
+wgmma is asynchronous, so here each consumer warpgroup issues the wgmma of one 64-column group of its decoded tile
+and decodes the next group while it runs.
+
+Shape of the kernel (y[M, N] = x[M, K] @ W[N, K]^T * out_scale (+ bias), computed as y^T = W @ x^T, "swap AB"):
+1. Tiles: BN weight rows (64 per consumer warpgroup) x MP activation rows (M padded to a power of two, 16..max_mp;
+   M above `max_mp` is cut into M blocks of max_mp, the weight tile then decoded once per block). max_mp defaults to
+   128: at 256 the [64, 256] fp32 accumulator of a warpgroup (128 registers a thread) does not fit beside the
+   decode in the sm_90 build (spills). The (tile, k-step) iterations, tiles ordered weight-tile-major (the M blocks
+   of one weight tile are neighbours, so its second read is an L2 hit), are cut into one contiguous range per CTA of
+   a persistent grid of one CTA per SM (fp4_gluon.stream_k_split): every CTA streams the same weight bytes (+- one
+   k-step) whatever the shape, and a tile cut between CTAs is reduced by the last to arrive, in CTA order
+   (deterministic; fp4_gluon._flush).
+2. Weight producer (1 warp, `_load_w`): per k-step (BK = 256 columns) one TMA copy of the [BN, 32] int32 word tile
+   and one of the [BN, 8] int16 scale tile into a WSTAGES-deep ring (rows of 16 bytes: TMA's minimum, hence BK 256).
+3. Activation producer (1 warp, `_load_x`): per 128-column chunk one TMA copy of the x tile [MP, 128] (rows past M
+   and columns past K read as zeros) into an XSTAGES-deep ring; its own warp so that the weight loads, which come
+   from HBM and need the deep ring, never wait behind an x slot that a wgmma still reads.
+4. Consumers (the default partition, NUM_WARPS = 4 or 8 warps, one or two warpgroups sharing each x tile; the
+   consumer loops over its tiles, and inside over the tile's k-steps): per chunk read its words and scales from the
+   weight slot (the second chunk's read frees the slot); per group of KS = 64 columns decode them with the Triton
+   kernels' PTX (fp4_gluon._decode -> fp4_decoder._asm) straight into wgmma's A-operand register layout (asserted
+   trivial at compile time), issue `warpgroup_mma(a, x_tile^T, acc, use_acc=..., is_async=True)` with B = the x
+   tile's columns in shared memory (K-major, a transposed view), then `warpgroup_mma_wait(num_outstanding=1)`: the
+   previous group's wgmma is done, its A registers may be reused (kept alive until then through `deps`) and at a
+   chunk boundary its x slot is freed, while this group's wgmma overlaps the next group's decode. At a tile's end
+   wait for all, flush, and start the next tile from zero through `use_acc` (the accumulator is only ever written
+   by wgmma inside the k-step loop; writing zeros there made ptxas serialise the wgmma: kernels.notes.md).
+Not done: ping-pong between the two warpgroups (they work on one tile together, "cooperative"; ping-pong would give
+each its own tile and overlap one's epilogue with the other's main loop: few epilogues per CTA here), TMA stores,
+TMA multicast of the x tile to a CTA pair.
+
+Numerics: identical to the other kernels: decoded weights are exact (w * 2**-62 for bf16, w * 2**-14 for fp16),
+products accumulate in fp32 in the tensor cores, the per-row factor (and bias) is applied once to the fp32 result.
+
+Limits (checked on the host with a clear error): NVFP4 single or concatenated weights (PreparedFP4; not
+SegmentedFP4, not MXFP4, whose uint8 scale rows of one k-step are 8 bytes, under TMA's 16-byte minimum), K_pad a
+multiple of 256, K a multiple of 8 (x's row stride is a TMA stride: a multiple of 16 bytes), 1 <= M <= MAX_M,
+fp16/bf16 activations, Hopper (sm_90). Not in the default dispatch (fp4_launch): it has not run on a GPU yet; the
+benchmark times it as method `nvfp4_wgmma`. Offline build check (no GPU): `python -m qerl_kernels.gluon_compile
+--kernel wgmma`.
+"""
+from __future__ import annotations
+
+import torch
+
+from qerl_kernels.fp4_gluon import BK, HAVE_GLUON, stream_k_split
+from qerl_kernels.fp4_launch import _workspace  # the stream-K workspace the other kernels use too
+from qerl_kernels.layout import CHUNK, PreparedFP4
+
+if HAVE_GLUON:
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, warpgroup_mma,
+                                                                  warpgroup_mma_wait)
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    from qerl_kernels.fp4_gluon import _decode, _flush, _scale_layout, _tma_load
+
+__all__ = ["MAX_M", "SMEM_BUDGET", "fp4_gemm_wgmma", "wgmma_plan", "launch_args", "default_stages", "smem_bytes"]
+
+MAX_M = 4096          # M blocks of max_mp each; above ~512 dequantize + cuBLAS is the better path (fp4_launch)
+SMEM_BUDGET = 227 * 1024   # Hopper: shared memory one CTA may use
+
+if HAVE_GLUON:
+    _BK = gl.constexpr(BK)
+
+    @gluon.jit
+    def _ring(i, STAGES: gl.constexpr):
+        """(slot, phase) of the i-th use of a STAGES-deep ring: the one place for the phase arithmetic."""
+        return i % STAGES, (i // STAGES) & 1
+
+    @gluon.jit
+    def _load_w(w_desc, s_desc, w_bufs, s_bufs, w_ready, w_empty, TOTAL, PER, K_STEPS, M_BLOCKS,
+                BN: gl.constexpr, WSTAGES: gl.constexpr):
+        """Weight producer warp: TMA copies of the word and scale tiles of this CTA's (tile, k-step) iterations."""
+        u0 = gl.program_id(0) * PER
+        u1 = gl.minimum(u0 + PER, TOTAL)
+        nbytes: gl.constexpr = w_desc.block_type.nbytes + s_desc.block_type.nbytes
+        for it in range(u0, u1):
+            tile = it // K_STEPS
+            ks = it - tile * K_STEPS
+            row = (tile // M_BLOCKS) * BN
+            slot, phase = _ring(it - u0, WSTAGES)
+            mbarrier.wait(w_empty.index(slot), phase ^ 1)   # a fresh barrier's phase 1 counts as complete
+            mbarrier.expect(w_ready.index(slot), nbytes)
+            _tma_load(w_desc, [row, ks * (_BK // 8)], w_ready.index(slot), w_bufs.index(slot))
+            _tma_load(s_desc, [row, ks * (_BK // 32)], w_ready.index(slot), s_bufs.index(slot))
+
+    @gluon.jit
+    def _load_x(x_desc, x_bufs, x_ready, x_empty, TOTAL, PER, K_STEPS, M_BLOCKS,
+                MP: gl.constexpr, XSTAGES: gl.constexpr):
+        """Activation producer warp: TMA copies of the x tile [MP, 128] of every chunk of this CTA's iterations."""
+        u0 = gl.program_id(0) * PER
+        u1 = gl.minimum(u0 + PER, TOTAL)
+        nbytes: gl.constexpr = x_desc.block_type.nbytes
+        for it in range(u0, u1):
+            tile = it // K_STEPS
+            ks = it - tile * K_STEPS
+            m0 = (tile % M_BLOCKS) * MP
+            for h in gl.static_range(_BK // 128):
+                slot, phase = _ring((it - u0) * (_BK // 128) + h, XSTAGES)
+                mbarrier.wait(x_empty.index(slot), phase ^ 1)
+                mbarrier.expect(x_ready.index(slot), nbytes)
+                _tma_load(x_desc, [m0, ks * _BK + h * 128], x_ready.index(slot), x_bufs.index(slot))
+
+    @gluon.constexpr_function
+    def _word_layout(BN, NUM_WARPS):
+        """Register layout of one chunk's words [BN, 16] int32 (index 4c + b): lane 4g + c of warp w holds words
+        4c..4c + 3 of rows 16w + g and 16w + g + 8 (4 registers a row), i.e. wgmma's k_width-2 A fragment of the
+        chunk's 128 columns once each word is decoded to 8 values (asserted where the decoded tile becomes the A
+        operand). Written out because DotOperandLayout(k_width=4) on a 16-word tile holds every word twice (its
+        instruction k is 32 words)."""
+        BN, NUM_WARPS = int(BN), int(NUM_WARPS)
+        warps = [[16 << i, 0] for i in range(NUM_WARPS.bit_length() - 1)]
+        reps = [[(16 * NUM_WARPS) << j, 0] for j in range((BN // (16 * NUM_WARPS)).bit_length() - 1)]
+        return gl.DistributedLinearLayout(reg_bases=[[0, 1], [0, 2], [8, 0]] + reps,
+                                          lane_bases=[[0, 4], [0, 8], [1, 0], [2, 0], [4, 0]], warp_bases=warps,
+                                          block_bases=[], shape=[BN, 16])
+
+    @gluon.jit
+    def _half(t, q: gl.constexpr):
+        """Half q (0 or 1) of a chunk's words [BN, 16] (index 4c + b) or scales [BN, 4] (index b): the entries with
+        b = 2q, 2q + 1, i.e. columns 64q..64q + 63 of the chunk, as [BN, 8] (index 2c + b') or [BN, 2]; each thread
+        keeps its own registers (no data movement)."""
+        n: gl.constexpr = t.shape[1] // 4          # 4 lane-quad positions c (words) or 1 (scales)
+        BN: gl.constexpr = t.shape[0]
+        if n == 1:
+            t3 = gl.permute(gl.reshape(t, [BN, 2, 2]), (0, 2, 1))                 # [n, b', bh]
+        else:
+            t3 = gl.permute(gl.reshape(t, [BN, 4, 2, 2]), (0, 1, 3, 2))           # [n, c, b', bh]
+        a, b = gl.split(t3)
+        if q == 0:
+            return gl.reshape(a, [BN, 2 * n])
+        return gl.reshape(b, [BN, 2 * n])
+
+    @gluon.jit
+    def _mma_group(acc, a_prev, w, s, x_bufs, x_ready, x_empty, j, q: gl.constexpr, cont, a_l: gl.constexpr,
+                   BN: gl.constexpr, KS: gl.constexpr, XSTAGES: gl.constexpr, BF16: gl.constexpr):
+        """One wgmma group: decode KS columns (part q of chunk j's 128) into A registers, issue their wgmma on x
+        slot j, retire the previous group's wgmma (wait until one is in flight). `cont`: the previous group of this
+        CTA belongs to the same tile: the wgmma accumulates onto acc (else it starts from zero: use_acc), and if the
+        previous group ended its chunk, that chunk's x slot is freed here (one at a tile's end is freed there).
+        Returns (acc, this group's A)."""
+        a = gl.convert_layout(_decode(w, s, BN, BF16, KS // 32), a_l, assert_trivial=True)
+        slot, phase = _ring(j, XSTAGES)
+        if q == 0:
+            mbarrier.wait(x_ready.index(slot), phase)
+        xt = x_bufs.index(slot)
+        if KS < 128:
+            xt = xt.slice(q * KS, KS, dim=1)
+        # a tile's first group starts from zero through use_acc, not by zeroing acc: the accumulator registers are
+        # then only ever written by wgmma inside the loop, so ptxas need not insert a full wait at the loop's back
+        # edge (with zeros written there it did: "warpgroup.wait is injected", C7517, losing the overlap)
+        acc = warpgroup_mma(a, xt.permute((1, 0)), acc, use_acc=cont, is_async=True)
+        # the previous group's wgmma is complete after this wait; its A registers are kept alive until here (deps)
+        acc, a_prev = warpgroup_mma_wait(num_outstanding=1, deps=[acc, a_prev])
+        if q == 0:
+            if cont:
+                mbarrier.arrive(x_empty.index((j + XSTAGES - 1) % XSTAGES), count=1)
+        return acc, a
+
+    @gluon.jit
+    def _wgmma_consumer(x_bufs, w_bufs, s_bufs, x_ready, x_empty, w_ready, w_empty, os_ptr, bias_ptr, y_ptr, ws_ptr,
+                        cnt_ptr, M, N, TOTAL, PER, K_STEPS, M_BLOCKS, stride_ym,
+                        BN: gl.constexpr, MP: gl.constexpr, WSTAGES: gl.constexpr, XSTAGES: gl.constexpr,
+                        BF16: gl.constexpr, HAS_BIAS: gl.constexpr, NUM_WARPS: gl.constexpr, KS: gl.constexpr):
+        """Consumer warpgroups: decode + async wgmma per chunk, accumulate the tile in fp32, flush at tile ends."""
+        mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NUM_WARPS, 1],
+                                                      instr_shape=[16, MP, 16])
+        a_l: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
+        w_l: gl.constexpr = _word_layout(BN, NUM_WARPS)
+        s_l: gl.constexpr = _scale_layout(BN, NUM_WARPS, 1)
+        adt: gl.constexpr = gl.bfloat16 if BF16 else gl.float16
+        NCH: gl.constexpr = _BK // 128   # 128-column chunks (x tiles) per k-step; 128 // KS wgmma groups each
+        u0 = gl.program_id(0) * PER
+        u1 = gl.minimum(u0 + PER, TOTAL)
+        t_first = u0 // K_STEPS
+        rbn = gl.arange(0, BN, layout=gl.SliceLayout(1, mma))
+        rm = gl.arange(0, MP, layout=gl.SliceLayout(0, mma))
+        acc = gl.zeros([BN, MP], gl.float32, mma)
+        a_prev = gl.zeros([BN, KS], adt, a_l)
+        # outer loop over this CTA's tiles, inner over the tile's k-steps in its range: the accumulator is then
+        # carried through the inner loop written only by wgmma, and waited for and flushed between the loops (a
+        # flush under a condition inside one flat loop made the compiler copy in-flight accumulator registers at the
+        # join, and ptxas injected a full wgmma wait per k-step: C7517, the decode / wgmma overlap lost)
+        for tile in range(t_first, (u1 - 1) // K_STEPS + 1):
+            k0 = gl.maximum(u0, tile * K_STEPS)
+            k1 = gl.minimum(u1, (tile + 1) * K_STEPS)
+            for it in range(k0, k1):
+                i = it - u0
+                slot, phase = _ring(i, WSTAGES)
+                mbarrier.wait(w_ready.index(slot), phase)
+                for h in gl.static_range(NCH):
+                    # the chunk's words and scales, read when needed (the next chunk's are not held through this
+                    # one's decode); the last chunk's read frees the weight slot
+                    w = w_bufs.index(slot).slice(16 * h, 16, dim=1).load(w_l)   # [BN, 16] int32, words 4c + b
+                    s = s_bufs.index(slot).slice(4 * h, 4, dim=1).load(s_l)     # [BN, 4] int16, scales b
+                    if h == NCH - 1:
+                        fence_async_shared()        # order the shared reads before the producer's next TMA write
+                        mbarrier.arrive(w_empty.index(slot), count=1)
+                    # a group continues the tile's accumulation unless it is the tile's first in this CTA
+                    if KS == 128:
+                        acc, a_prev = _mma_group(acc, a_prev, w, s, x_bufs, x_ready, x_empty, i * NCH + h, 0,
+                                                 (it > k0) | (h > 0), a_l, BN, KS, XSTAGES, BF16)
+                    else:
+                        acc, a_prev = _mma_group(acc, a_prev, _half(w, 0), _half(s, 0), x_bufs, x_ready, x_empty,
+                                                 i * NCH + h, 0, (it > k0) | (h > 0), a_l, BN, KS, XSTAGES, BF16)
+                        acc, a_prev = _mma_group(acc, a_prev, _half(w, 1), _half(s, 1), x_bufs, x_ready, x_empty,
+                                                 i * NCH + h, 1, True, a_l, BN, KS, XSTAGES, BF16)
+            acc, a_prev = warpgroup_mma_wait(num_outstanding=0, deps=[acc, a_prev])
+            mbarrier.arrive(x_empty.index(((k1 - 1 - u0) * NCH + 1) % XSTAGES), count=1)
+            # the tile's rows of W and of x, and its partial's offsets in the workspace ([BN, MP] int32), from the
+            # tile index here: computed once before the loops they were held through the main loop (at MP = 128
+            # ~100 registers a thread: spills)
+            rn = (tile // M_BLOCKS) * BN + rbn
+            rmt = (tile % M_BLOCKS) * MP + rm
+            ws_tile = gl.expand_dims(rn % BN, 1) * MP + gl.expand_dims(rmt % MP, 0)
+            _flush(acc, tile, u0, u1, t_first, PER, K_STEPS, os_ptr, bias_ptr, y_ptr, ws_ptr, cnt_ptr, rn, rmt,
+                   ws_tile, M, N, stride_ym, BN, MP, HAS_BIAS)
+            # nothing is in flight now: the last A tile need not be held through the flush (its registers free)
+            a_prev = gl.zeros([BN, KS], adt, a_l)
+
+    @gluon.jit
+    def _fp4_gemm_wgmma(w_desc, s_desc, x_desc, os_ptr, bias_ptr, y_ptr, ws_ptr, cnt_ptr,
+                        M, N, TOTAL, PER, K_STEPS, M_BLOCKS, stride_ym,
+                        BN: gl.constexpr, MP: gl.constexpr, WSTAGES: gl.constexpr, XSTAGES: gl.constexpr,
+                        BF16: gl.constexpr, HAS_BIAS: gl.constexpr, NUM_WARPS: gl.constexpr, KS: gl.constexpr,
+                        LOAD_REGS: gl.constexpr):
+        w_bufs = gl.allocate_shared_memory(gl.int32, [WSTAGES, BN, _BK // 8], w_desc.layout)
+        s_bufs = gl.allocate_shared_memory(gl.int16, [WSTAGES, BN, _BK // 32], s_desc.layout)
+        x_bufs = gl.allocate_shared_memory(x_desc.dtype, [XSTAGES, MP, 128], x_desc.layout)
+        w_ready = gl.allocate_shared_memory(gl.int64, [WSTAGES, 1], mbarrier.MBarrierLayout())
+        w_empty = gl.allocate_shared_memory(gl.int64, [WSTAGES, 1], mbarrier.MBarrierLayout())
+        x_ready = gl.allocate_shared_memory(gl.int64, [XSTAGES, 1], mbarrier.MBarrierLayout())
+        x_empty = gl.allocate_shared_memory(gl.int64, [XSTAGES, 1], mbarrier.MBarrierLayout())
+        for j in gl.static_range(WSTAGES):
+            mbarrier.init(w_ready.index(j), count=1)
+            mbarrier.init(w_empty.index(j), count=1)
+        for j in gl.static_range(XSTAGES):
+            mbarrier.init(x_ready.index(j), count=1)
+            mbarrier.init(x_empty.index(j), count=1)
+        gl.warp_specialize([
+            (_wgmma_consumer, (x_bufs, w_bufs, s_bufs, x_ready, x_empty, w_ready, w_empty, os_ptr, bias_ptr, y_ptr,
+                               ws_ptr, cnt_ptr, M, N, TOTAL, PER, K_STEPS, M_BLOCKS, stride_ym,
+                               BN, MP, WSTAGES, XSTAGES, BF16, HAS_BIAS, NUM_WARPS, KS)),
+            (_load_w, (w_desc, s_desc, w_bufs, s_bufs, w_ready, w_empty, TOTAL, PER, K_STEPS, M_BLOCKS, BN, WSTAGES)),
+            (_load_x, (x_desc, x_bufs, x_ready, x_empty, TOTAL, PER, K_STEPS, M_BLOCKS, MP, XSTAGES)),
+        ], [1, 1], [LOAD_REGS, LOAD_REGS])
+
+
+def smem_bytes(bn: int, mp: int, wstages: int, xstages: int) -> int:
+    """Shared memory of one CTA's rings (words + scales per weight stage, the x tile per activation stage, the
+    barriers); the compiled kernel's figure (gluon_compile) adds alignment only."""
+    return wstages * bn * (BK // 2 + BK // 16) + xstages * mp * 128 * 2 + 16 * (wstages + xstages)
+
+
+def default_stages(bn: int, mp: int) -> tuple[int, int]:
+    """(WSTAGES, XSTAGES) when the caller names none: the weight ring as deep as fits beside enough x stages (the
+    x tile is [MP, 128] bf16: 64 KiB at MP = 256), so at M <= 64 (memory-bound) ~6 k-steps of weights are in
+    flight per SM and at MP = 256 (compute-bound, a chunk takes ~1 us of wgmma) two x stages suffice."""
+    xstages = {16: 4, 32: 4, 64: 4, 128: 3, 256: 2}[mp]
+    wstages = 6
+    while wstages > 2 and smem_bytes(bn, mp, wstages, xstages) > SMEM_BUDGET - 2048:
+        wstages -= 1
+    return wstages, xstages
+
+
+def wgmma_plan(n_pad: int, k_pad: int, m: int, sms: int, bn: int = 128, max_mp: int = 128) -> dict:
+    """Stream-K split of one launch (pure arithmetic, testable on CPU): MP = M padded to a power of two in
+    16..max_mp, M_BLOCKS = ceil(M / MP), tiles = N_pad / bn * M_BLOCKS, iterations = tiles * K_STEPS cut into one
+    contiguous range of PER per CTA, grid <= sms (one CTA per SM). Returns {MP, M_BLOCKS, tiles, K_STEPS, TOTAL,
+    PER, grid}.
+
+    Raises:
+        ValueError: K_pad not a multiple of BK, N_pad not a multiple of bn, or M outside 1..MAX_M.
+    """
+    if k_pad % BK or n_pad % bn or not 1 <= m <= MAX_M:
+        raise ValueError(f"fp4_gemm_wgmma: needs K_pad % {BK} == 0, N_pad % {bn} == 0 and 1 <= M <= {MAX_M}; got "
+                         f"K_pad={k_pad}, N_pad={n_pad}, M={m}")
+    mp = min(max_mp, max(16, 1 << (m - 1).bit_length()))
+    m_blocks = -(-m // mp)
+    tiles, k_steps = n_pad // bn * m_blocks, k_pad // BK
+    total = tiles * k_steps
+    per, grid = stream_k_split(total, sms)
+    return dict(MP=mp, M_BLOCKS=m_blocks, tiles=tiles, K_STEPS=k_steps, TOTAL=total, PER=per, grid=grid)
+
+
+def launch_args(x: torch.Tensor, w: PreparedFP4, bias: torch.Tensor | None, y: torch.Tensor, sms: int, *,
+                num_warps: int = 8, max_mp: int = 128, ks: int = 64, wstages: int | None = None,
+                xstages: int | None = None, load_regs: int = 24) -> tuple[int, tuple, dict]:
+    """(grid, positional arguments, meta-parameters) of one `_fp4_gemm_wgmma` launch computing y = x @ W^T (+ bias).
+
+    The one place that turns the knobs into a launch: fp4_gemm_wgmma launches what it returns and the offline
+    compile check (gluon_compile.py) compiles it from CPU tensors of the same shapes and dtypes. Knobs: num_warps,
+    consumer warps (4 or 8: one or two warpgroups, BN = 16 * num_warps weight rows per tile); max_mp, the largest
+    M block (a power of two, 16..256: wgmma's N); ks, the columns of one wgmma group (64 or 128: the decoded A
+    tile of a group, and of the one in flight beside it, is ks / 4 registers a thread); wstages / xstages, the
+    depths of the weight and activation rings (default `default_stages`); load_regs, each producer warp's
+    registers (24, the least: the consumers get 240 and the default build has no spills at M = 128; at 40 they get
+    232 and spill in the epilogue).
+
+    Raises:
+        ValueError: a knob, shape or layout the kernel does not support (the message names it).
+    """
+    m, k = x.shape
+    if (num_warps not in (4, 8) or max_mp not in (16, 32, 64, 128, 256) or ks not in (64, 128) or load_regs % 8
+            or not 24 <= load_regs <= 256):
+        raise ValueError(f"fp4_gemm_wgmma: needs num_warps 4 or 8 (whole warpgroups), max_mp a power of two in "
+                         f"16..256, ks 64 or 128 and load_regs a multiple of 8 in 24..256; got num_warps={num_warps}, "
+                         f"max_mp={max_mp}, ks={ks}, load_regs={load_regs}")
+    bn = 16 * num_warps
+    n_pad, k_pad = w.words.shape[0], w.words.shape[1] * 8
+    plan = wgmma_plan(n_pad, k_pad, m, sms, bn, max_mp)
+    mp = plan["MP"]
+    dw, dx = default_stages(bn, mp)
+    wstages, xstages = wstages or dw, xstages or dx
+    if not 2 <= wstages <= 8 or not 2 <= xstages <= 8 or smem_bytes(bn, mp, wstages, xstages) > SMEM_BUDGET:
+        raise ValueError(f"fp4_gemm_wgmma: needs 2..8 stages per ring within {SMEM_BUDGET} bytes of shared memory; "
+                         f"got wstages={wstages}, xstages={xstages}: {smem_bytes(bn, mp, wstages, xstages)} bytes at "
+                         f"BN={bn}, MP={mp}")
+    if k % 8 or x.stride(1) != 1 or x.stride(0) % 8 or x.data_ptr() % 16:
+        raise ValueError(f"fp4_gemm_wgmma: x is read by TMA: needs K % 8 == 0, unit column stride, a row stride of "
+                         f"a multiple of 16 bytes and a 16-byte aligned start; got shape {tuple(x.shape)}, strides "
+                         f"{tuple(x.stride())}")
+    ws, cnt = _workspace(x.device, 2 * plan["grid"] * bn * mp, plan["tiles"])  # 2 partial tiles per CTA
+    # TMA tiles: per k-step [bn, 32] int32 words (128-byte rows, 128-byte swizzle) and [bn, 8] int16 scales (16-byte
+    # rows, TMA's minimum); per chunk the x tile [MP, 128] (rows past M and columns past K are filled with zeros)
+    gdt = gl.bfloat16 if x.dtype == torch.bfloat16 else gl.float16
+    w_desc = TensorDescriptor.from_tensor(w.words, [bn, BK // 8],
+                                          gl.NVMMASharedLayout.get_default_for([bn, BK // 8], gl.int32))
+    s_desc = TensorDescriptor.from_tensor(w.scales, [bn, BK // 32],
+                                          gl.NVMMASharedLayout.get_default_for([bn, BK // 32], gl.int16))
+    x_desc = TensorDescriptor.from_tensor(x, [mp, CHUNK], gl.NVMMASharedLayout.get_default_for([mp, CHUNK], gdt))
+    bf16 = x.dtype == torch.bfloat16
+    os_row = w.out_scales[int(bf16)]
+    args = (w_desc, s_desc, x_desc, os_row, bias if bias is not None else os_row, y, ws, cnt,
+            m, w.n, plan["TOTAL"], plan["PER"], plan["K_STEPS"], plan["M_BLOCKS"], y.stride(0))
+    meta = dict(BN=bn, MP=mp, WSTAGES=wstages, XSTAGES=xstages, BF16=bf16, HAS_BIAS=bias is not None,
+                NUM_WARPS=num_warps, KS=ks, LOAD_REGS=load_regs, num_warps=num_warps, maxnreg=_max_regs(num_warps))
+    return plan["grid"], args, meta
+
+
+def _max_regs(num_warps: int) -> int:
+    """Registers per thread for one CTA per SM: the consumer warps plus one warpgroup for the two producer warps
+    share the SM's 64 Ki registers; a multiple of 8, at most 232 (setmaxnreg then moves the producers' share to
+    the consumers)."""
+    return min(232, 65536 // ((num_warps + 4) * 32) // 8 * 8)
+
+
+def fp4_gemm_wgmma(x: torch.Tensor, w: PreparedFP4, bias: torch.Tensor | None = None, **knobs) -> torch.Tensor:
+    """y = x @ W^T (+ bias) for a prepared NVFP4 weight and x [M, K] fp16/bf16 on a Hopper GPU, 1 <= M <= MAX_M.
+
+    knobs: see `launch_args` (num_warps, max_mp, wstages, xstages, load_regs), the one place that holds their
+    defaults, so the offline compile check builds what this launches.
+
+    Raises:
+        RuntimeError: Gluon is not available, or the GPU is not a Hopper (sm_90: wgmma).
+        ValueError: unsupported weight (MXFP4, SegmentedFP4), shape, dtype, layout or knob (the message names it).
+    """
+    if not HAVE_GLUON:
+        raise RuntimeError("fp4_gemm_wgmma: triton.experimental.gluon (Hopper TMA / mbarrier / wgmma) is not "
+                           "available")
+    if not isinstance(w, PreparedFP4) or w.scale_kind != 0:
+        raise ValueError(f"fp4_gemm_wgmma: expects a PreparedFP4 NVFP4 weight, got {type(w).__name__} "
+                         f"scale_kind={getattr(w, 'scale_kind', None)}")
+    if x.dim() != 2 or x.shape[1] != w.k or x.dtype not in (torch.float16, torch.bfloat16) or not x.is_cuda:
+        raise ValueError(f"fp4_gemm_wgmma: x must be CUDA fp16/bf16 [M, {w.k}], got {x.dtype} {tuple(x.shape)} "
+                         f"on {x.device}")
+    if bias is not None and (tuple(bias.shape) != (w.n,) or bias.device != x.device):
+        raise ValueError(f"fp4_gemm_wgmma: bias must be [{w.n}] on {x.device}, got {tuple(bias.shape)} on "
+                         f"{bias.device}")
+    cap = torch.cuda.get_device_capability(x.device)
+    if cap[0] != 9:
+        raise RuntimeError(f"fp4_gemm_wgmma: wgmma needs a Hopper GPU (sm_90), got sm_{cap[0]}{cap[1]} "
+                           f"({torch.cuda.get_device_name(x.device)})")
+    y = torch.empty(x.shape[0], w.n, device=x.device, dtype=x.dtype)
+    if x.shape[0] == 0:
+        return y
+    x = x.contiguous()
+    if x.data_ptr() % 16:   # a view at an odd offset: TMA reads from 16-byte aligned addresses only
+        x = x.clone()
+    bias = bias.contiguous() if bias is not None else None
+    sms = torch.cuda.get_device_properties(x.device).multi_processor_count
+    grid, args, meta = launch_args(x, w, bias, y, sms, **knobs)
+    _fp4_gemm_wgmma[(grid,)](*args, **meta)
+    return y

@@ -1,0 +1,231 @@
+"""The wgmma NVFP4 kernel (qerl_kernels.fp4_wgmma, issue 22: M 16-512) against the torch reference.
+
+CPU: the stream-K plan over (weight tile, M block, k-step), the shared-memory budget of the default ring depths, the
+host's shape / knob / layout checks, and (where this Triton has Gluon and its CUDA backend: 3.6 and 3.9 both do)
+that two variants compile for sm_90a through the offline compile check (qerl_kernels/gluon_compile.py) with the
+properties the design relies on (wgmma with A from registers, no spills, no layout change through shared memory).
+GPU (Hopper): the 7B shapes at M 1..512 including ragged M and several M blocks, fp16 and bf16, a q/k/v-style group
+with per-member factors and a bias, the non-default knobs; deterministic (bit-for-bit repeatable) split-K.
+"""
+import functools
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+triton = pytest.importorskip("triton")
+
+import qerl_kernels  # noqa: E402
+from qerl_kernels import fp4_wgmma, layout  # noqa: E402
+from qerl_kernels import reference as R  # noqa: E402
+from qerl_kernels.fp4_gluon import HAVE_GLUON  # noqa: E402
+
+HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
+needs_gluon = pytest.mark.skipif(not HAVE_GLUON, reason="no triton.experimental.gluon")
+
+
+@pytest.mark.parametrize("n_pad,k_pad,m,sms", [(4608, 3584, 16, 132), (37888, 3584, 64, 132),
+                                               (3584, 18944, 128, 132), (3584, 3584, 256, 132),
+                                               (37888, 3584, 512, 132), (3584, 18944, 300, 132),
+                                               (128, 256, 1, 132), (384, 256 * 3, 200, 5)],
+                         ids=["qkv-m16", "gateup-m64", "down-m128", "o-m256", "gateup-m512", "down-m300",
+                              "one-tile", "few-sms"])
+def test_plan_covers_every_iteration_once(n_pad, k_pad, m, sms):
+    p = fp4_wgmma.wgmma_plan(n_pad, k_pad, m, sms)
+    assert p["MP"] in (16, 32, 64, 128) and (p["MP"] >= m or p["MP"] == 128)
+    assert p["M_BLOCKS"] * p["MP"] >= m > (p["M_BLOCKS"] - 1) * p["MP"]
+    assert p["tiles"] == n_pad // 128 * p["M_BLOCKS"] and p["K_STEPS"] * 256 == k_pad
+    assert p["TOTAL"] == p["tiles"] * p["K_STEPS"]
+    # one CTA per SM at most, none empty, every iteration in exactly one range, ranges within one k-step of equal
+    assert p["grid"] <= sms and (p["grid"] - 1) * p["PER"] < p["TOTAL"] <= p["grid"] * p["PER"]
+    assert p["PER"] <= p["TOTAL"] / p["grid"] + 1
+
+
+@pytest.mark.parametrize("n_pad,k_pad,m", [(128, 128 * 3, 1), (64, 256, 1), (128, 256, 0), (128, 256, 4097)],
+                         ids=["k-not-256", "n-not-bn", "m0", "m-too-big"])
+def test_plan_rejects_unsupported(n_pad, k_pad, m):
+    with pytest.raises(ValueError, match="fp4_gemm_wgmma"):
+        fp4_wgmma.wgmma_plan(n_pad, k_pad, m, 132)
+
+
+@pytest.mark.parametrize("bn", [64, 128])
+@pytest.mark.parametrize("mp", [16, 32, 64, 128, 256])
+def test_default_stages_fit_shared_memory(bn, mp):
+    ws, xs = fp4_wgmma.default_stages(bn, mp)
+    assert 2 <= ws <= 8 and 2 <= xs <= 8
+    assert fp4_wgmma.smem_bytes(bn, mp, ws, xs) <= fp4_wgmma.SMEM_BUDGET
+    # the weight ring is as deep as fits: one more stage would not
+    assert ws == 6 or fp4_wgmma.smem_bytes(bn, mp, ws + 1, xs) > fp4_wgmma.SMEM_BUDGET - 2048
+
+
+def _launch(knobs, m=2, k=256, x=None):
+    nv, _, _ = qerl_kernels.random_prepared("nvfp4", 128, k, seed=0)
+    x = torch.randn(m, k, dtype=torch.bfloat16) if x is None else x
+    return fp4_wgmma.launch_args(x, nv, None, torch.empty(x.shape[0], 128, dtype=x.dtype), 132, **knobs)
+
+
+@needs_gluon
+@pytest.mark.parametrize("knobs", [dict(num_warps=2), dict(num_warps=12), dict(max_mp=100), dict(max_mp=512),
+                                   dict(ks=32), dict(load_regs=20), dict(load_regs=44), dict(wstages=1),
+                                   dict(xstages=9), dict(wstages=8, xstages=8)],
+                         ids=["warps-2", "warps-12", "mp-100", "mp-512", "ks-32", "regs-20", "regs-44", "wstages-1",
+                              "xstages-9", "smem-over-budget"])
+def test_launch_args_rejects_bad_knobs(knobs):
+    m = 200 if "xstages" in knobs else 2      # 8 x stages of [128, 128] bf16 alone are 256 KiB
+    with pytest.raises(ValueError, match="fp4_gemm_wgmma"):
+        _launch(knobs, m=m)
+
+
+@needs_gluon
+def test_launch_args_rejects_x_layouts_tma_cannot_read():
+    with pytest.raises(ValueError, match="TMA"):        # row stride 260 elements: not a multiple of 16 bytes
+        _launch({}, x=torch.empty(2, 260, dtype=torch.bfloat16)[:, :256])
+    with pytest.raises(ValueError, match="TMA"):        # column-major x
+        _launch({}, x=torch.empty(256, 2, dtype=torch.bfloat16).t())
+
+
+@needs_gluon
+def test_launch_args_default_launch():
+    grid, args, meta = _launch({}, m=300, k=512)
+    assert grid == 6                              # 1 weight tile x 3 M blocks x 2 k-steps: one iteration per CTA
+    assert meta["BN"] == 128 and meta["MP"] == 128 and meta["num_warps"] == 8 and meta["maxnreg"] == 168
+    assert meta["KS"] == 64 and meta["LOAD_REGS"] == 24
+    assert (meta["WSTAGES"], meta["XSTAGES"]) == fp4_wgmma.default_stages(128, 128)
+
+
+@needs_gluon
+def test_rejects_mxfp4_cpu_and_bad_bias():
+    mx, _, _ = qerl_kernels.random_prepared("mxfp4", 128, 256, seed=0)
+    nv, _, _ = qerl_kernels.random_prepared("nvfp4", 128, 256, seed=0)
+    x = torch.randn(2, 256, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="NVFP4"):
+        fp4_wgmma.fp4_gemm_wgmma(x, mx)
+    with pytest.raises(ValueError, match="CUDA"):
+        fp4_wgmma.fp4_gemm_wgmma(x, nv)
+    with pytest.raises(ValueError, match="x must be"):
+        fp4_wgmma.fp4_gemm_wgmma(torch.randn(2, 128, dtype=torch.bfloat16), nv)
+    with pytest.raises(ValueError, match="x must be"):
+        fp4_wgmma.fp4_gemm_wgmma(x.float(), nv)
+    seg = layout.segment_prepared([nv])
+    with pytest.raises(ValueError, match="PreparedFP4"):
+        fp4_wgmma.fp4_gemm_wgmma(x, seg)
+
+
+def test_compile_variants_cover_the_7b_shapes_and_rl_batch_sizes():
+    from qerl_kernels import gluon_compile
+    vs = gluon_compile.variants("wgmma")
+    assert len({v.name for v in vs}) == len(vs) and {v.kernel for v in vs} == {"wgmma"}
+    default = {(v.n, v.k, v.m) for v in vs if not v.knobs and v.bf16 and not v.bias}
+    for nk in (gluon_compile.QKV, gluon_compile.O_PROJ, gluon_compile.GATE_UP, gluon_compile.DOWN):
+        assert {(*nk, m) for m in (16, 64, 128, 256, 512)} <= default
+    assert {v.bf16 for v in vs} == {True, False} and {v.bias for v in vs} == {True, False}
+    assert {v.name for v in gluon_compile.variants("all")} == \
+        {v.name for v in gluon_compile.variants("gluon")} | {v.name for v in vs}
+
+
+@pytest.mark.skipif(not HAVE_GLUON, reason="no triton.experimental.gluon (Triton with Gluon's Hopper modules: 3.6 "
+                    "on the GPU image, 3.9 in CI)")
+def test_compiles_for_sm90_with_register_a_wgmma():
+    """The offline compile check of three variants (default knobs at M = 64 and 512, i.e. MP 64 and four M blocks
+    of 128; fp16 + bias at a ragged M = 200 on down_proj): builds for sm_90a, one CTA per SM, the TMA rings, every
+    wgmma taking its A operand from registers (the decoded tile never goes through shared memory), 4 async groups
+    per k-step, and no wgmma serialised by ptxas (no "warpgroup.wait is injected": the decode / wgmma overlap
+    holds). No spill inside the main loop; at M = 64 none at all; a ragged M (Triton 3.6) or several M blocks
+    (3.9's newer ptxas) spill up to 72 bytes in the epilogue, once per tile (kernels.notes.md). In a fresh process
+    without TRITON_INTERPRET (see test_kernels_gluon.test_compiles_for_sm90)."""
+    try:
+        from triton.backends.nvidia.compiler import get_ptxas
+        assert get_ptxas(90).path
+    except Exception as e:  # noqa: BLE001 - a Triton without its CUDA backend or ptxas
+        pytest.skip(f"no CUDA backend / ptxas in this Triton: {e}")
+    names = {"wgmma-gateup-m64", "wgmma-gateup-m512", "wgmma-fp16-bias-down-m200"}
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    r = subprocess.run([sys.executable, "-m", "qerl_kernels.gluon_compile", "--json", "--only", *sorted(names)],
+                       capture_output=True, text=True, env=env, timeout=300, cwd=Path(__file__).resolve().parents[2])
+    rows = {row["name"]: row for row in map(json.loads, (ln for ln in r.stdout.splitlines() if ln.startswith("{")))}
+    assert r.returncode == 0 and set(rows) == names, (r.stdout, r.stderr[-3000:])
+    for row in rows.values():
+        assert row["status"] == "ok", row["status"]
+        # 4 groups (64 columns each) x 4 k16 instructions, all with register A; each group committed and waited
+        # on with one in flight, plus the wait for all at a tile's end
+        assert row["wgmma"] == 16 and row["wgmma_reg_a"] == row["wgmma"], row
+        assert row["wgmma_commit"] == 4 and row["wgmma_wait"] == 5 and row["wgmma_notes"] == [], row
+        assert row["tma"] >= 3 and row["smem_cvt"] == 0 and len(row["setmaxnreg"]) >= 2, row
+        assert row["fits"] >= 1 and row["smem"] <= fp4_wgmma.SMEM_BUDGET, row
+        # no spill inside the main loop (SASS of the cubin Triton built); a few in the epilogue at most
+        assert row.get("loop_local_ops", 0) == 0 and row["spill_st"] <= 128, row
+    assert rows["wgmma-gateup-m64"]["spill_st"] == 0 and rows["wgmma-gateup-m64"]["spill_ld"] == 0
+    assert rows["wgmma-gateup-m64"]["wgmma_shapes"] == ["m64n64k16.bf16"]
+    assert rows["wgmma-gateup-m512"]["wgmma_shapes"] == ["m64n128k16.bf16"]
+    assert rows["wgmma-fp16-bias-down-m200"]["wgmma_shapes"] == ["m64n128k16.f16"]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# GPU (Hopper): against the reference
+# ---------------------------------------------------------------------------------------------------------------
+def _tol(dtype):
+    # one rounding of the fp32 result to the output dtype (bf16: 2**-8), plus summation-order noise
+    return 4e-3 if dtype == torch.bfloat16 else 1e-3
+
+
+def _check(prepared, ref_w, k, dtype, ms, bias=None, **knobs):
+    for m in ms:
+        x = torch.randn(m, k, device="cuda", dtype=dtype)
+        y = fp4_wgmma.fp4_gemm_wgmma(x, prepared, bias, **knobs)
+        ref = R._linear(x, ref_w, bias)
+        err = R.rel_error(y, ref)
+        assert y.shape == (m, prepared.n) and err < _tol(dtype), (prepared.n, k, m, dtype, knobs, err)
+        assert torch.equal(y, fp4_wgmma.fp4_gemm_wgmma(x, prepared, bias, **knobs)), "split-K must be deterministic"
+
+
+needs_hopper = pytest.mark.skipif(not HOPPER or not HAVE_GLUON, reason="needs Gluon on a Hopper (sm_90) GPU")
+
+
+@functools.lru_cache(maxsize=2)
+def _weight(n, k, seed):
+    """A seeded random NVFP4 weight on the GPU (prepared, dense reference), quantized once for both dtypes (the 7B
+    shapes take seconds each on the CPU)."""
+    prepared, ref_w, _ = qerl_kernels.random_prepared("nvfp4", n, k, seed=seed, device="cuda")
+    return prepared, ref_w
+
+
+@pytest.mark.gpu
+@needs_hopper
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("n,k", [(4608, 3584), (3584, 3584), (18944, 3584), (3584, 18944)],
+                         ids=["qkv", "o", "gate", "down"])
+def test_gpu_7b_shapes(n, k, dtype):
+    prepared, ref_w = _weight(n, k, n + k)
+    _check(prepared, ref_w, k, dtype, (1, 16, 37, 64, 128, 200, 256, 512))
+
+
+@pytest.mark.gpu
+@needs_hopper
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+def test_gpu_group_bias_and_random_shapes(dtype):
+    members = [qerl_kernels.random_prepared("nvfp4", rows, 512, seed=7 + rows, scale=2.0 ** i, device="cuda")
+               for i, rows in enumerate((384, 64, 64))]
+    group = layout.concat_prepared([p for p, _, _ in members])
+    ref = torch.cat([torch.nn.functional.pad(w, (0, 0, 0, p.words.shape[0] - p.n)) for p, w, _ in members])
+    bias = torch.randn(group.n, device="cuda", dtype=dtype)
+    _check(group, ref[:group.n], 512, dtype, (1, 17, 130, 300), bias)
+    gen = torch.Generator().manual_seed(22)
+    for trial in range(3):
+        n = int(torch.randint(1, 60, (1,), generator=gen)) * 16 + trial % 2   # rows padded to 128
+        k = int(torch.randint(1, 30, (1,), generator=gen)) * 256
+        prepared, ref_w, _ = qerl_kernels.random_prepared("nvfp4", n, k, seed=trial, device="cuda")
+        _check(prepared, ref_w, k, dtype, (3, 64, 129), torch.randn(n, device="cuda", dtype=dtype) if trial else None)
+
+
+@pytest.mark.parametrize("knobs", [dict(num_warps=4), dict(max_mp=256), dict(max_mp=64), dict(ks=128),
+                                   dict(wstages=2, xstages=2)],
+                         ids=["one-warpgroup", "mp256", "mp64", "ks128", "shallow-rings"])
+@pytest.mark.gpu
+@needs_hopper
+def test_gpu_knobs(knobs):
+    prepared, ref_w = _weight(4608, 3584, 4608 + 3584)
+    _check(prepared, ref_w, 3584, torch.bfloat16, (16, 200, 256), **knobs)
