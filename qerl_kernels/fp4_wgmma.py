@@ -347,6 +347,16 @@ def launch_args(x: torch.Tensor, w: PreparedFP4, bias: torch.Tensor | None, y: t
     return plan["grid"], args, meta
 
 
+def _tma_rows(x: torch.Tensor) -> torch.Tensor:
+    """x as the TMA descriptor reads it: unit column stride, a row stride of a multiple of 16 bytes, a 16-byte
+    aligned start; copied when it is not (a view at an odd offset, or one row of a wider buffer: `contiguous()`
+    and `clone()` keep a size-1 dimension's stride, e.g. (3590, 1) for x = buf[:1, :3584])."""
+    x = x.contiguous()
+    if x.data_ptr() % 16 or x.stride(0) % 8:
+        x = x.clone(memory_format=torch.contiguous_format)
+    return x
+
+
 def _max_regs(num_warps: int) -> int:
     """Registers per thread for one CTA per SM: the consumer warps plus one warpgroup for the two producer warps
     share the SM's 64 Ki registers; a multiple of 8, at most 232 (setmaxnreg then moves the producers' share to
@@ -357,12 +367,13 @@ def _max_regs(num_warps: int) -> int:
 def fp4_gemm_wgmma(x: torch.Tensor, w: PreparedFP4, bias: torch.Tensor | None = None, **knobs) -> torch.Tensor:
     """y = x @ W^T (+ bias) for a prepared NVFP4 weight and x [M, K] fp16/bf16 on a Hopper GPU, 1 <= M <= MAX_M.
 
-    knobs: see `launch_args` (num_warps, max_mp, wstages, xstages, load_regs), the one place that holds their
+    knobs: see `launch_args` (num_warps, max_mp, ks, wstages, xstages, load_regs), the one place that holds their
     defaults, so the offline compile check builds what this launches.
 
     Raises:
         RuntimeError: Gluon is not available, or the GPU is not a Hopper (sm_90: wgmma).
-        ValueError: unsupported weight (MXFP4, SegmentedFP4), shape, dtype, layout or knob (the message names it).
+        ValueError: unsupported weight (MXFP4, SegmentedFP4), shape, dtype, layout or knob, or x not on the weight's
+            device (the message names it).
     """
     if not HAVE_GLUON:
         raise RuntimeError("fp4_gemm_wgmma: triton.experimental.gluon (Hopper TMA / mbarrier / wgmma) is not "
@@ -370,6 +381,8 @@ def fp4_gemm_wgmma(x: torch.Tensor, w: PreparedFP4, bias: torch.Tensor | None = 
     if not isinstance(w, PreparedFP4) or w.scale_kind != 0:
         raise ValueError(f"fp4_gemm_wgmma: expects a PreparedFP4 NVFP4 weight, got {type(w).__name__} "
                          f"scale_kind={getattr(w, 'scale_kind', None)}")
+    if w.words.device != x.device:   # the TMA descriptors would address another device's memory: a fault
+        raise ValueError(f"fp4_gemm_wgmma: x must be on the weight's device {w.words.device}, got {x.device}")
     if x.dim() != 2 or x.shape[1] != w.k or x.dtype not in (torch.float16, torch.bfloat16) or not x.is_cuda:
         raise ValueError(f"fp4_gemm_wgmma: x must be CUDA fp16/bf16 [M, {w.k}], got {x.dtype} {tuple(x.shape)} "
                          f"on {x.device}")
@@ -383,9 +396,7 @@ def fp4_gemm_wgmma(x: torch.Tensor, w: PreparedFP4, bias: torch.Tensor | None = 
     y = torch.empty(x.shape[0], w.n, device=x.device, dtype=x.dtype)
     if x.shape[0] == 0:
         return y
-    x = x.contiguous()
-    if x.data_ptr() % 16:   # a view at an odd offset: TMA reads from 16-byte aligned addresses only
-        x = x.clone()
+    x = _tma_rows(x)
     bias = bias.contiguous() if bias is not None else None
     sms = torch.cuda.get_device_properties(x.device).multi_processor_count
     grid, args, meta = launch_args(x, w, bias, y, sms, **knobs)

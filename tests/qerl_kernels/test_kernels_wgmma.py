@@ -7,6 +7,7 @@ properties the design relies on (wgmma with A from registers, no spills, no layo
 GPU (Hopper): the 7B shapes at M 1..512 including ragged M and several M blocks, fp16 and bf16, a q/k/v-style group
 with per-member factors and a bias, the non-default knobs; deterministic (bit-for-bit repeatable) split-K.
 """
+import dataclasses
 import functools
 import json
 import os
@@ -86,6 +87,29 @@ def test_launch_args_rejects_x_layouts_tma_cannot_read():
         _launch({}, x=torch.empty(2, 260, dtype=torch.bfloat16)[:, :256])
     with pytest.raises(ValueError, match="TMA"):        # column-major x
         _launch({}, x=torch.empty(256, 2, dtype=torch.bfloat16).t())
+
+
+def test_tma_rows_copies_one_row_views_and_odd_offsets():
+    """x = buf[:1, :K] is "contiguous" with buf's row stride (PyTorch ignores a size-1 dimension's stride), which
+    TMA cannot take (262 bf16 = 524 bytes): fp4_gemm_wgmma copies it, and a view at an odd offset, to dense rows."""
+    buf = torch.randn(1, 262, dtype=torch.bfloat16)
+    for x in (buf[:, :256], buf[:, 2:258]):
+        assert x.is_contiguous() and x.stride(0) == 262
+        t = fp4_wgmma._tma_rows(x)
+        assert t.stride() == (256, 1) and t.data_ptr() % 16 == 0 and torch.equal(t, x)
+    x = torch.randn(4, 256, dtype=torch.bfloat16)
+    assert fp4_wgmma._tma_rows(x) is x                      # already TMA-ready: no copy
+    if HAVE_GLUON:
+        _launch({}, m=1, x=fp4_wgmma._tma_rows(buf[:, :256]))   # accepted by the launcher
+
+
+@needs_gluon
+def test_rejects_x_on_another_device():
+    nv, _, _ = qerl_kernels.random_prepared("nvfp4", 128, 256, seed=0)
+    on_meta = dataclasses.replace(nv, words=nv.words.to("meta"), scales=nv.scales.to("meta"),
+                                  out_scales=nv.out_scales.to("meta"))
+    with pytest.raises(ValueError, match="weight's device"):
+        fp4_wgmma.fp4_gemm_wgmma(torch.randn(2, 256, dtype=torch.bfloat16), on_meta)
 
 
 @needs_gluon
