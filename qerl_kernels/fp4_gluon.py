@@ -150,7 +150,7 @@ if HAVE_GLUON:
         else parked as a partial (slot 0: the CTA's first tile, 1: its last) and, by the last CTA to arrive,
         summed in CTA order (deterministic), scaled and written; the tile's counter is then reset. `tile` is the
         tile's index in the stream-K iteration space, rn / rm its output rows of W and of x (the wgmma kernel's
-        tiles also have an M index: it passes y_ptr and M relative to its M block)."""
+        tiles also have an M index: its rm are the M block's rows of x, masked against the whole M)."""
         if (tile * K_STEPS >= u0) & ((tile + 1) * K_STEPS <= u1):
             _store_tile(acc, os_ptr, bias_ptr, y_ptr, rn, rm, M, N, stride_ym, HAS_BIAS)
         else:

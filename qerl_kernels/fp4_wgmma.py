@@ -215,7 +215,8 @@ if HAVE_GLUON:
                         acc, a_prev = _mma_group(acc, a_prev, _half(w, 1), _half(s, 1), x_bufs, x_ready, x_empty,
                                                  i * NCH + h, 1, True, a_l, BN, KS, XSTAGES, BF16)
             acc, a_prev = warpgroup_mma_wait(num_outstanding=0, deps=[acc, a_prev])
-            mbarrier.arrive(x_empty.index(((k1 - 1 - u0) * NCH + 1) % XSTAGES), count=1)
+            # the tile's last chunk's x slot (its last group is retired now); the others were freed in _mma_group
+            mbarrier.arrive(x_empty.index(((k1 - 1 - u0) * NCH + NCH - 1) % XSTAGES), count=1)
             # the tile's rows of W and of x, and its partial's offsets in the workspace ([BN, MP] int32), from the
             # tile index here: computed once before the loops they were held through the main loop (at MP = 128
             # ~100 registers a thread: spills)
