@@ -61,7 +61,8 @@ if [ "${1:-}" = wgmma ]; then
   grep -vE "^(\||$)|: ok " "$W/wgmma-compile.log" | grep -v "nanobind\|leaked" | tail -12
   stamp "wgmma: compile check rc=$rc"; cp "$W/wgmma-compile.log" "$OUT/"
   stamp "wgmma: GPU tests"
-  timeout -k 10 "${PYTEST_S:-210}" python3 -m pytest tests/qerl_kernels/test_kernels_wgmma.py -q -rfE -p no:cacheprovider \
+  # -v: each test id is written (unbuffered) before it runs, so a hang names its case in the log
+  timeout -k 10 "${PYTEST_S:-210}" python3 -m pytest tests/qerl_kernels/test_kernels_wgmma.py -v -rfE -p no:cacheprovider \
     > "$W/wgmma-pytest.log" 2>&1
   rc=$?
   stamp "wgmma: GPU tests rc=$rc"; tail -25 "$W/wgmma-pytest.log"; cp "$W/wgmma-pytest.log" "$OUT/"
