@@ -247,6 +247,16 @@ class ShapeBench:
                                                                quant_type="nf4") for _ in range(n_copies)]
         del w
 
+    def _first_call_runs(self, method: str, m: int, fns) -> bool:
+        """Whether the first call of a method's kernel runs here: one that cannot compile or is not supported (a config
+        set, a GPU without its instructions) is reported and skipped, and the other methods still get timed."""
+        try:
+            fns[0]()
+        except Exception as e:  # noqa: BLE001 - report, go on
+            print(f"{method} N={self.n} K={self.k} M={m}: {type(e).__name__}: {str(e)[:300]}", flush=True)
+            return False
+        return True
+
     def run(self, method: str, m: int):
         """(ms per call, timing mode, weight bytes per call) for `method` at M = m; None if not applicable."""
         from qerl_kernels.fp4_launch import fp4_dequantize, fp4_gemm, fp4_gemm_t
@@ -283,10 +293,7 @@ class ShapeBench:
             else:
                 fns = [lambda w=w: fp4_gemm_t(g, w, path="tc") for w in self.copies["nvfp4"]]
             wb = self.bytes["nvfp4"]
-            try:
-                fns[0]()
-            except Exception as e:  # noqa: BLE001 - a config set that cannot compile here: report, go on
-                print(f"{method} N={self.n} K={self.k} M={m}: {type(e).__name__}: {str(e)[:200]}", flush=True)
+            if not self._first_call_runs(method, m, fns):
                 return None
         elif method == "nvfp4_gluon":
             if m > 64:
@@ -294,10 +301,7 @@ class ShapeBench:
             from qerl_kernels.fp4_gluon import fp4_gemm_gluon
             fns = [lambda w=w: fp4_gemm_gluon(x, w) for w in self.copies["nvfp4"]]
             wb = self.bytes["nvfp4"]
-            try:
-                fns[0]()
-            except Exception as e:  # noqa: BLE001 - not compiled / not supported here: report, go on
-                print(f"{method} N={self.n} K={self.k} M={m}: {type(e).__name__}: {str(e)[:300]}", flush=True)
+            if not self._first_call_runs(method, m, fns):
                 return None
         elif method == "nvfp4_wgmma":
             from qerl_kernels.fp4_wgmma import MAX_M, fp4_gemm_wgmma
@@ -305,10 +309,7 @@ class ShapeBench:
                 return None
             fns = [lambda w=w: fp4_gemm_wgmma(x, w) for w in self.copies["nvfp4"]]
             wb = self.bytes["nvfp4"]
-            try:
-                fns[0]()
-            except Exception as e:  # noqa: BLE001 - not compiled / not supported here: report, go on
-                print(f"{method} N={self.n} K={self.k} M={m}: {type(e).__name__}: {str(e)[:300]}", flush=True)
+            if not self._first_call_runs(method, m, fns):
                 return None
         elif method in ("nvfp4_gemv", "mxfp4_gemv"):
             from qerl_kernels.fp4_gemv import GEMV_MAX_M
@@ -316,10 +317,7 @@ class ShapeBench:
                 return None
             fns = [lambda w=w: fp4_gemm(x, w, path="gemv") for w in self.copies[method[:5]]]
             wb = self.bytes[method[:5]]
-            try:
-                fns[0]()
-            except Exception as e:  # noqa: BLE001 - report, go on: the other methods still get timed
-                print(f"{method} N={self.n} K={self.k} M={m}: {type(e).__name__}: {str(e)[:300]}", flush=True)
+            if not self._first_call_runs(method, m, fns):
                 return None
         elif method == "nvfp4_dequantize":
             fns = [lambda w=w: fp4_dequantize(w, self.dtype) for w in self.copies["nvfp4"]]
