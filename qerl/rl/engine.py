@@ -29,9 +29,10 @@ Measured on an H200 (results/measured/h200/step_trace.run9.md, 7B): 16 kernels p
 for BF16 + LoRA (cuBLAS adds a split-K reduction to the skinny LoRA products; the BF16 addmm copies its input), against
 31 and 33 before this engine; the LM head and the sampling (temperature, top-p, Gumbel-max with the default CUDA
 generator, log-prob and entropy of the sampling distribution, as qerl.rl.rollout.sample) follow, inside the same graph.
-With the Triton kernels, where it is faster (sample_gumbel_pays: from 16 rows; without top-p also any batch of a vocabulary
-up to 65,536) the sampling is one kernel (qerl_kernels.decode.sample_gumbel: the same distribution, its uniforms from Philox keyed by a seed drawn
-from the device RNG at each generate and the step; the nucleus by bisection, no sort), where torch's ops make ~35
+With the Triton kernels, where it is faster (sample_gumbel_pays: from 16 rows; without top-p also any batch of a
+vocabulary up to 65,536) the sampling is one kernel (qerl_kernels.decode.sample_gumbel: the same distribution, its
+uniforms from Philox keyed by a seed drawn from the device RNG at each generate and the step; the nucleus by
+bisection, no sort), where torch's ops make ~35
 passes over the [B, vocabulary] float32 logits and sort them for top-p (SmolLM2-135M at 128 rows on an H100: 282 -> 48
 us a step without top-p, 1,287 -> 170 us at the evaluations' 0.95). Since the H200 count: the norm computes the q/k/v and
 gate/up LoRA down-products (hidden size <= 2048), one attention kernel when batch x kv_heads fills the GPU, the BF16
