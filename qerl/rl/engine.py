@@ -31,15 +31,15 @@ for BF16 + LoRA (cuBLAS adds a split-K reduction to the skinny LoRA products; th
 generator, log-prob and entropy of the sampling distribution, as qerl.rl.rollout.sample) follow, inside the same graph.
 With the Triton kernels, where it is faster (sample_gumbel_pays: from 16 rows; without top-p also any batch of a
 vocabulary up to 65,536) the sampling is one kernel (qerl_kernels.decode.sample_gumbel: the same distribution, its
-uniforms from Philox keyed by a seed drawn from the device RNG at each generate and the step; the nucleus by
-bisection, no sort), where torch's ops make ~35
-passes over the [B, vocabulary] float32 logits and sort them for top-p (SmolLM2-135M at 128 rows on an H100: 282 -> 48
-us a step without top-p, 1,287 -> 170 us at the evaluations' 0.95). Since the H200 count: the norm computes the q/k/v and
-gate/up LoRA down-products (hidden size <= 2048), one attention kernel when batch x kv_heads fills the GPU, the BF16
-residual added in place; the attention skips the whole key blocks of a row's left padding (its first valid slot is
-kept per row at the prefill; the same sums bit for bit). SmolLM2-135M with LoRA rank 32 at 128 rows, all of it (H100, one call,
-results/measured/h100/small/share_gpu/engine_kernels.md): 601 -> 433 kernels a step, 297 -> 336 steps/s alone, and
-with 8 processes sharing the GPU 71.7k -> 94.2k rows x steps/s in all (+31 %).
+uniforms from Philox keyed by a seed drawn from the device RNG at each generate and the step; the nucleus by bisection,
+no sort), where torch's ops make ~35 passes over the [B, vocabulary] float32 logits and sort them for top-p
+(SmolLM2-135M at 128 rows on an H100: 282 -> 48 us a step without top-p, 1,287 -> 170 us at the evaluations' 0.95).
+Since the H200 count: the norm computes the q/k/v and gate/up LoRA down-products (hidden size <= 2048), one attention
+kernel when batch x kv_heads fills the GPU, the BF16 residual added in place; the attention skips the whole key blocks
+of a row's left padding (its first valid slot is kept per row at the prefill; the same sums bit for bit). SmolLM2-135M
+with LoRA rank 32 at 128 rows, all of it (H100, one call, results/measured/h100/small/share_gpu/engine_kernels.md): 601
+-> 433 kernels a step, 297 -> 336 steps/s alone, and with 8 processes sharing the GPU 71.7k -> 94.2k rows x steps/s in
+all (+31 %).
 Layers the fused path cannot read (merged or DoRA adapters, several active adapters, bitsandbytes bases unless marked
 for a dequantized decode: config model.nf4_decode, baselines.nf4.mark_decode_dequantized) are called
 as modules, with their LoRA applied by the same kernels where it can be.

@@ -62,8 +62,8 @@ def pooled(method: str, runs, untrained) -> dict:
 def main(argv: list[str]) -> int:
     runs, untrained = load(Path(argv[0]) if argv else ROOT)
     print(f"Pooled over {', '.join(RUNS)} (tests/tools/pool_learning.py)\n")
-    print("| method | seeds | reward growth, mean ± SE | SE multiple | held-out seeds (runs) | held-out gain, mean ± SE |"
-          " SE multiple |")
+    print("| method | seeds | reward growth, mean ± SE | SE multiple | held-out seeds (runs) "
+          "| held-out gain, mean ± SE | SE multiple |")
     print("|---|---|---|---|---|---|---|")
     for method in FORMAT:
         p = pooled(method, runs, untrained)
