@@ -425,116 +425,91 @@ def check_correctness(shapes, out_lines: list[str], groups=(), gluon: bool = Tru
     return ok
 
 
-def check_gemv(shapes, out_lines: list[str], groups=()) -> bool:
-    """The skinny-M kernel (fp4_gemv, heuristic knobs) against the float32 reference on the benchmark shapes: both
-    formats, fp16 and bf16, M = 1, 2, 3, 4, 5, 8, 16 (bias at M = 3 and 8), and bit-for-bit repeatability of its
-    split-K reduction; then the q/k/v and gate/up groups (NVFP4, bf16)."""
-    from qerl_kernels import mxfp4, nvfp4
-    from qerl_kernels.fp4_gemv import fp4_gemm_gemv
+def _random_group(members, k: int, device: str = "cuda"):
+    """A q/k/v- or gate/up-style group of NVFP4 weights (members of [rows, k], each with its own scale), concatenated,
+    and its float32 dequantized reference."""
+    from qerl_kernels import nvfp4
     from qerl_kernels.layout import concat_prepared
+    from qerl_kernels.reference import nvfp4_dequantize_reference, nvfp4_quantize_reference
+
+    q = [nvfp4_quantize_reference(torch.randn(mn, k, device=device) * torch.exp(torch.randn(1, device=device)))
+         for mn, _ in members]
+    grp = concat_prepared([nvfp4.prepare(*t) for t in q])
+    ref = torch.zeros(grp.n, k, device=device)
+    for (row, mn), t in zip(grp.parts, q):
+        ref[row:row + mn] = nvfp4_dequantize_reference(*t)
+    return grp, ref
+
+
+def _check_kernel(name: str, kernel, shapes, groups, out_lines: list[str], *, formats, ms, group_ms, bias_ms,
+                  device: str = "cuda") -> bool:
+    """`kernel(x, prepared, bias)` against the float32 reference: each shape in each of `formats`, bf16 and fp16, at
+    every M of `ms` (with a bias at those in `bias_ms`), and bit-for-bit repeatability of its split reduction; then
+    each group of `groups` (NVFP4, bf16) at `group_ms`. A wrong result or an exception is a FAIL line, never raised:
+    the other kernels still get timed. (`device`: "cpu" for the checker's own tests.)"""
+    from qerl_kernels import mxfp4, nvfp4
     from qerl_kernels.reference import (mxfp4_dequantize_reference, mxfp4_quantize_reference,
                                         nvfp4_dequantize_reference, nvfp4_quantize_reference)
     from qerl_kernels.reference import rel_error as rel
 
-    def run(p, ref, n, k, dtype, ms):
+    def run(p, ref, dtype, m_list):
         errs, same = [], True
-        for m in ms:
-            x = torch.randn(m, k, device="cuda", dtype=dtype)
-            b = torch.randn(n, device="cuda", dtype=dtype) if m in (3, 8) else None
-            y = fp4_gemm_gemv(x, p, b)
-            r = x.float() @ ref.t() + (b.float() if b is not None else 0)
-            errs.append(rel(y, r.to(dtype)))
-            same &= torch.equal(fp4_gemm_gemv(x, p, b), y)
+        for m in m_list:
+            x = torch.randn(m, ref.shape[1], device=device, dtype=dtype)
+            b = torch.randn(ref.shape[0], device=device, dtype=dtype) if m in bias_ms else None
+            y = kernel(x, p, b)
+            errs.append(rel(y, (x.float() @ ref.t() + (b.float() if b is not None else 0)).to(dtype)))
+            same &= torch.equal(kernel(x, p, b), y)
         return errs, same
 
+    def cases():  # (label, prepared, reference, dtypes, M list), weights drawn as each case comes
+        for n, k in shapes:
+            w = torch.randn(n, k, device=device) * torch.exp(torch.randn(n, 1, device=device))
+            if "nvfp4" in formats:
+                c, s, gs = nvfp4_quantize_reference(w)
+                yield f"nvfp4 N={n} K={k}", nvfp4.prepare(c, s, gs), nvfp4_dequantize_reference(c, s, gs), \
+                    (torch.bfloat16, torch.float16), ms
+            if "mxfp4" in formats:
+                mc, msc = mxfp4_quantize_reference(w)
+                yield f"mxfp4 N={n} K={k}", mxfp4.prepare(mc, msc), mxfp4_dequantize_reference(mc, msc), \
+                    (torch.bfloat16, torch.float16), ms
+        for members in groups:
+            grp, ref = _random_group(members, members[0][1], device)
+            yield f"nvfp4 group {[mn for mn, _ in members]}x{members[0][1]}", grp, ref, (torch.bfloat16,), group_ms
+
     ok = True
-    for n, k in shapes:
-        w = torch.randn(n, k, device="cuda") * torch.exp(torch.randn(n, 1, device="cuda"))
-        c, s, gs = nvfp4_quantize_reference(w)
-        mc, msc = mxfp4_quantize_reference(w)
-        for fmt, p, ref in (("nvfp4", nvfp4.prepare(c, s, gs), nvfp4_dequantize_reference(c, s, gs)),
-                            ("mxfp4", mxfp4.prepare(mc, msc), mxfp4_dequantize_reference(mc, msc))):
-            for dtype in (torch.bfloat16, torch.float16):
-                tol = 4e-3 if dtype == torch.bfloat16 else 1e-3
-                try:
-                    errs, same = run(p, ref, n, k, dtype, (1, 2, 3, 4, 5, 8, 16))
-                    good = same and max(errs) < tol and all(math.isfinite(e) for e in errs)
-                    msg = f"max rel err fwd={max(errs):.2e} repeatable={same}"
-                except Exception as e:  # noqa: BLE001 - report and go on: the other kernels still get timed
-                    good, msg = False, f"{type(e).__name__}: {str(e)[:300]}"
-                ok &= good
-                out_lines.append(f"check {fmt}_gemv {str(dtype)[6:]} N={n} K={k}: {msg} {'OK' if good else 'FAIL'}")
-                print(out_lines[-1], flush=True)
-    for members in groups:
-        k = members[0][1]
-        q = [nvfp4_quantize_reference(torch.randn(mn, k, device="cuda") * torch.exp(torch.randn(1, device="cuda")))
-             for mn, _ in members]
-        grp = concat_prepared([nvfp4.prepare(*t) for t in q])
-        ref = torch.zeros(grp.n, k, device="cuda")
-        for (row, mn), t in zip(grp.parts, q):
-            ref[row:row + mn] = nvfp4_dequantize_reference(*t)
-        try:
-            errs, same = run(grp, ref, grp.n, k, torch.bfloat16, (1, 4, 16))
-            good = same and max(errs) < 4e-3
-            msg = f"max rel err fwd={max(errs):.2e} repeatable={same}"
-        except Exception as e:  # noqa: BLE001
-            good, msg = False, f"{type(e).__name__}: {str(e)[:300]}"
-        ok &= good
-        out_lines.append(f"check nvfp4_gemv group {[mn for mn, _ in members]}x{k}: {msg} {'OK' if good else 'FAIL'}")
-        print(out_lines[-1], flush=True)
+    for label, p, ref, dtypes, m_list in cases():
+        fmt, where = label.split(" ", 1)
+        for dtype in dtypes:
+            tol = 4e-3 if dtype == torch.bfloat16 else 1e-3
+            try:
+                errs, same = run(p, ref, dtype, m_list)
+                good = same and max(errs) < tol and all(math.isfinite(e) for e in errs)
+                msg = f"max rel err fwd={max(errs):.2e} repeatable={same}"
+            except Exception as e:  # noqa: BLE001 - report and go on: the other kernels still get timed
+                good, msg = False, f"{type(e).__name__}: {str(e)[:300]}"
+            ok &= good
+            out_lines.append(f"check {fmt}_{name} {str(dtype)[6:]} {where}: {msg} {'OK' if good else 'FAIL'}")
+            print(out_lines[-1], flush=True)
     return ok
+
+
+def check_gemv(shapes, out_lines: list[str], groups=()) -> bool:
+    """The skinny-M kernel (fp4_gemv, heuristic knobs) against the float32 reference on the benchmark shapes: both
+    formats, fp16 and bf16, M = 1, 2, 3, 4, 5, 8, 16 (bias at M = 3 and 8), and bit-for-bit repeatability of its
+    split-K reduction; then the q/k/v and gate/up groups (NVFP4, bf16, M 1, 4, 16)."""
+    from qerl_kernels.fp4_gemv import fp4_gemm_gemv
+    return _check_kernel("gemv", fp4_gemm_gemv, shapes, groups, out_lines, formats=("nvfp4", "mxfp4"),
+                         ms=(1, 2, 3, 4, 5, 8, 16), group_ms=(1, 4, 16), bias_ms=(3, 8))
 
 
 def check_wgmma(shapes, out_lines: list[str], groups=()) -> bool:
     """The wgmma kernel (fp4_wgmma, default knobs) against the float32 reference on the benchmark shapes: NVFP4,
     bf16 and fp16, M = 1, 16, 64, 128, 200, 256, 512 (bias at 200: two M blocks, the last ragged), bit-for-bit
     repeatability of its stream-K reduction; then the q/k/v and gate/up groups (bf16, M 16, 128, 300)."""
-    from qerl_kernels import nvfp4
     from qerl_kernels.fp4_wgmma import fp4_gemm_wgmma
-    from qerl_kernels.layout import concat_prepared
-    from qerl_kernels.reference import nvfp4_dequantize_reference, nvfp4_quantize_reference
-    from qerl_kernels.reference import rel_error as rel
-
-    def run(p, ref, n, k, dtype, ms):
-        errs, same = [], True
-        for m in ms:
-            x = torch.randn(m, k, device="cuda", dtype=dtype)
-            b = torch.randn(n, device="cuda", dtype=dtype) if m == 200 else None
-            y = fp4_gemm_wgmma(x, p, b)
-            errs.append(rel(y, (x.float() @ ref.t() + (b.float() if b is not None else 0)).to(dtype)))
-            same &= torch.equal(fp4_gemm_wgmma(x, p, b), y)
-        return errs, same
-
-    ok = True
-    cases = [(f"N={n} K={k}", n, k, None) for n, k in shapes] + [(f"group {[mn for mn, _ in mem]}x{mem[0][1]}",
-                                                                  sum(mn for mn, _ in mem), mem[0][1], mem)
-                                                                 for mem in groups]
-    for label, n, k, members in cases:
-        if members is None:
-            c, s, gs = nvfp4_quantize_reference(torch.randn(n, k, device="cuda") *
-                                                torch.exp(torch.randn(n, 1, device="cuda")))
-            p, ref = nvfp4.prepare(c, s, gs), nvfp4_dequantize_reference(c, s, gs)
-            runs = ((torch.bfloat16, (1, 16, 64, 128, 200, 256, 512)), (torch.float16, (1, 16, 64, 128, 200, 256, 512)))
-        else:
-            q = [nvfp4_quantize_reference(torch.randn(mn, k, device="cuda") *
-                                          torch.exp(torch.randn(1, device="cuda"))) for mn, _ in members]
-            p = concat_prepared([nvfp4.prepare(*t) for t in q])
-            ref = torch.zeros(p.n, k, device="cuda")
-            for (row, mn), t in zip(p.parts, q):
-                ref[row:row + mn] = nvfp4_dequantize_reference(*t)
-            runs = ((torch.bfloat16, (16, 128, 300)),)
-        for dtype, ms in runs:
-            tol = 4e-3 if dtype == torch.bfloat16 else 1e-3
-            try:
-                errs, same = run(p, ref, p.n, k, dtype, ms)
-                good = same and max(errs) < tol and all(math.isfinite(e) for e in errs)
-                msg = f"max rel err fwd={max(errs):.2e} repeatable={same}"
-            except Exception as e:  # noqa: BLE001 - report and go on: the other kernels still get timed
-                good, msg = False, f"{type(e).__name__}: {str(e)[:300]}"
-            ok &= good
-            out_lines.append(f"check nvfp4_wgmma {str(dtype)[6:]} {label}: {msg} {'OK' if good else 'FAIL'}")
-            print(out_lines[-1], flush=True)
-    return ok
+    return _check_kernel("wgmma", fp4_gemm_wgmma, shapes, groups, out_lines, formats=("nvfp4",),
+                         ms=(1, 16, 64, 128, 200, 256, 512), group_ms=(16, 128, 300), bias_ms=(200,))
 
 
 def gemv_wins(rows, device: str, margin: float = 0.97) -> list[str]:

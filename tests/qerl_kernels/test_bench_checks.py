@@ -1,0 +1,46 @@
+"""The benchmark's correctness checker (qerl_kernels.bench._check_kernel), on the CPU with stand-in kernels: a kernel
+that computes the float32 reference product passes at every format, dtype, M, bias and group; one 1 % off, one that
+raises, and one that is not repeatable each give FAIL lines (reported, never raised), so a GPU run's "OK" means
+something."""
+import torch
+
+from qerl_kernels import bench
+from qerl_kernels.layout import dequantize_prepared_reference
+
+
+def exact(x, p, b):
+    y = x.float() @ dequantize_prepared_reference(p).t()
+    return (y + (b.float() if b is not None else 0)).to(x.dtype)
+
+
+def check(kernel, groups=(), formats=("nvfp4",)):
+    lines = []
+    ok = bench._check_kernel("t", kernel, [(64, 256)], groups, lines, formats=formats, ms=(1, 3), group_ms=(2,),
+                             bias_ms=(3,), device="cpu")
+    return ok, lines
+
+
+def test_the_reference_product_passes_everywhere():
+    ok, lines = check(exact, groups=[[(32, 256), (64, 256)]], formats=("nvfp4", "mxfp4"))
+    assert ok and len(lines) == 5 and all(line.endswith(" OK") for line in lines)
+    assert lines[0].startswith("check nvfp4_t bfloat16 N=64 K=256: max rel err")
+    assert lines[-1].startswith("check nvfp4_t bfloat16 group [32, 64]x256")
+
+
+def test_wrong_raising_and_unrepeatable_kernels_fail_without_raising():
+    ok, lines = check(lambda x, p, b: (exact(x, p, b).float() * 1.01).to(x.dtype))
+    assert not ok and all(line.endswith(" FAIL") for line in lines)
+
+    def raises(x, p, b):
+        raise RuntimeError("out of resources")
+    ok, lines = check(raises)
+    assert not ok and all("RuntimeError: out of resources FAIL" in line for line in lines)
+    calls = []
+
+    def drifts(x, p, b):  # a different last bit on every call: a split-K reduction in arrival order
+        calls.append(1)
+        y = exact(x, p, b)
+        y[0, 0] += (len(calls) % 2) * 0.05 * y[0, 0].abs().clamp(min=1)
+        return y
+    ok, lines = check(drifts)
+    assert not ok and all("repeatable=False" in line for line in lines)
