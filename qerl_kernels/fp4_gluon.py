@@ -78,6 +78,12 @@ if HAVE_GLUON:
     _tma_load = tma.async_load if hasattr(tma, "async_load") else tma.async_copy_global_to_shared
 
     @gluon.jit
+    def _ring(i, STAGES: gl.constexpr):
+        """(slot, phase) of the i-th use of a STAGES-deep ring: the one place for the phase arithmetic (this kernel's
+        and fp4_wgmma's)."""
+        return i % STAGES, (i // STAGES) & 1
+
+    @gluon.jit
     def _fp4_load(w_desc, s_desc, w_bufs, s_bufs, ready, empty, TOTAL, PER, K_STEPS,
                   BN: gl.constexpr, STAGES: gl.constexpr):
         """Producer warp: TMA copies of the word and scale tiles of this CTA's (tile, k-step) iterations."""
@@ -87,9 +93,7 @@ if HAVE_GLUON:
         for it in range(u0, u1):
             tile = it // K_STEPS
             ks = it - tile * K_STEPS
-            i = it - u0
-            slot = i % STAGES
-            phase = (i // STAGES) & 1
+            slot, phase = _ring(it - u0, STAGES)
             mbarrier.wait(empty.index(slot), phase ^ 1)   # barriers start with phase 1 complete
             mbarrier.expect(ready.index(slot), nbytes)
             _tma_load(w_desc, [tile * BN, ks * (_BK // 8)], ready.index(slot), w_bufs.index(slot))
@@ -199,9 +203,7 @@ if HAVE_GLUON:
             ks = it - tile * K_STEPS
             k0 = ks * _BK
             xt = gl.load(x_cols + gl.expand_dims(k0 + rk, 1), mask=m_ok & gl.expand_dims(k0 + rk < K, 1), other=0.0)
-            i = it - u0
-            slot = i % STAGES
-            phase = (i // STAGES) & 1
+            slot, phase = _ring(it - u0, STAGES)
             mbarrier.wait(ready.index(slot), phase)
             w2 = w_bufs.index(slot).load(w_l)
             s2 = s_bufs.index(slot).load(s_l)

@@ -61,7 +61,7 @@ if HAVE_GLUON:
                                                                   warpgroup_mma_wait)
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-    from qerl_kernels.fp4_gluon import _decode, _flush, _scale_layout, _tma_load
+    from qerl_kernels.fp4_gluon import _decode, _flush, _ring, _scale_layout, _tma_load
 
 __all__ = ["MAX_M", "SMEM_BUDGET", "fp4_gemm_wgmma", "wgmma_plan", "launch_args", "default_stages", "smem_bytes"]
 
@@ -70,11 +70,6 @@ SMEM_BUDGET = 227 * 1024   # Hopper: shared memory one CTA may use
 
 if HAVE_GLUON:
     _BK = gl.constexpr(BK)
-
-    @gluon.jit
-    def _ring(i, STAGES: gl.constexpr):
-        """(slot, phase) of the i-th use of a STAGES-deep ring: the one place for the phase arithmetic."""
-        return i % STAGES, (i // STAGES) & 1
 
     @gluon.jit
     def _load_w(w_desc, s_desc, w_bufs, s_bufs, w_ready, w_empty, TOTAL, PER, K_STEPS, M_BLOCKS,
