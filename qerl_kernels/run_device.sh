@@ -45,6 +45,13 @@ MS=${MS:-1 4 8 16 64 128 256}
 mkdir -p "$OUT" "$W"
 T0=$(date +%s)
 stamp() { echo "[run_device +$(( $(date +%s) - T0 ))s] $*" | tee -a "$W/bench.log"; }
+# bench TIMEOUT BUDGET ARGS...: the kernel benchmark with ARGS, its own command line recorded in its provenance,
+# its output appended to bench.log and passed on (each mode filters what it shows)
+bench() {
+  local t=$1 budget=$2; shift 2
+  timeout "$t" python3 -m qerl_kernels.bench "$@" --budget-s "$budget" --out "$W" --commit "${COMMIT:-unknown}" \
+    --command "python -m qerl_kernels.bench $* --budget-s $budget" 2>&1 | tee -a "$W/bench.log"
+}
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     && export PYTHONPATH=/tmp/site
@@ -77,10 +84,8 @@ if [ "${1:-}" = wgmma ]; then
   stamp "wgmma: benchmark"
   SKIP="mxfp4 nf4 bf16_bwd nvfp4_bwd nvfp4_tc nvfp4_bwd_tc nvfp4_fused nvfp4_deq_cublas nvfp4_bwd_fused"
   SKIP="$SKIP nvfp4_bwd_deq_cublas nvfp4_gemv mxfp4_gemv"
-  CMD="python -m qerl_kernels.bench --models 7B --m $MS --wgmma-checks-only --skip $SKIP --budget-s ${BUDGET:-120}"
-  timeout "${BENCH_S:-170}" python3 -m qerl_kernels.bench --models 7B --m $MS --out "$W" --wgmma-checks-only \
-    --skip $SKIP --budget-s "${BUDGET:-120}" --commit "${COMMIT:-unknown}" --command "$CMD" 2>&1 \
-    | tee -a "$W/bench.log" | grep -v "^N=" | tail -70
+  bench "${BENCH_S:-170}" "${BUDGET:-120}" --models 7B --m $MS --wgmma-checks-only --skip $SKIP \
+    | grep -v "^N=" | tail -70
   stamp "wgmma: benchmark rc=$?"
   cp "$W/kernels.summary.md" "$W/kernels.csv" "$W/kernels.provenance.md" "$W/bench.log" "$OUT/" 2>/dev/null
   if [ "${TUNE_S:-60}" -gt 0 ]; then
@@ -102,10 +107,8 @@ if [ "${1:-}" = gemv ]; then
   stamp "gemv: GPU tests rc=$?"; tail -8 "$W/gemv-pytest.log"; cp "$W/gemv-pytest.log" "$OUT/"
   stamp "gemv: benchmark"
   SKIP="nvfp4_gluon nvfp4_wgmma nf4 bf16_bwd nvfp4_bwd"
-  CMD="python -m qerl_kernels.bench --models 7B --m $MS --gemv-checks-only --skip $SKIP --budget-s ${BUDGET:-110}"
-  timeout "${BENCH_S:-150}" python3 -m qerl_kernels.bench --models 7B --m $MS --out "$W" --gemv-checks-only \
-    --skip $SKIP --budget-s "${BUDGET:-110}" --commit "${COMMIT:-unknown}" --command "$CMD" 2>&1 \
-    | tee -a "$W/bench.log" | grep -v "^N=" | tail -70
+  bench "${BENCH_S:-150}" "${BUDGET:-110}" --models 7B --m $MS --gemv-checks-only --skip $SKIP \
+    | grep -v "^N=" | tail -70
   stamp "gemv: benchmark rc=$?"
   cp "$W/kernels.summary.md" "$W/kernels.csv" "$W/kernels.provenance.md" "$W/gemv-wins.txt" "$W/bench.log" "$OUT/" \
     2>/dev/null
@@ -142,10 +145,7 @@ else
 fi
 stamp benchmark
 BSKIP="nvfp4_wgmma${SKIP:+ $SKIP}"   # the wgmma kernel runs in its own mode (run_device.sh wgmma) until it ran once
-CMD="python -m qerl_kernels.bench --models ${MODELS:-7B} --m $MS --budget-s ${BUDGET:-120} --skip $BSKIP"
-timeout "${BENCH_S:-200}" python3 -m qerl_kernels.bench --models ${MODELS:-7B} --m $MS --out "$W" \
-  --budget-s "${BUDGET:-120}" --commit "${COMMIT:-unknown}" --command "$CMD" --skip $BSKIP 2>&1 \
-  | tee -a "$W/bench.log" | grep -v "^check\|^N=" | tail -60
+bench "${BENCH_S:-200}" "${BUDGET:-120}" --models ${MODELS:-7B} --m $MS --skip $BSKIP | grep -v "^check\|^N=" | tail -60
 cp "$W/kernels.summary.md" "$W/bench.log" "$OUT/" 2>/dev/null
 if [ -n "$NCU" ] && command -v ncu >/dev/null && [ -z "$SKIP" ]; then
   stamp ncu
