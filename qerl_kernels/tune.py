@@ -151,35 +151,50 @@ def main(argv=None) -> int:
     return 0
 
 
-def sweep_gluon(args) -> int:
-    """Time every GLUON_SWEEP config of the Gluon kernel (rotating weight copies, as the benchmark) per shape and M."""
-    from qerl_kernels.fp4_gluon import fp4_gemm_gluon
+def _sweep_cases(args, baselines: bool = True):
+    """The cases of a kernel's knob sweep, per shape of args.shapes and M of args.m: (shape, m, x, the NVFP4 weight, its
+    rotating copies (more than L2 holds, as the benchmark times them), the float32 reference product, and with
+    `baselines` cuBLAS bf16's and the default path's times (else None, None))."""
     dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     for shape in args.shapes:
         n, k = (int(v) for v in shape.split("x"))
-        p = nvfp4.prepare(*nvfp4_quantize_reference(torch.randn(n, k, device="cuda") * 0.02))
+        w = torch.randn(n, k, device="cuda") * 0.02
+        p = nvfp4.prepare(*nvfp4_quantize_reference(w))
         copies = [_clone_prepared(p) for _ in range(copies_for(p.nbytes, l2))]
+        bf_copies = [w.to(dtype) for _ in range(copies_for(n * k * 2, l2))] if baselines else []
+        del w
         for m in args.m:
             x = torch.randn(m, k, device="cuda", dtype=dtype)
             ref = x.float() @ fp4_launch.fp4_dequantize(p, dtype).float().t()
-            best = []
-            for bn, nw, st, cps in GLUON_SWEEP:
-                kw = dict(bn=bn, num_warps=nw, stages=st, ctas_per_sm=cps)
-                try:
-                    y = fp4_gemm_gluon(x, p, **kw)
-                    err = ((y.float() - ref).norm() / ref.norm()).item()
-                    t, _ = time_calls([lambda q=q: fp4_gemm_gluon(x, q, **kw) for q in copies])
-                except Exception as e:  # noqa: BLE001 - out of resources etc.
-                    print(f"gluon {shape} M={m} {kw}: {type(e).__name__} {str(e)[:160]}", flush=True)
-                    continue
-                best.append((t, bn, nw, st, cps))
-                print(f"gluon {shape} M={m} bn={bn} warps={nw} stages={st} ctas/SM={cps}: {t * 1e3:7.1f} us "
-                      f"{p.nbytes / t / 1e6:6.0f} GB/s err {err:.1e}", flush=True)
-            if best:
-                top = "; ".join(f"{c[1:]} {c[0] * 1e3:.1f}us" for c in sorted(best)[:3])
-                print(f"gluon best {shape} M={m} (bn, warps, stages, ctas/SM): {top}", flush=True)
-        del copies
+            t_bf = t_def = None
+            if baselines:
+                t_bf, _ = time_calls([lambda b=b: torch.nn.functional.linear(x, b) for b in bf_copies])
+                t_def, _ = time_calls([lambda q=q: fp4_launch.fp4_gemm(x, q) for q in copies])
+            yield shape, m, x, p, copies, ref, t_bf, t_def
+        del copies, bf_copies
+
+
+def sweep_gluon(args) -> int:
+    """Time every GLUON_SWEEP config of the Gluon kernel (rotating weight copies, as the benchmark) per shape and M."""
+    from qerl_kernels.fp4_gluon import fp4_gemm_gluon
+    for shape, m, x, p, copies, ref, _, _ in _sweep_cases(args, baselines=False):
+        best = []
+        for bn, nw, st, cps in GLUON_SWEEP:
+            kw = dict(bn=bn, num_warps=nw, stages=st, ctas_per_sm=cps)
+            try:
+                y = fp4_gemm_gluon(x, p, **kw)
+                err = ((y.float() - ref).norm() / ref.norm()).item()
+                t, _ = time_calls([lambda q=q: fp4_gemm_gluon(x, q, **kw) for q in copies])
+            except Exception as e:  # noqa: BLE001 - out of resources etc.
+                print(f"gluon {shape} M={m} {kw}: {type(e).__name__} {str(e)[:160]}", flush=True)
+                continue
+            best.append((t, bn, nw, st, cps))
+            print(f"gluon {shape} M={m} bn={bn} warps={nw} stages={st} ctas/SM={cps}: {t * 1e3:7.1f} us "
+                  f"{p.nbytes / t / 1e6:6.0f} GB/s err {err:.1e}", flush=True)
+        if best:
+            top = "; ".join(f"{c[1:]} {c[0] * 1e3:.1f}us" for c in sorted(best)[:3])
+            print(f"gluon best {shape} M={m} (bn, warps, stages, ctas/SM): {top}", flush=True)
     return 0
 
 
@@ -187,38 +202,25 @@ def sweep_wgmma(args) -> int:
     """Time every WGMMA_SWEEP config of the wgmma kernel per shape and M beside cuBLAS bf16 and the default path,
     all on rotating weight copies (as the benchmark); print the best three per shape and M."""
     from qerl_kernels.fp4_wgmma import fp4_gemm_wgmma
-    dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16
-    l2 = torch.cuda.get_device_properties(0).L2_cache_size
-    for shape in args.shapes:
-        n, k = (int(v) for v in shape.split("x"))
-        w = torch.randn(n, k, device="cuda") * 0.02
-        p = nvfp4.prepare(*nvfp4_quantize_reference(w))
-        copies = [_clone_prepared(p) for _ in range(copies_for(p.nbytes, l2))]
-        bf_copies = [w.to(dtype) for _ in range(copies_for(n * k * 2, l2))]
-        for m in args.m:
-            x = torch.randn(m, k, device="cuda", dtype=dtype)
-            ref = x.float() @ fp4_launch.fp4_dequantize(p, dtype).float().t()
-            t_bf, _ = time_calls([lambda b=b: torch.nn.functional.linear(x, b) for b in bf_copies])
-            t_def, _ = time_calls([lambda q=q: fp4_launch.fp4_gemm(x, q) for q in copies])
-            best = []
-            for nw, mp, ks, ws, xs in WGMMA_SWEEP:
-                kw = dict(num_warps=nw, max_mp=mp, ks=ks, wstages=ws, xstages=xs)
-                try:
-                    y = fp4_gemm_wgmma(x, p, **kw)
-                    err = ((y.float() - ref).norm() / ref.norm()).item()
-                    t, _ = time_calls([lambda q=q: fp4_gemm_wgmma(x, q, **kw) for q in copies])
-                except Exception as e:  # noqa: BLE001 - out of resources etc.
-                    print(f"wgmma {shape} M={m} {kw}: {type(e).__name__} {str(e)[:160]}", flush=True)
-                    continue
-                best.append((t, nw, mp, ks, ws, xs))
-                print(f"wgmma {shape} M={m} warps={nw} max_mp={mp} ks={ks} stages={ws}/{xs}: {t * 1e3:7.1f} us "
-                      f"{2 * m * n * k / t / 1e9:6.0f} TFLOP/s {p.nbytes / t / 1e6:6.0f} GB/s x{t_bf / t:.2f} bf16 "
-                      f"x{t_def / t:.2f} default err {err:.1e}", flush=True)
-            if best:
-                top = "; ".join(f"{c[1:]} {c[0] * 1e3:.1f}us" for c in sorted(best)[:3])
-                print(f"wgmma best {shape} M={m} (warps, max_mp, ks, wstages, xstages): {top} | default "
-                      f"{t_def * 1e3:.1f}us bf16 {t_bf * 1e3:.1f}us", flush=True)
-        del copies, bf_copies
+    for shape, m, x, p, copies, ref, t_bf, t_def in _sweep_cases(args):
+        best = []
+        for nw, mp, ks, ws, xs in WGMMA_SWEEP:
+            kw = dict(num_warps=nw, max_mp=mp, ks=ks, wstages=ws, xstages=xs)
+            try:
+                y = fp4_gemm_wgmma(x, p, **kw)
+                err = ((y.float() - ref).norm() / ref.norm()).item()
+                t, _ = time_calls([lambda q=q: fp4_gemm_wgmma(x, q, **kw) for q in copies])
+            except Exception as e:  # noqa: BLE001 - out of resources etc.
+                print(f"wgmma {shape} M={m} {kw}: {type(e).__name__} {str(e)[:160]}", flush=True)
+                continue
+            best.append((t, nw, mp, ks, ws, xs))
+            print(f"wgmma {shape} M={m} warps={nw} max_mp={mp} ks={ks} stages={ws}/{xs}: {t * 1e3:7.1f} us "
+                  f"{2 * m * p.n * p.k / t / 1e9:6.0f} TFLOP/s {p.nbytes / t / 1e6:6.0f} GB/s x{t_bf / t:.2f} bf16 "
+                  f"x{t_def / t:.2f} default err {err:.1e}", flush=True)
+        if best:
+            top = "; ".join(f"{c[1:]} {c[0] * 1e3:.1f}us" for c in sorted(best)[:3])
+            print(f"wgmma best {shape} M={m} (warps, max_mp, ks, wstages, xstages): {top} | default "
+                  f"{t_def * 1e3:.1f}us bf16 {t_bf * 1e3:.1f}us", flush=True)
     return 0
 
 
@@ -226,43 +228,30 @@ def sweep_gemv(args) -> int:
     """Time every GEMV_SWEEP config of the skinny-M kernel (FMA configs at M <= 4, DOT above) per shape and M,
     beside the default path (fp4_gemm, no path forced) and cuBLAS bf16, all on rotating weight copies."""
     from qerl_kernels.fp4_gemv import FMA_MAX_M, fp4_gemm_gemv
-    dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16
-    l2 = torch.cuda.get_device_properties(0).L2_cache_size
-    for shape in args.shapes:
-        n, k = (int(v) for v in shape.split("x"))
-        w = torch.randn(n, k, device="cuda") * 0.02
-        p = nvfp4.prepare(*nvfp4_quantize_reference(w))
-        copies = [_clone_prepared(p) for _ in range(copies_for(p.nbytes, l2))]
-        bf_copies = [w.to(dtype) for _ in range(copies_for(n * k * 2, l2))]
-        for m in args.m:
-            x = torch.randn(m, k, device="cuda", dtype=dtype)
-            ref = x.float() @ fp4_launch.fp4_dequantize(p, dtype).float().t()
-            t_bf, _ = time_calls([lambda b=b: torch.nn.functional.linear(x, b) for b in bf_copies])
-            t_def, _ = time_calls([lambda q=q: fp4_launch.fp4_gemm(x, q) for q in copies])
-            t_heur, _ = time_calls([lambda q=q: fp4_gemm_gemv(x, q) for q in copies])
-            print(f"gemv {shape} M={m}: bf16 {t_bf * 1e3:.1f} us, default path {t_def * 1e3:.1f} us, gemv "
-                  f"heuristic {t_heur * 1e3:.1f} us ({p.nbytes / t_heur / 1e6:.0f} GB/s)", flush=True)
-            mode = "fma" if m <= FMA_MAX_M else "dot"
-            best = []
-            for bn, bw, nw, ns in GEMV_SWEEP[mode]:
-                for cps in GEMV_CPS:
-                    cfg = dict(DOT=mode == "dot", BN=bn, BW=bw, CPS=cps, num_warps=nw, num_stages=ns)
-                    try:
-                        y = fp4_gemm_gemv(x, p, config=cfg)
-                        err = ((y.float() - ref).norm() / ref.norm()).item()
-                        t, _ = time_calls([lambda q=q: fp4_gemm_gemv(x, q, config=cfg) for q in copies])
-                    except Exception as e:  # noqa: BLE001 - out of resources etc.
-                        print(f"gemv {shape} M={m} {cfg}: {type(e).__name__} {str(e)[:160]}", flush=True)
-                        continue
-                    best.append((t, bn, bw, nw, ns, cps))
-                    print(f"gemv {shape} M={m} {mode} bn={bn} bw={bw} warps={nw} stages={ns} ctas/SM={cps}: "
-                          f"{t * 1e3:7.1f} us {p.nbytes / t / 1e6:6.0f} GB/s x{t_bf / t:.2f} bf16 "
-                          f"x{t_def / t:.2f} default err {err:.1e}", flush=True)
-            if best:
-                top = "; ".join(f"{c[1:]} {c[0] * 1e3:.1f}us" for c in sorted(best)[:3])
-                print(f"gemv best {shape} M={m} {mode} (bn, bw, warps, stages, ctas/SM): {top} | default "
-                      f"{t_def * 1e3:.1f}us heuristic {t_heur * 1e3:.1f}us bf16 {t_bf * 1e3:.1f}us", flush=True)
-        del copies, bf_copies
+    for shape, m, x, p, copies, ref, t_bf, t_def in _sweep_cases(args):
+        t_heur, _ = time_calls([lambda q=q: fp4_gemm_gemv(x, q) for q in copies])
+        print(f"gemv {shape} M={m}: bf16 {t_bf * 1e3:.1f} us, default path {t_def * 1e3:.1f} us, gemv "
+              f"heuristic {t_heur * 1e3:.1f} us ({p.nbytes / t_heur / 1e6:.0f} GB/s)", flush=True)
+        mode = "fma" if m <= FMA_MAX_M else "dot"
+        best = []
+        for bn, bw, nw, ns in GEMV_SWEEP[mode]:
+            for cps in GEMV_CPS:
+                cfg = dict(DOT=mode == "dot", BN=bn, BW=bw, CPS=cps, num_warps=nw, num_stages=ns)
+                try:
+                    y = fp4_gemm_gemv(x, p, config=cfg)
+                    err = ((y.float() - ref).norm() / ref.norm()).item()
+                    t, _ = time_calls([lambda q=q: fp4_gemm_gemv(x, q, config=cfg) for q in copies])
+                except Exception as e:  # noqa: BLE001 - out of resources etc.
+                    print(f"gemv {shape} M={m} {cfg}: {type(e).__name__} {str(e)[:160]}", flush=True)
+                    continue
+                best.append((t, bn, bw, nw, ns, cps))
+                print(f"gemv {shape} M={m} {mode} bn={bn} bw={bw} warps={nw} stages={ns} ctas/SM={cps}: "
+                      f"{t * 1e3:7.1f} us {p.nbytes / t / 1e6:6.0f} GB/s x{t_bf / t:.2f} bf16 "
+                      f"x{t_def / t:.2f} default err {err:.1e}", flush=True)
+        if best:
+            top = "; ".join(f"{c[1:]} {c[0] * 1e3:.1f}us" for c in sorted(best)[:3])
+            print(f"gemv best {shape} M={m} {mode} (bn, bw, warps, stages, ctas/SM): {top} | default "
+                  f"{t_def * 1e3:.1f}us heuristic {t_heur * 1e3:.1f}us bf16 {t_bf * 1e3:.1f}us", flush=True)
     return 0
 
 
