@@ -84,20 +84,22 @@ if HAVE_GLUON:
         return i % STAGES, (i // STAGES) & 1
 
     @gluon.jit
-    def _fp4_load(w_desc, s_desc, w_bufs, s_bufs, ready, empty, TOTAL, PER, K_STEPS,
+    def _fp4_load(w_desc, s_desc, w_bufs, s_bufs, ready, empty, TOTAL, PER, K_STEPS, M_BLOCKS,
                   BN: gl.constexpr, STAGES: gl.constexpr):
-        """Producer warp: TMA copies of the word and scale tiles of this CTA's (tile, k-step) iterations."""
+        """Producer warp: TMA copies of the word and scale tiles of this CTA's (tile, k-step) iterations (this
+        kernel's, M_BLOCKS a constexpr 1, and fp4_wgmma's, whose tiles are (weight tile, M block) pairs)."""
         u0 = gl.program_id(0) * PER
         u1 = gl.minimum(u0 + PER, TOTAL)
         nbytes: gl.constexpr = w_desc.block_type.nbytes + s_desc.block_type.nbytes
         for it in range(u0, u1):
             tile = it // K_STEPS
             ks = it - tile * K_STEPS
+            row = (tile // M_BLOCKS) * BN
             slot, phase = _ring(it - u0, STAGES)
             mbarrier.wait(empty.index(slot), phase ^ 1)   # barriers start with phase 1 complete
             mbarrier.expect(ready.index(slot), nbytes)
-            _tma_load(w_desc, [tile * BN, ks * (_BK // 8)], ready.index(slot), w_bufs.index(slot))
-            _tma_load(s_desc, [tile * BN, ks * (_BK // 32)], ready.index(slot), s_bufs.index(slot))
+            _tma_load(w_desc, [row, ks * (_BK // 8)], ready.index(slot), w_bufs.index(slot))
+            _tma_load(s_desc, [row, ks * (_BK // 32)], ready.index(slot), s_bufs.index(slot))
 
     @gluon.constexpr_function
     def _scale_layout(BN, NUM_WARPS, CHUNKS=2):
@@ -228,11 +230,13 @@ if HAVE_GLUON:
         for j in gl.static_range(STAGES):
             mbarrier.init(ready.index(j), count=1)
             mbarrier.init(empty.index(j), count=1)
+        ONE_M_BLOCK: gl.constexpr = 1   # M <= 64: one block of M, so a tile is a weight tile
         gl.warp_specialize([
             (_fp4_mma, (x_ptr, os_ptr, bias_ptr, y_ptr, ws_ptr, cnt_ptr, w_bufs, s_bufs, ready, empty,
                         M, N, K, TOTAL, PER, K_STEPS, stride_xm, stride_ym,
                         BN, MP, STAGES, BF16, HAS_BIAS, NUM_WARPS)),
-            (_fp4_load, (w_desc, s_desc, w_bufs, s_bufs, ready, empty, TOTAL, PER, K_STEPS, BN, STAGES)),
+            (_fp4_load, (w_desc, s_desc, w_bufs, s_bufs, ready, empty, TOTAL, PER, K_STEPS, ONE_M_BLOCK, BN,
+                         STAGES)),
         ], [1], [LOAD_REGS])
 
 

@@ -17,8 +17,9 @@ Shape of the kernel (y[M, N] = x[M, K] @ W[N, K]^T * out_scale (+ bias), compute
    a persistent grid of one CTA per SM (fp4_gluon.stream_k_split): every CTA streams the same weight bytes (+- one
    k-step) whatever the shape, and a tile cut between CTAs is reduced by the last to arrive, in CTA order
    (deterministic; fp4_gluon._flush).
-2. Weight producer (1 warp, `_load_w`): per k-step (BK = 256 columns) one TMA copy of the [BN, 32] int32 word tile
-   and one of the [BN, 8] int16 scale tile into a WSTAGES-deep ring (rows of 16 bytes: TMA's minimum, hence BK 256).
+2. Weight producer (1 warp, fp4_gluon's `_fp4_load`): per k-step (BK = 256 columns) one TMA copy of the [BN, 32]
+   int32 word tile and one of the [BN, 8] int16 scale tile into a WSTAGES-deep ring (rows of 16 bytes: TMA's minimum,
+   hence BK 256).
 3. Activation producer (1 warp, `_load_x`): per 128-column chunk one TMA copy of the x tile [MP, 128] (rows past M
    and columns past K read as zeros) into an XSTAGES-deep ring; its own warp so that the weight loads, which come
    from HBM and need the deep ring, never wait behind an x slot that a wgmma still reads.
@@ -61,7 +62,7 @@ if HAVE_GLUON:
                                                                   warpgroup_mma_wait)
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-    from qerl_kernels.fp4_gluon import _decode, _flush, _ring, _scale_layout, _tma_load
+    from qerl_kernels.fp4_gluon import _decode, _flush, _fp4_load, _ring, _scale_layout, _tma_load
 
 __all__ = ["MAX_M", "SMEM_BUDGET", "fp4_gemm_wgmma", "wgmma_plan", "launch_args", "default_stages", "smem_bytes"]
 
@@ -70,23 +71,6 @@ SMEM_BUDGET = 227 * 1024   # Hopper: shared memory one CTA may use
 
 if HAVE_GLUON:
     _BK = gl.constexpr(BK)
-
-    @gluon.jit
-    def _load_w(w_desc, s_desc, w_bufs, s_bufs, w_ready, w_empty, TOTAL, PER, K_STEPS, M_BLOCKS,
-                BN: gl.constexpr, WSTAGES: gl.constexpr):
-        """Weight producer warp: TMA copies of the word and scale tiles of this CTA's (tile, k-step) iterations."""
-        u0 = gl.program_id(0) * PER
-        u1 = gl.minimum(u0 + PER, TOTAL)
-        nbytes: gl.constexpr = w_desc.block_type.nbytes + s_desc.block_type.nbytes
-        for it in range(u0, u1):
-            tile = it // K_STEPS
-            ks = it - tile * K_STEPS
-            row = (tile // M_BLOCKS) * BN
-            slot, phase = _ring(it - u0, WSTAGES)
-            mbarrier.wait(w_empty.index(slot), phase ^ 1)   # a fresh barrier's phase 1 counts as complete
-            mbarrier.expect(w_ready.index(slot), nbytes)
-            _tma_load(w_desc, [row, ks * (_BK // 8)], w_ready.index(slot), w_bufs.index(slot))
-            _tma_load(s_desc, [row, ks * (_BK // 32)], w_ready.index(slot), s_bufs.index(slot))
 
     @gluon.jit
     def _load_x(x_desc, x_bufs, x_ready, x_empty, TOTAL, PER, K_STEPS, M_BLOCKS,
@@ -246,7 +230,7 @@ if HAVE_GLUON:
             (_wgmma_consumer, (x_bufs, w_bufs, s_bufs, x_ready, x_empty, w_ready, w_empty, os_ptr, bias_ptr, y_ptr,
                                ws_ptr, cnt_ptr, M, N, TOTAL, PER, K_STEPS, M_BLOCKS, stride_ym,
                                BN, MP, WSTAGES, XSTAGES, BF16, HAS_BIAS, NUM_WARPS, KS)),
-            (_load_w, (w_desc, s_desc, w_bufs, s_bufs, w_ready, w_empty, TOTAL, PER, K_STEPS, M_BLOCKS, BN, WSTAGES)),
+            (_fp4_load, (w_desc, s_desc, w_bufs, s_bufs, w_ready, w_empty, TOTAL, PER, K_STEPS, M_BLOCKS, BN, WSTAGES)),
             (_load_x, (x_desc, x_bufs, x_ready, x_empty, TOTAL, PER, K_STEPS, M_BLOCKS, MP, XSTAGES)),
         ], [1, 1], [LOAD_REGS, LOAD_REGS])
 
