@@ -175,6 +175,19 @@ def _sweep_cases(args, baselines: bool = True):
         del copies, bf_copies
 
 
+def _time_knobs(kernel, x, p, copies, ref, knobs: dict, label: str):
+    """(median time in ms, relative error) of kernel(x, weight, **knobs) on the rotating weight copies, or None after
+    printing why it cannot run there (out of resources, knobs this shape rejects)."""
+    try:
+        y = kernel(x, p, **knobs)
+        err = ((y.float() - ref).norm() / ref.norm()).item()
+        t, _ = time_calls([lambda q=q: kernel(x, q, **knobs) for q in copies])
+    except Exception as e:  # noqa: BLE001 - out of resources etc.
+        print(f"{label} {knobs}: {type(e).__name__} {str(e)[:160]}", flush=True)
+        return None
+    return t, err
+
+
 def sweep_gluon(args) -> int:
     """Time every GLUON_SWEEP config of the Gluon kernel (rotating weight copies, as the benchmark) per shape and M."""
     from qerl_kernels.fp4_gluon import fp4_gemm_gluon
@@ -182,13 +195,9 @@ def sweep_gluon(args) -> int:
         best = []
         for bn, nw, st, cps in GLUON_SWEEP:
             kw = dict(bn=bn, num_warps=nw, stages=st, ctas_per_sm=cps)
-            try:
-                y = fp4_gemm_gluon(x, p, **kw)
-                err = ((y.float() - ref).norm() / ref.norm()).item()
-                t, _ = time_calls([lambda q=q: fp4_gemm_gluon(x, q, **kw) for q in copies])
-            except Exception as e:  # noqa: BLE001 - out of resources etc.
-                print(f"gluon {shape} M={m} {kw}: {type(e).__name__} {str(e)[:160]}", flush=True)
+            if (res := _time_knobs(fp4_gemm_gluon, x, p, copies, ref, kw, f"gluon {shape} M={m}")) is None:
                 continue
+            t, err = res
             best.append((t, bn, nw, st, cps))
             print(f"gluon {shape} M={m} bn={bn} warps={nw} stages={st} ctas/SM={cps}: {t * 1e3:7.1f} us "
                   f"{p.nbytes / t / 1e6:6.0f} GB/s err {err:.1e}", flush=True)
@@ -206,13 +215,9 @@ def sweep_wgmma(args) -> int:
         best = []
         for nw, mp, ks, ws, xs in WGMMA_SWEEP:
             kw = dict(num_warps=nw, max_mp=mp, ks=ks, wstages=ws, xstages=xs)
-            try:
-                y = fp4_gemm_wgmma(x, p, **kw)
-                err = ((y.float() - ref).norm() / ref.norm()).item()
-                t, _ = time_calls([lambda q=q: fp4_gemm_wgmma(x, q, **kw) for q in copies])
-            except Exception as e:  # noqa: BLE001 - out of resources etc.
-                print(f"wgmma {shape} M={m} {kw}: {type(e).__name__} {str(e)[:160]}", flush=True)
+            if (res := _time_knobs(fp4_gemm_wgmma, x, p, copies, ref, kw, f"wgmma {shape} M={m}")) is None:
                 continue
+            t, err = res
             best.append((t, nw, mp, ks, ws, xs))
             print(f"wgmma {shape} M={m} warps={nw} max_mp={mp} ks={ks} stages={ws}/{xs}: {t * 1e3:7.1f} us "
                   f"{2 * m * p.n * p.k / t / 1e9:6.0f} TFLOP/s {p.nbytes / t / 1e6:6.0f} GB/s x{t_bf / t:.2f} bf16 "
@@ -237,13 +242,10 @@ def sweep_gemv(args) -> int:
         for bn, bw, nw, ns in GEMV_SWEEP[mode]:
             for cps in GEMV_CPS:
                 cfg = dict(DOT=mode == "dot", BN=bn, BW=bw, CPS=cps, num_warps=nw, num_stages=ns)
-                try:
-                    y = fp4_gemm_gemv(x, p, config=cfg)
-                    err = ((y.float() - ref).norm() / ref.norm()).item()
-                    t, _ = time_calls([lambda q=q: fp4_gemm_gemv(x, q, config=cfg) for q in copies])
-                except Exception as e:  # noqa: BLE001 - out of resources etc.
-                    print(f"gemv {shape} M={m} {cfg}: {type(e).__name__} {str(e)[:160]}", flush=True)
+                res = _time_knobs(fp4_gemm_gemv, x, p, copies, ref, {"config": cfg}, f"gemv {shape} M={m}")
+                if res is None:
                     continue
+                t, err = res
                 best.append((t, bn, bw, nw, ns, cps))
                 print(f"gemv {shape} M={m} {mode} bn={bn} bw={bw} warps={nw} stages={ns} ctas/SM={cps}: "
                       f"{t * 1e3:7.1f} us {p.nbytes / t / 1e6:6.0f} GB/s x{t_bf / t:.2f} bf16 "

@@ -1,0 +1,44 @@
+"""The knob sweeps of qerl_kernels.tune (GPU tools, `run_device.sh` runs them) end to end on the CPU, with the
+kernels, the device and the CUDA-graph timer stood in for: every case of every shape and M is built, every knob set is
+tried and reported, and a knob set that raises is reported and skipped rather than ending the sweep."""
+import types
+
+import pytest
+import torch
+
+from qerl_kernels import fp4_gemv, fp4_gluon, fp4_wgmma, tune
+from qerl_kernels.layout import dequantize_prepared_reference
+
+
+def exact(x, p, b=None, **knobs):
+    return (x.float() @ dequantize_prepared_reference(p).t()).to(x.dtype)
+
+
+@pytest.fixture
+def on_cpu(monkeypatch):
+    randn = torch.randn
+    monkeypatch.setattr(torch, "randn", lambda *a, device=None, **kw: randn(*a, **kw))
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: types.SimpleNamespace(L2_cache_size=1 << 16))
+    monkeypatch.setattr(tune, "time_calls", lambda fns, **kw: (fns[0]() is not None and 1e-3, None))
+    for mod, name in ((fp4_gluon, "fp4_gemm_gluon"), (fp4_wgmma, "fp4_gemm_wgmma"), (fp4_gemv, "fp4_gemm_gemv")):
+        monkeypatch.setattr(mod, name, exact)
+    monkeypatch.setattr(tune, "GLUON_SWEEP", tune.GLUON_SWEEP[:2])
+    monkeypatch.setattr(tune, "WGMMA_SWEEP", tune.WGMMA_SWEEP[:2])
+    return types.SimpleNamespace(dtype="bf16", shapes=["256x512"], m=[1, 16])
+
+
+@pytest.mark.parametrize("kernel", ["gluon", "wgmma", "gemv"])
+def test_every_case_and_knob_set_is_timed(on_cpu, capsys, kernel):
+    assert getattr(tune, f"sweep_{kernel}")(on_cpu) == 0
+    out = capsys.readouterr().out
+    assert out.count(f"{kernel} best 256x512") == 2  # one line per M
+    assert "M=1 " in out and "M=16 " in out and "err " in out
+
+
+def test_a_knob_set_that_raises_is_reported_and_skipped(on_cpu, capsys, monkeypatch):
+    def out_of_resources(*a, **k):
+        raise RuntimeError("out of resources")
+    monkeypatch.setattr(fp4_wgmma, "fp4_gemm_wgmma", out_of_resources)
+    assert tune.sweep_wgmma(on_cpu) == 0
+    out = capsys.readouterr().out
+    assert out.count("RuntimeError out of resources") == 4 and "wgmma best" not in out
