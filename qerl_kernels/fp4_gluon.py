@@ -61,7 +61,8 @@ if HAVE_TRITON:
     except ImportError:  # pragma: no cover - older Triton: the module stays importable, the op raises
         HAVE_GLUON = False
 
-__all__ = ["HAVE_GLUON", "BK", "fp4_gemm_gluon", "gluon_plan", "stream_k_split", "launch_args", "default_ctas_per_sm"]
+__all__ = ["HAVE_GLUON", "BK", "check_operands", "fp4_gemm_gluon", "gluon_plan", "stream_k_split", "launch_args",
+           "default_ctas_per_sm"]
 
 BK = 256          # k columns per pipeline step: the scale tile's rows are then 16 bytes, TMA's minimum
 MAX_M = 64
@@ -318,6 +319,23 @@ def launch_args(x: torch.Tensor, w: PreparedFP4, bias: torch.Tensor | None, y: t
     return plan["grid"], args, meta
 
 
+def check_operands(kernel: str, x: torch.Tensor, w, bias: torch.Tensor | None) -> None:
+    """The operands both Gluon kernels (this one and fp4_wgmma's) take: a PreparedFP4 NVFP4 weight, x CUDA fp16/bf16
+    [M, K] on the weight's device (the TMA descriptors would address another device's memory: a fault), bias [N] on
+    x's device. Raises ValueError naming `kernel` and what is wrong."""
+    if not isinstance(w, PreparedFP4) or w.scale_kind != 0:
+        raise ValueError(f"{kernel}: expects a PreparedFP4 NVFP4 weight, got {type(w).__name__} "
+                         f"scale_kind={getattr(w, 'scale_kind', None)}")
+    if w.words.device != x.device:
+        raise ValueError(f"{kernel}: x must be on the weight's device {w.words.device}, got {x.device}")
+    if x.dim() != 2 or x.shape[1] != w.k or x.dtype not in (torch.float16, torch.bfloat16) or not x.is_cuda:
+        raise ValueError(f"{kernel}: x must be CUDA fp16/bf16 [M, {w.k}], got {x.dtype} {tuple(x.shape)} "
+                         f"on {x.device}")
+    if bias is not None and (tuple(bias.shape) != (w.n,) or bias.device != x.device):
+        raise ValueError(f"{kernel}: bias must be [{w.n}] on {x.device}, got {tuple(bias.shape)} on "
+                         f"{bias.device}")
+
+
 def fp4_gemm_gluon(x: torch.Tensor, w: PreparedFP4, bias: torch.Tensor | None = None, **knobs) -> torch.Tensor:
     """y = x @ W^T (+ bias) for a prepared NVFP4 weight and x [M, K] fp16/bf16 on a Hopper GPU, M <= 64.
 
@@ -332,15 +350,7 @@ def fp4_gemm_gluon(x: torch.Tensor, w: PreparedFP4, bias: torch.Tensor | None = 
     """
     if not HAVE_GLUON:
         raise RuntimeError("fp4_gemm_gluon: triton.experimental.gluon (Hopper TMA / mbarrier) is not available")
-    if not isinstance(w, PreparedFP4) or w.scale_kind != 0:
-        raise ValueError(f"fp4_gemm_gluon: expects a PreparedFP4 NVFP4 weight, got {type(w).__name__} "
-                         f"scale_kind={getattr(w, 'scale_kind', None)}")
-    if x.dim() != 2 or x.shape[1] != w.k or x.dtype not in (torch.float16, torch.bfloat16) or not x.is_cuda:
-        raise ValueError(f"fp4_gemm_gluon: x must be CUDA fp16/bf16 [M, {w.k}], got {x.dtype} {tuple(x.shape)} "
-                         f"on {x.device}")
-    if bias is not None and (tuple(bias.shape) != (w.n,) or bias.device != x.device):
-        raise ValueError(f"fp4_gemm_gluon: bias must be [{w.n}] on {x.device}, got {tuple(bias.shape)} on "
-                         f"{bias.device}")
+    check_operands("fp4_gemm_gluon", x, w, bias)
     x = x.contiguous()
     bias = bias.contiguous() if bias is not None else None
     y = torch.empty(x.shape[0], w.n, device=x.device, dtype=x.dtype)

@@ -51,7 +51,7 @@ from __future__ import annotations
 
 import torch
 
-from qerl_kernels.fp4_gluon import BK, HAVE_GLUON, stream_k_split
+from qerl_kernels.fp4_gluon import BK, HAVE_GLUON, check_operands, stream_k_split
 from qerl_kernels.fp4_launch import _workspace  # the stream-K workspace the other kernels use too
 from qerl_kernels.layout import CHUNK, PreparedFP4
 
@@ -358,17 +358,7 @@ def fp4_gemm_wgmma(x: torch.Tensor, w: PreparedFP4, bias: torch.Tensor | None = 
     if not HAVE_GLUON:
         raise RuntimeError("fp4_gemm_wgmma: triton.experimental.gluon (Hopper TMA / mbarrier / wgmma) is not "
                            "available")
-    if not isinstance(w, PreparedFP4) or w.scale_kind != 0:
-        raise ValueError(f"fp4_gemm_wgmma: expects a PreparedFP4 NVFP4 weight, got {type(w).__name__} "
-                         f"scale_kind={getattr(w, 'scale_kind', None)}")
-    if w.words.device != x.device:   # the TMA descriptors would address another device's memory: a fault
-        raise ValueError(f"fp4_gemm_wgmma: x must be on the weight's device {w.words.device}, got {x.device}")
-    if x.dim() != 2 or x.shape[1] != w.k or x.dtype not in (torch.float16, torch.bfloat16) or not x.is_cuda:
-        raise ValueError(f"fp4_gemm_wgmma: x must be CUDA fp16/bf16 [M, {w.k}], got {x.dtype} {tuple(x.shape)} "
-                         f"on {x.device}")
-    if bias is not None and (tuple(bias.shape) != (w.n,) or bias.device != x.device):
-        raise ValueError(f"fp4_gemm_wgmma: bias must be [{w.n}] on {x.device}, got {tuple(bias.shape)} on "
-                         f"{bias.device}")
+    check_operands("fp4_gemm_wgmma", x, w, bias)
     cap = torch.cuda.get_device_capability(x.device)
     if cap[0] != 9:
         raise RuntimeError(f"fp4_gemm_wgmma: wgmma needs a Hopper GPU (sm_90), got sm_{cap[0]}{cap[1]} "

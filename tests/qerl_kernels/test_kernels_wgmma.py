@@ -105,12 +105,17 @@ def test_tma_rows_copies_one_row_views_and_odd_offsets():
 
 
 @needs_gluon
-def test_rejects_x_on_another_device():
+@pytest.mark.parametrize("kernel", ["fp4_gemm_wgmma", "fp4_gemm_gluon"])
+def test_rejects_x_on_another_device(kernel):
+    """Both Gluon kernels' operand check (fp4_gluon.check_operands): x off the weight's device is an error, not a
+    TMA descriptor into another device's memory."""
+    from qerl_kernels import fp4_gluon
     nv, _, _ = qerl_kernels.random_prepared("nvfp4", 128, 256, seed=0)
     on_meta = dataclasses.replace(nv, words=nv.words.to("meta"), scales=nv.scales.to("meta"),
                                   out_scales=nv.out_scales.to("meta"))
-    with pytest.raises(ValueError, match="weight's device"):
-        fp4_wgmma.fp4_gemm_wgmma(torch.randn(2, 256, dtype=torch.bfloat16), on_meta)
+    fn = getattr(fp4_wgmma if kernel == "fp4_gemm_wgmma" else fp4_gluon, kernel)
+    with pytest.raises(ValueError, match=f"{kernel}: x must be on the weight's device"):
+        fn(torch.randn(2, 256, dtype=torch.bfloat16), on_meta)
 
 
 @needs_gluon
