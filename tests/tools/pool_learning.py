@@ -21,9 +21,11 @@ import statistics as st
 import sys
 from pathlib import Path
 
+from qerl.contract.methods import METHODS
+
 ROOT = Path(__file__).resolve().parents[2] / "results" / "measured" / "h100" / "small"
 RUNS = ("run8", "run9", "run12", "run13", "run14")
-FORMAT = {"full": "bf16", "lora": "bf16", "qerl": "nvfp4", "nvfp4_lora": "nvfp4", "qlora": "nf4", "mxfp4_lora": "mxfp4"}
+TRAINED = ("full", "lora", "qerl", "nvfp4_lora", "qlora", "mxfp4_lora")  # the small scale's GRPO methods
 
 
 def load(root: Path = ROOT):
@@ -47,7 +49,7 @@ def pooled(method: str, runs, untrained) -> dict:
     gains, untrained_var, n_runs = [], 0.0, 0
     for run in RUNS:
         rows = [r for r in runs.get((run, method), []) if r["heldout_pass_at_1"]]
-        base = untrained.get((run, FORMAT[method]), [])
+        base = untrained.get((run, METHODS[method].weights), [])
         if rows and len(base) >= 2:
             gains += [float(r["heldout_pass_at_1"]) - st.mean(base) for r in rows]
             untrained_var += st.variance(base) / len(base)
@@ -65,7 +67,7 @@ def main(argv: list[str]) -> int:
     print("| method | seeds | reward growth, mean ± SE | SE multiple | held-out seeds (runs) "
           "| held-out gain, mean ± SE | SE multiple |")
     print("|---|---|---|---|---|---|---|")
-    for method in FORMAT:
+    for method in TRAINED:
         p = pooled(method, runs, untrained)
         held = (f"{p['heldout_seeds']} ({p['heldout_runs']}) | {p['gain']:+.2f} ± {p['gain_se']:.2f} | "
                 f"{p['gain'] / p['gain_se']:.1f}") if "gain" in p else "- | - | -"
