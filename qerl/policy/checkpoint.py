@@ -200,7 +200,10 @@ def load_quantized(model_dir: str | Path, dtype: torch.dtype | None = None, devi
     if dtype is None:
         dtype = getattr(config, "dtype", None) or torch.float32
         dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
-    model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    # the modules on the meta device: no memory and no random initialization of weights the checkpoint replaces
+    # (on the CPU, initializing a 7B's linears took ~230 s of a ~250 s load: paper-scale run 4)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
     prefixes = [k[: -len(".weight_packed")] for k in tensors if k.endswith(".weight_packed")]
     for prefix in prefixes:
         parent_name, _, child = prefix.rpartition(".")
@@ -212,14 +215,40 @@ def load_quantized(model_dir: str | Path, dtype: torch.dtype | None = None, devi
         bias = tensors.pop(f"{prefix}.bias", None)
         layer = QuantLinear.from_packed(packed, bias, dtype=dtype)
         setattr(model.get_submodule(parent_name) if parent_name else model, child, layer)
-    missing, unexpected = model.load_state_dict(tensors, strict=False)
+    wanted = model.state_dict()  # the meta tensors' dtypes: assign=True would keep the checkpoint's
+    tensors = {k: v.to(wanted[k].dtype) if k in wanted and v.is_floating_point() else v for k, v in tensors.items()}
+    missing, unexpected = model.load_state_dict(tensors, strict=False, assign=True)
     missing = [k for k in missing if not (k == "lm_head.weight" and getattr(config, "tie_word_embeddings", False))]
     missing = [k for k in missing if k.rpartition(".")[0] not in prefixes]
     if unexpected or missing:
         raise ValueError(f"{model_dir}: checkpoint does not match the model: missing {missing[:5]}, "
                          f"unexpected {unexpected[:5]}")
     model.tie_weights()
+    _build_meta_buffers(model, config, model_dir)
+    left = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
+    if left:
+        raise ValueError(f"{model_dir}: the checkpoint leaves {left[:5]} without values")
     return model.to(device).eval()
+
+
+def _build_meta_buffers(model: nn.Module, config, where) -> None:
+    """Give the meta-built model's non-persistent buffers (rotary inv_freq: computed from the config, not saved)
+    their values, by building each owning module again from the config alone.
+
+    Raises:
+        ValueError: a module with such buffers that cannot be built from the config (names the module).
+    """
+    for name, module in model.named_modules():
+        empty = [n for n, b in module.named_buffers(recurse=False) if b is not None and b.is_meta]
+        if not empty:
+            continue
+        try:
+            fresh = type(module)(config=config)
+        except TypeError as e:
+            raise ValueError(f"{where}: cannot compute the buffers {empty} of {name or 'the model'} "
+                             f"({type(module).__name__}) from the config: {e}") from None
+        for n in empty:
+            setattr(module, n, getattr(fresh, n))
 
 
 def _check_qc(qc, where) -> str:

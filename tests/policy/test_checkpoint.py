@@ -81,6 +81,25 @@ def test_save_load_roundtrip(saved):
         torch.testing.assert_close(loaded(ids).logits, model(ids).logits, rtol=1e-5, atol=1e-5)
 
 
+def test_load_builds_on_meta_and_fills_every_tensor(tmp_path):
+    """load_quantized builds the modules on the meta device (no random initialization of a 7B's linears): every
+    parameter and buffer ends up real, in the asked dtype, the rotary inv_freq (not saved) computed from the config,
+    an untied lm_head read from the file."""
+    model = quantize_(tiny_qwen2(seed=3, tie=False), NVFP4Config())
+    path = save_quantized(model, tmp_path / "ckpt")
+    loaded = load_quantized(path, dtype=torch.bfloat16)
+    tensors = dict(loaded.named_parameters()) | dict(loaded.named_buffers())
+    assert not [n for n, t in tensors.items() if t.is_meta]
+    assert loaded.model.embed_tokens.weight.dtype == torch.bfloat16 and loaded.model.norm.weight.dtype == torch.bfloat16
+    assert loaded.lm_head.weight is not loaded.model.embed_tokens.weight
+    torch.testing.assert_close(loaded.lm_head.weight, model.lm_head.weight.to(torch.bfloat16), rtol=0, atol=0)
+    torch.testing.assert_close(loaded.model.rotary_emb.inv_freq, model.model.rotary_emb.inv_freq, rtol=0, atol=0)
+    ids = torch.randint(0, 96, (2, 10))
+    with torch.no_grad():
+        ref = load_quantized(path)(ids).logits  # float32
+        torch.testing.assert_close(loaded(ids).logits.float(), ref, rtol=0.05, atol=0.05)
+
+
 def test_compressed_tensors_decompresses_our_file_to_our_values(saved):
     from compressed_tensors.entrypoints.convert import CompressedTensorsDequantizer
 
