@@ -10,6 +10,8 @@ Dispatch by M (see results/measured/*/kernels.csv):
   `dispatch_table`). A third path, the tensor-core tiles in the natural orientation (`fp4_gemm_tc`), forward and
   backward, is built and tested but joins that timed choice only with QERL_FP4_TC=1: on an H200 it ran 0.31-0.51x
   cuBLAS (one CTA per SM, decode not overlapped with the MMA; results/measured/h200/kernels.notes.md, iteration 3).
+  The Gluon wgmma kernel (fp4_wgmma.py: NVFP4, Hopper, M <= WGMMA_MAX_M) is a fourth candidate in that timed choice
+  (QERL_FP4_WGMMA=0 leaves it out); LoRA and residual then follow it as a cuBLAS addmm and an add.
 - Skinny M (M <= 16, plain product + bias): `fp4_gemv.fp4_gemm_gemv` (many small split-K CTAs) where a committed
   GPU measurement says it is faster than the stream-K kernel (fp4_gemv.MEASURED_WINS: H100, issue 22 call 5) or
   with QERL_FP4_GEMV=1; the stream-K kernel otherwise.
@@ -41,8 +43,8 @@ if HAVE_TRITON:
     from qerl_kernels.fp4_triton import _fp4_dequant, _fp4_gemm, _fp4_gemm_t, _fp4_gemm_tc
     from qerl_kernels.fp4_tuning import _fp4_gemm_t_tuned, _fp4_gemm_tc_tuned, _fp4_gemm_tuned
 
-__all__ = ["fp4_gemm", "fp4_gemm_t", "fp4_gemm_tc", "fp4_dequantize", "dispatch_table", "FUSED_MAX_M",
-           "BWD_FUSED_MAX_M", "TC_MAX_M", "dequantize_only_above"]
+__all__ = ["fp4_gemm", "fp4_gemm_t", "fp4_gemm_tc", "fp4_dequantize", "dispatch_table", "forward_candidates",
+           "FUSED_MAX_M", "BWD_FUSED_MAX_M", "TC_MAX_M", "WGMMA_MAX_M", "dequantize_only_above"]
 
 # Dispatch by M (see results/measured/*/kernels.csv): the fused kernel up to FUSED_MIN_TRY, dequantize + cuBLAS
 # above FUSED_MAX_M, and in between whichever of the two was faster when first timed for that shape.
@@ -111,10 +113,13 @@ def fp4_gemm(x: torch.Tensor, w, bias: torch.Tensor | None = None, *, config: di
             instead of autotuning; the interpreter always uses a small fixed one.
         fused: force the stream-K / tiled swap-AB kernel (True) or dequantize + cuBLAS (False).
         path: force "swap" (that kernel), "tc" (`fp4_gemm_tc`, the tensor-core tiles), "deq" (dequantize +
-            cuBLAS) or "gemv" (`fp4_gemv.fp4_gemm_gemv`, the skinny-M kernel: M <= 16, no LoRA / residual, not
+            cuBLAS), "wgmma" (`fp4_wgmma.fp4_gemm_wgmma`, the Gluon kernel: NVFP4, Hopper, M <= its MAX_M; `config`
+            then holds its knobs; LoRA and residual added after it) or "gemv" (`fp4_gemv.fp4_gemm_gemv`, the
+            skinny-M kernel: M <= 16, no LoRA / residual, not
             SegmentedFP4). Default: "gemv" where `fp4_gemv.selected` says so (a committed measurement, or
-            QERL_FP4_GEMV=1); else "swap" for M <= 64; above, the fastest of the candidates (swap up to
-            FUSED_MAX_M, tc up to TC_MAX_M, deq) as timed on first use per shape and M bucket (`_choose_path`).
+            QERL_FP4_GEMV=1); else "swap" for M <= 64; above, the fastest of `forward_candidates` (swap up to
+            FUSED_MAX_M, wgmma on Hopper up to WGMMA_MAX_M, tc up to TC_MAX_M, deq) as timed on first use per
+            shape, M bucket and epilogue (`_choose_path`).
         lora: optional (t [M, R], B [N, R]): a LoRA update t @ B^T added in the epilogue (B already scaled, R a
             power of two >= 16, B contiguous); single weights only.
         residual: optional [M, N] added last (the residual stream, so y is the new hidden state).
@@ -143,7 +148,15 @@ def fp4_gemm(x: torch.Tensor, w, bias: torch.Tensor | None = None, *, config: di
         if gemv_knobs is not None:
             path = "gemv"
     if path is None:
-        path = {True: "swap", False: "deq"}.get(fused) or _choose_path(x, w, bias)
+        path = {True: "swap", False: "deq"}.get(fused) or _choose_path(x, w, bias, lora, residual)
+    if path == "wgmma":  # the Gluon kernel has no LoRA / residual epilogue: both follow as cuBLAS / an add
+        from qerl_kernels.fp4_wgmma import fp4_gemm_wgmma  # imports this module: imported here, not at the top
+        y = fp4_gemm_wgmma(x, w, bias, **(config or {}))
+        if lora is not None:
+            y.addmm_(lora[0], lora[1][:w.n].t())
+        if residual is not None:
+            y += residual
+        return y
     if path == "gemv":
         if lora is not None or residual is not None:
             raise ValueError("fp4_gemm: path 'gemv' has no LoRA / residual epilogue")
@@ -210,21 +223,48 @@ TC_MAX_M = int(os.environ.get("QERL_FP4_TC_MAX_M", "16384"))
 # kernels.run4.*) they ran 0.31-0.51x bf16 forward and 2-5.8x slower backward at every M (ncu: one CTA of 4-8
 # warps per SM, 80 % of issue slots without an eligible warp), so timing them on first use only costs compiles.
 TC_IN_DISPATCH = os.environ.get("QERL_FP4_TC", "0") not in ("", "0")
+# The Gluon wgmma kernel (fp4_wgmma.py) joins the timed choice above FUSED_MIN_TRY on Hopper: on an H200 (issue 22,
+# results/measured/h200/kernels/call6) it beat the default path on the 7B gate/up and down shapes at M 128-256 by
+# 1.3-2.1x and lost on the q/k/v/o shapes, which the timing leaves to the others. QERL_FP4_WGMMA=0 leaves it out.
+WGMMA_MAX_M = 512
+WGMMA_IN_DISPATCH = os.environ.get("QERL_FP4_WGMMA", "1") not in ("", "0")
 _DISPATCH: dict = {}
 
 
-def _choose_path(x: torch.Tensor, w, bias) -> str:
-    """"swap" for M <= FUSED_MIN_TRY; above, the fastest candidate timed once per shape and M bucket (do_bench
-    of the bare product, no LoRA / residual). Interpreter, CPU and graph capture: the first candidate."""
+def forward_candidates(x: torch.Tensor, w) -> list[str]:
+    """The paths `fp4_gemm`'s default dispatch times for x [M, K] and weight w, first the one taken untimed
+    (interpreter, CPU, graph capture): "swap" alone up to FUSED_MIN_TRY; above, "swap" up to FUSED_MAX_M, "wgmma"
+    (`fp4_wgmma.fp4_gemm_wgmma`, the Gluon wgmma kernel) for NVFP4 single weights and groups on a Hopper GPU up to
+    WGMMA_MAX_M unless QERL_FP4_WGMMA=0, "tc" with QERL_FP4_TC=1 up to TC_MAX_M, and "deq"."""
     m = x.shape[0]
     if m <= FUSED_MIN_TRY:
-        return "swap"
-    cands = (["swap"] if m <= FUSED_MAX_M else []) + (["tc"] if TC_IN_DISPATCH and m <= TC_MAX_M else []) + ["deq"]
-    key = (w.n, w.k, _bucket_m(m), x.dtype, w.scale_kind, isinstance(w, SegmentedFP4), x.device.index)
+        return ["swap"]
+    return ((["swap"] if m <= FUSED_MAX_M else []) + (["wgmma"] if _wgmma_eligible(x, w) else [])
+            + (["tc"] if TC_IN_DISPATCH and m <= TC_MAX_M else []) + ["deq"])
+
+
+def _wgmma_eligible(x: torch.Tensor, w) -> bool:
+    if not WGMMA_IN_DISPATCH or x.shape[0] > WGMMA_MAX_M or not x.is_cuda or isinstance(w, SegmentedFP4) or \
+            w.scale_kind != 0 or interpret_mode():
+        return False
+    from qerl_kernels.fp4_gluon import HAVE_GLUON
+    return HAVE_GLUON and torch.cuda.get_device_capability(x.device)[0] == 9
+
+
+def _choose_path(x: torch.Tensor, w, bias, lora=None, residual=None) -> str:
+    """The first of `forward_candidates` when it is the only one; else the fastest, timed once per shape, M
+    bucket and epilogue (do_bench of the whole call, LoRA and residual included: "wgmma" adds them as separate
+    launches, "swap" in its epilogue). Interpreter, CPU and graph capture: the first candidate."""
+    cands = forward_candidates(x, w)
+    if len(cands) == 1:
+        return cands[0]
+    key = (w.n, w.k, _bucket_m(x.shape[0]), x.dtype, w.scale_kind, isinstance(w, SegmentedFP4), x.device.index,
+           lora is not None, residual is not None)
     if key not in _DISPATCH:
         if interpret_mode() or not x.is_cuda or torch.cuda.is_current_stream_capturing():
             return cands[0]
-        times = {p: _time_or_inf(lambda p=p: fp4_gemm(x, w, bias, path=p), p) for p in cands}
+        times = {p: _time_or_inf(lambda p=p: fp4_gemm(x, w, bias, path=p, lora=lora, residual=residual), p)
+                 for p in cands}
         _DISPATCH[key] = min(times, key=times.get)
     return _DISPATCH[key]
 

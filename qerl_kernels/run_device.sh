@@ -37,6 +37,14 @@
 # variants, for the default path beside it), BENCH_S 170, TUNE_S 60 (0: skip); BUDGET 120 stops the benchmark from
 # starting new shapes.
 # Usage: COMMIT=$(git rev-parse HEAD) bash qerl_kernels/run_device.sh wgmma
+#
+# Mode `rollout` (issue 22: the wgmma kernel in the default dispatch, ~8 minutes on one H100; carry .wb/ for
+# jsonschema, which `qerl profile` needs to read config/paper.yaml): the dispatch's GPU test (every forced path with
+# LoRA and residual against the reference, the chosen path inside a CUDA graph), then the 7B rollout at the batches
+# in $BATCHES (default 256 128) for QeRL with the wgmma kernel out of the dispatch (QERL_FP4_WGMMA=0) and in it, and
+# for BF16 LoRA, side by side (one batch for the three before the next batch, so a call cut short still compares).
+# Writes to $OUT: dispatch-pytest.log, rollout.tgz (the three `qerl profile` folders), rollout.log.
+# Usage: COMMIT=$(git rev-parse HEAD) bash qerl_kernels/run_device.sh rollout
 set -o pipefail
 export PYTHONUNBUFFERED=1 TRITON_DEFAULT_FP_FUSION=1
 OUT=${OUT:-/tmp/kernels-out}
@@ -97,6 +105,29 @@ if [ "${1:-}" = wgmma ]; then
   fi
   stamp "wgmma: done"
   cp "$W/bench.log" "$OUT/"
+  exit 0
+fi
+if [ "${1:-}" = rollout ]; then
+  if ls .wb/*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .wb/*.whl \
+      && export PYTHONPATH=$PWD:/tmp/site
+  fi
+  stamp "rollout: dispatch GPU test"
+  timeout "${PYTEST_S:-120}" python3 -m pytest tests/qerl_kernels/test_kernels_wgmma.py -k "dispatch" -q -rfE \
+    -p no:cacheprovider > "$W/dispatch-pytest.log" 2>&1
+  stamp "rollout: dispatch GPU test rc=$?"; tail -5 "$W/dispatch-pytest.log"; cp "$W/dispatch-pytest.log" "$OUT/"
+  for b in ${BATCHES:-256 128}; do
+    for run in qerl:0 qerl:1 lora:1; do
+      method=${run%%:*}; on=${run##*:}; dir=$W/prof_${method}_wgmma$on
+      stamp "rollout: $method batch $b QERL_FP4_WGMMA=$on"
+      QERL_FP4_WGMMA=$on timeout "${PROFILE_S:-200}" python3 -m qerl.cli profile --archs 7B --methods "$method" \
+        --ranks 32 --batches "$b" --full-batches --e2e-batches --prompt 256 --completion 2048 --out "$dir" \
+        2>&1 | grep -vi warn | tail -4 | tee -a "$W/rollout.log"
+      tail -1 "$dir/rollout.csv" | tee -a "$W/rollout.log"
+      tar czf "$OUT/rollout.tgz" -C "$W" $(cd "$W" && ls -d prof_* 2>/dev/null)
+    done
+  done
+  stamp "rollout: done"; cp "$W/rollout.log" "$W/bench.log" "$OUT/" 2>/dev/null
   exit 0
 fi
 if [ "${1:-}" = gemv ]; then

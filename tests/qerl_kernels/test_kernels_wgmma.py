@@ -261,3 +261,76 @@ def test_gpu_group_bias_and_random_shapes(dtype):
 def test_gpu_knobs(knobs):
     prepared, ref_w = _weight(4608, 3584, 4608 + 3584)
     _check(prepared, ref_w, 3584, torch.bfloat16, (16, 200, 256), **knobs)
+
+
+# --- the default dispatch (fp4_launch.fp4_gemm): the wgmma kernel as one timed candidate above M = 64 -------------
+
+def test_dispatch_candidates_and_switch(monkeypatch):
+    """forward_candidates: swap alone up to FUSED_MIN_TRY; above, wgmma between swap and deq where eligible
+    (never on the CPU, for MXFP4, above WGMMA_MAX_M, or with QERL_FP4_WGMMA=0, read at import as
+    WGMMA_IN_DISPATCH)."""
+    from qerl_kernels import fp4_launch as L
+
+    w, _, _ = qerl_kernels.random_prepared("nvfp4", 128, 256, seed=1)
+    x = lambda m: torch.zeros(m, 256, dtype=torch.bfloat16)  # noqa: E731
+    assert L.forward_candidates(x(64), w) == ["swap"]
+    assert L.forward_candidates(x(65), w) == ["swap", "deq"]            # CPU: no wgmma
+    monkeypatch.setattr(L, "_wgmma_eligible", lambda x, w: x.shape[0] <= L.WGMMA_MAX_M)
+    assert L.forward_candidates(x(65), w) == ["swap", "wgmma", "deq"]
+    assert L.forward_candidates(x(L.FUSED_MAX_M + 1), w) == ["deq"]
+    monkeypatch.undo()
+    monkeypatch.setattr(L, "WGMMA_IN_DISPATCH", False)
+    assert not L._wgmma_eligible(x(128), w)
+    mx, _, _ = qerl_kernels.random_prepared("mxfp4", 128, 256, seed=1)
+    monkeypatch.setattr(L, "WGMMA_IN_DISPATCH", True)
+    assert not L._wgmma_eligible(x(128), mx) and not L._wgmma_eligible(x(128), w)   # MXFP4; CPU
+
+
+def test_dispatch_wgmma_path_adds_lora_and_residual(monkeypatch):
+    """path "wgmma": the kernel's product (+ bias), then the LoRA term and the residual, as the deq path computes
+    them (the kernel replaced by the dense reference on the CPU; on a GPU test_gpu_dispatch runs the kernel)."""
+    from qerl_kernels import fp4_launch as L
+
+    w, dense, _ = qerl_kernels.random_prepared("nvfp4", 64, 256, seed=2)
+    seen = {}
+
+    def fake(x, w_, bias=None, **knobs):
+        seen.update(knobs, called=True)
+        return R._linear(x, dense, bias).to(x.dtype)
+
+    monkeypatch.setattr(fp4_wgmma, "fp4_gemm_wgmma", fake)
+    gen = torch.Generator().manual_seed(0)
+    x, t, b, bias, res = (torch.randn(*s, generator=gen).half() for s in ((80, 256), (80, 16), (64, 16), (64,),
+                                                                            (80, 64)))
+    y = L.fp4_gemm(x, w, bias, path="wgmma", lora=(t, b), residual=res, config={"num_warps": 4})
+    ref = x.float() @ dense.t() + bias.float() + t.float() @ b.float().t() + res.float()
+    assert seen == {"num_warps": 4, "called": True} and y.dtype == torch.float16
+    assert R.rel_error(y, ref) < 2e-3
+
+
+@pytest.mark.gpu
+@needs_hopper
+def test_gpu_dispatch_lora_residual_and_graph_capture():
+    """On the GPU the default dispatch may pick wgmma for M 65-512: every forced path, LoRA and residual included,
+    agrees with the reference; the chosen path replays the same result inside a CUDA graph (the rollout captures)."""
+    from qerl_kernels import fp4_launch as L
+
+    prepared, ref_w = _weight(18944, 3584, 18944 + 3584)
+    gen = torch.Generator(device="cuda").manual_seed(3)
+    for m in (128, 256):
+        x = torch.randn(m, 3584, device="cuda", dtype=torch.bfloat16, generator=gen)
+        t = torch.randn(m, 32, device="cuda", dtype=torch.bfloat16, generator=gen)
+        b = torch.randn(18944, 32, device="cuda", dtype=torch.bfloat16, generator=gen) * 0.05
+        res = torch.randn(m, 18944, device="cuda", dtype=torch.bfloat16, generator=gen)
+        ref = (R._linear(x, ref_w, None).float() + t.float() @ b.float().t() + res.float())
+        for path in ("wgmma", "swap", "deq", None):
+            y = L.fp4_gemm(x, prepared, path=path, lora=(t, b), residual=res)
+            assert R.rel_error(y, ref) < 1e-2, (m, path)
+        assert "wgmma" in L.forward_candidates(x, prepared)
+        eager = L.fp4_gemm(x, prepared, lora=(t, b), residual=res)
+        graph, out = torch.cuda.CUDAGraph(), None
+        with torch.cuda.graph(graph):
+            out = L.fp4_gemm(x, prepared, lora=(t, b), residual=res)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(out, eager), m
