@@ -263,8 +263,8 @@ def _choose_path(x: torch.Tensor, w, bias, lora=None, residual=None) -> str:
     if key not in _DISPATCH:
         if interpret_mode() or not x.is_cuda or torch.cuda.is_current_stream_capturing():
             return cands[0]
-        times = {p: _time_or_inf(lambda p=p: fp4_gemm(x, w, bias, path=p, lora=lora, residual=residual), p)
-                 for p in cands}
+        times = {p: _time_or_inf(lambda p=p: fp4_gemm(x, w, bias, path=p, lora=lora, residual=residual), p,
+                                 graph=True) for p in cands}
         _DISPATCH[key] = min(times, key=times.get)
     return _DISPATCH[key]
 
@@ -276,9 +276,23 @@ def dequantize_only_above() -> int:
     return max(FUSED_MAX_M, BWD_FUSED_MAX_M, TC_MAX_M if TC_IN_DISPATCH else 0)
 
 
-def _time_or_inf(fn, name: str) -> float:
-    """do_bench milliseconds of fn, or inf (with a message) if it cannot compile or run on this device."""
+def _time_or_inf(fn, name: str, graph: bool = False) -> float:
+    """Milliseconds of one call of fn, or inf (with a message) if it cannot compile or run on this device.
+
+    graph=True (the forward's choice for M 65-512, i.e. decode steps, which the rollout engine replays as CUDA
+    graphs): GPU time of calls replayed in a CUDA graph (triton.testing.do_bench_cudagraph), falling back to the
+    eager timing if fn cannot be captured. Eager timing (do_bench) also counts the host's launch cost whenever it
+    exceeds the kernel's: for the wgmma kernel (TMA descriptors built per call, then the LoRA addmm and the residual
+    add) that cost is tens of microseconds, which a graph replay does not pay. With eager timing the 7B rollout did
+    not change at all with the kernel in the dispatch (issue 22, H100 call 7), although the kernel is 1.3-2x faster
+    in graph-timed GEMMs on o/down shapes at M 128-256: the likely cause, not yet re-measured on a GPU. The backward
+    (training, eager) keeps the eager timing."""
     try:
+        if graph:
+            try:
+                return triton.testing.do_bench_cudagraph(fn, rep=10)
+            except Exception:  # noqa: BLE001 - not capturable: timed as it will run, eagerly
+                torch.cuda.synchronize()
         return triton.testing.do_bench(fn, warmup=5, rep=25)
     except Exception as e:  # noqa: BLE001 - a path that does not compile here is simply not chosen
         print(f"kernels: path {name!r} unavailable: {type(e).__name__}: {str(e)[:200]}", flush=True)

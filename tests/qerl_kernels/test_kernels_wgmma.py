@@ -334,3 +334,33 @@ def test_gpu_dispatch_lora_residual_and_graph_capture():
         graph.replay()
         torch.cuda.synchronize()
         assert torch.equal(out, eager), m
+
+
+def test_dispatch_timing_graph_then_eager_then_inf(monkeypatch):
+    """_time_or_inf(graph=True) times in a CUDA graph (what the engine replays); an uncapturable call falls back
+    to the eager timing; a call that fails both ways is never chosen (inf)."""
+    from qerl_kernels import fp4_launch as L
+
+    calls = []
+
+    def graph(fn, rep):
+        calls.append("graph")
+        if fn() == "uncapturable":
+            raise RuntimeError("operation not permitted when stream is capturing")
+        return 1.0
+
+    def eager(fn, warmup, rep):
+        calls.append("eager")
+        if fn() == "broken":
+            raise RuntimeError("compile error")
+        return 2.0
+
+    monkeypatch.setattr(L.triton.testing, "do_bench_cudagraph", graph)
+    monkeypatch.setattr(L.triton.testing, "do_bench", eager)
+    monkeypatch.setattr(L.torch.cuda, "synchronize", lambda: None)
+    assert L._time_or_inf(lambda: "ok", "swap", graph=True) == 1.0 and calls == ["graph"]
+    calls.clear()
+    assert L._time_or_inf(lambda: "uncapturable", "wgmma", graph=True) == 2.0 and calls == ["graph", "eager"]
+    calls.clear()
+    assert L._time_or_inf(lambda: "ok", "swap") == 2.0 and calls == ["eager"]   # the backward's choice: eager
+    assert L._time_or_inf(lambda: "broken", "tc") == float("inf")
