@@ -261,10 +261,10 @@ def gluon_plan(n_pad: int, k_pad: int, m: int, sms: int, bn: int = 64, ctas_per_
     return dict(MP=mp, tiles=tiles, K_STEPS=k_steps, TOTAL=total, PER=per, grid=grid)
 
 
-def stream_k_split(total: int, ctas: int) -> tuple[int, int]:
-    """(PER, grid): `total` iterations cut into contiguous ranges of PER for at most `ctas` CTAs, none empty (the
-    last may be shorter). Shared by the Gluon kernels (this one and fp4_wgmma)."""
-    per = -(-total // min(total, ctas))
+def stream_k_split(total: int, ctas: int, min_per: int = 1) -> tuple[int, int]:
+    """(PER, grid): `total` iterations cut into contiguous ranges of PER (at least `min_per`) for at most `ctas`
+    CTAs, none empty (the last may be shorter). Shared by the Gluon kernels (this one and fp4_wgmma)."""
+    per = max(min_per, -(-total // min(total, ctas)))
     return per, -(-total // per)
 
 

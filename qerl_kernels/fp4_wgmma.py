@@ -64,9 +64,13 @@ if HAVE_GLUON:
 
     from qerl_kernels.fp4_gluon import _decode, _flush, _fp4_load, _ring, _scale_layout, _tma_load
 
-__all__ = ["MAX_M", "SMEM_BUDGET", "fp4_gemm_wgmma", "wgmma_plan", "launch_args", "default_stages", "smem_bytes"]
+__all__ = ["MAX_M", "MAX_PARTS", "SMEM_BUDGET", "fp4_gemm_wgmma", "wgmma_plan", "launch_args", "default_stages", "smem_bytes"]
 
 MAX_M = 4096          # M blocks of max_mp each; above ~512 dequantize + cuBLAS is the better path (fp4_launch)
+# Stream-K: most CTAs one output tile is cut between. H200 call 6 (kernels.notes.md): with one k-step per CTA the
+# k/v launch (512 x 3584, 14 k-steps a tile) took 35-37 us at M = 128-256 (14 partials a tile) and 26 us at M = 512
+# (twice the work, 7 partials): the last CTA's serial sum of [BN, MP] fp32 partials bounded the small launches.
+MAX_PARTS = 4
 SMEM_BUDGET = 227 * 1024   # Hopper: shared memory one CTA may use
 
 if HAVE_GLUON:
@@ -255,8 +259,8 @@ def default_stages(bn: int, mp: int) -> tuple[int, int]:
 def wgmma_plan(n_pad: int, k_pad: int, m: int, sms: int, bn: int = 128, max_mp: int = 128) -> dict:
     """Stream-K split of one launch (pure arithmetic, testable on CPU): MP = M padded to a power of two in
     16..max_mp, M_BLOCKS = ceil(M / MP), tiles = N_pad / bn * M_BLOCKS, iterations = tiles * K_STEPS cut into one
-    contiguous range of PER per CTA, grid <= sms (one CTA per SM). Returns {MP, M_BLOCKS, tiles, K_STEPS, TOTAL,
-    PER, grid}.
+    contiguous range of PER (>= K_STEPS / MAX_PARTS) per CTA, grid <= sms (one CTA per SM). Returns {MP, M_BLOCKS,
+    tiles, K_STEPS, TOTAL, PER, grid}.
 
     Raises:
         ValueError: K_pad not a multiple of BK, N_pad not a multiple of bn, or M outside 1..MAX_M.
@@ -268,7 +272,9 @@ def wgmma_plan(n_pad: int, k_pad: int, m: int, sms: int, bn: int = 128, max_mp: 
     m_blocks = -(-m // mp)
     tiles, k_steps = n_pad // bn * m_blocks, k_pad // BK
     total = tiles * k_steps
-    per, grid = stream_k_split(total, sms)
+    # at least K_STEPS / MAX_PARTS k-steps per CTA, so at most ~MAX_PARTS + 1 CTAs share a tile: its last CTA sums
+    # the others' partials one after another (fp4_gluon._flush)
+    per, grid = stream_k_split(total, sms, -(-k_steps // MAX_PARTS))
     return dict(MP=mp, M_BLOCKS=m_blocks, tiles=tiles, K_STEPS=k_steps, TOTAL=total, PER=per, grid=grid)
 
 

@@ -44,7 +44,17 @@ def test_plan_covers_every_iteration_once(n_pad, k_pad, m, sms):
     assert p["TOTAL"] == p["tiles"] * p["K_STEPS"]
     # one CTA per SM at most, none empty, every iteration in exactly one range, ranges within one k-step of equal
     assert p["grid"] <= sms and (p["grid"] - 1) * p["PER"] < p["TOTAL"] <= p["grid"] * p["PER"]
-    assert p["PER"] <= p["TOTAL"] / p["grid"] + 1
+    assert p["PER"] <= p["TOTAL"] / p["grid"] + 1 or p["PER"] == -(-p["K_STEPS"] // fp4_wgmma.MAX_PARTS)
+    # no tile is cut between more than MAX_PARTS + 1 CTAs (the last one sums the others' partials serially)
+    for tile in range(p["tiles"]):
+        first, last = tile * p["K_STEPS"], (tile + 1) * p["K_STEPS"] - 1
+        assert last // p["PER"] - first // p["PER"] + 1 <= fp4_wgmma.MAX_PARTS + 1
+
+
+def test_plan_small_launches_keep_k_steps_together():
+    """k/v (512 x 3584) at M = 128: 4 tiles x 14 k-steps; one k-step per CTA would cut every tile 14 ways."""
+    p = fp4_wgmma.wgmma_plan(512, 3584, 128, 132)
+    assert p["PER"] == 4 and p["grid"] == 14
 
 
 @pytest.mark.parametrize("n_pad,k_pad,m", [(128, 128 * 3, 1), (64, 256, 1), (128, 256, 0), (128, 256, 4097)],
