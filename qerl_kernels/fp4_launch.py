@@ -224,8 +224,8 @@ TC_MAX_M = int(os.environ.get("QERL_FP4_TC_MAX_M", "16384"))
 # warps per SM, 80 % of issue slots without an eligible warp), so timing them on first use only costs compiles.
 TC_IN_DISPATCH = os.environ.get("QERL_FP4_TC", "0") not in ("", "0")
 # The Gluon wgmma kernel (fp4_wgmma.py) joins the timed choice above FUSED_MIN_TRY on Hopper: on an H200 (issue 22,
-# results/measured/h200/kernels/call6) it beat the default path on the 7B gate/up and down shapes at M 128-256 by
-# 1.3-2.1x and lost on the q/k/v/o shapes, which the timing leaves to the others. QERL_FP4_WGMMA=0 leaves it out.
+# results/measured/h200/kernels/call6) it beat the default path on the 7B gate/up and down launches at M 128-256 by
+# 1.2-2.0x and lost on the q/k/v/o ones, which the timing leaves to the others. QERL_FP4_WGMMA=0 leaves it out.
 WGMMA_MAX_M = 512
 WGMMA_IN_DISPATCH = os.environ.get("QERL_FP4_WGMMA", "1") not in ("", "0")
 _DISPATCH: dict = {}

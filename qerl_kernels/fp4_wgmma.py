@@ -43,8 +43,10 @@ products accumulate in fp32 in the tensor cores, the per-row factor (and bias) i
 Limits (checked on the host with a clear error): NVFP4 single or concatenated weights (PreparedFP4; not
 SegmentedFP4, not MXFP4, whose uint8 scale rows of one k-step are 8 bytes, under TMA's 16-byte minimum), K_pad a
 multiple of 256, K a multiple of 8 (x's row stride is a TMA stride: a multiple of 16 bytes), 1 <= M <= MAX_M,
-fp16/bf16 activations, Hopper (sm_90). Not in the default dispatch (fp4_launch): it has not run on a GPU yet; the
-benchmark times it as method `nvfp4_wgmma`. Offline build check (no GPU): `python -m qerl_kernels.gluon_compile
+fp16/bf16 activations, Hopper (sm_90). First GPU run: H200 call 6 (qerl_kernels/kernels.notes.md: exact; 1.2-2x the
+default path on the 7B gate/up and down launches at M 128-256, 0.56-0.88x cuBLAS on the layer at M 64-512). In the
+default dispatch as one timed candidate for M 65-512 (fp4_launch.forward_candidates); the benchmark times it as
+method `nvfp4_wgmma`. Offline build check (no GPU): `python -m qerl_kernels.gluon_compile
 --kernel wgmma`.
 """
 from __future__ import annotations
