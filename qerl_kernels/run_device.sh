@@ -43,7 +43,8 @@
 # LoRA and residual against the reference, the chosen path inside a CUDA graph), then the 7B rollout at the batches
 # in $BATCHES (default 256 128) for QeRL with the wgmma kernel out of the dispatch (QERL_FP4_WGMMA=0) and in it, and
 # for BF16 LoRA, side by side (one batch for the three before the next batch, so a call cut short still compares).
-# Writes to $OUT: dispatch-pytest.log, rollout.tgz (the three `qerl profile` folders), rollout.log.
+# Writes to $OUT: dispatch-pytest.log, rollout.tgz (the three `qerl profile` folders, each with rollout.csv and
+# dispatch.json: the kernel path the dispatch chose per shape and M bucket), rollout.log.
 # Usage: COMMIT=$(git rev-parse HEAD) bash qerl_kernels/run_device.sh rollout
 set -o pipefail
 export PYTHONUNBUFFERED=1 TRITON_DEFAULT_FP_FUSION=1

@@ -90,6 +90,19 @@ def _free():
     torch.cuda.empty_cache()
 
 
+def record_dispatch(out: Path, label: str) -> dict:
+    """Add the 4-bit kernels' dispatch choices made so far in this process (qerl_kernels.fp4_launch.dispatch_table:
+    shape, M bucket, dtype, format, ... -> path) to out/dispatch.json under `label`, so a rollout's numbers can be
+    read with the kernels that made them. Returns the file's content."""
+    from qerl_kernels.fp4_launch import dispatch_table
+
+    path = Path(out) / "dispatch.json"
+    table = json.loads(path.read_text()) if path.is_file() else {}
+    table[label] = {str(k): v for k, v in dispatch_table().items()}
+    path.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
+    return table
+
+
 def _oom(where: str, exc: BaseException) -> None:
     print(f"# OOM in {where}: {str(exc).splitlines()[0][:300]} (allocated "
           f"{_gb(torch.cuda.memory_allocated()):.1f} GB, reserved {_gb(torch.cuda.memory_reserved()):.1f} GB)",
@@ -239,6 +252,8 @@ def profile(cfg: dict, out: str | Path, *, archs: list[str], methods: list[str],
                             rollout.add(**key, tokens_per_s="OOM")
                             continue
                         rollout.add(**key, **{k: v for k, v in r.items() if k not in ("timing", "peak")})
+                if rank == main_rank:
+                    record_dispatch(out, f"{name}/{method}")
                 if rank == main_rank and hf_batches:
                     for batch in hf_batches:
                         if not hf.has(model=name, method=method, batch=batch) and not over():

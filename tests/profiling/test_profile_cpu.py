@@ -2,6 +2,7 @@
 the resumable CSV, and a clear error without a GPU."""
 from __future__ import annotations
 
+import json
 import pytest
 import torch
 
@@ -64,3 +65,18 @@ def test_profile_without_gpu_says_so(tmp_path, capsys):
     from qerl.cli import main
     assert main(["profile", "--out", str(tmp_path)]) == 2
     assert "no CUDA device" in capsys.readouterr().err
+
+
+def test_record_dispatch_keeps_each_label(tmp_path, monkeypatch):
+    """qerl profile writes the kernels' dispatch choices beside its CSVs, one entry per model/method, keeping the
+    earlier ones (a resumed run adds to the file)."""
+    from qerl.profiling.run import record_dispatch
+    from qerl_kernels import fp4_launch
+
+    monkeypatch.setattr(fp4_launch, "_DISPATCH", {(3584, 18944, 256, "bf16", 0, False, 0, True, True): "wgmma"})
+    record_dispatch(tmp_path, "Qwen2.5-7B/qerl")
+    monkeypatch.setattr(fp4_launch, "_DISPATCH", {(3584, 18944, 256, "bf16", 0, False, 0, True, True): "swap"})
+    table = record_dispatch(tmp_path, "Qwen2.5-7B/nvfp4_lora")
+    assert json.loads((tmp_path / "dispatch.json").read_text()) == table
+    assert table["Qwen2.5-7B/qerl"] == {"(3584, 18944, 256, 'bf16', 0, False, 0, True, True)": "wgmma"}
+    assert list(table["Qwen2.5-7B/nvfp4_lora"].values()) == ["swap"]
