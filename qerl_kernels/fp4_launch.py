@@ -247,7 +247,11 @@ def _wgmma_eligible(x: torch.Tensor, w) -> bool:
     if not WGMMA_IN_DISPATCH or x.shape[0] > WGMMA_MAX_M or not x.is_cuda or isinstance(w, SegmentedFP4) or \
             w.scale_kind != 0 or interpret_mode():
         return False
-    from qerl_kernels.fp4_gluon import HAVE_GLUON
+    from qerl_kernels.fp4_gluon import BK, HAVE_GLUON
+    # the kernel's TMA tiles: whole 256-column k-steps (K_pad; rows are padded to 128 already) and x rows of a
+    # multiple of 16 bytes; e.g. SmolLM2's K = 576 (K_pad 640) is not taken
+    if (w.words.shape[1] * 8) % BK or w.k % 8:
+        return False
     return HAVE_GLUON and torch.cuda.get_device_capability(x.device)[0] == 9
 
 

@@ -294,6 +294,14 @@ def test_dispatch_candidates_and_switch(monkeypatch):
     mx, _, _ = qerl_kernels.random_prepared("mxfp4", 128, 256, seed=1)
     monkeypatch.setattr(L, "WGMMA_IN_DISPATCH", True)
     assert not L._wgmma_eligible(x(128), mx) and not L._wgmma_eligible(x(128), w)   # MXFP4; CPU
+    # shapes its TMA tiles cannot cover are left out before any device check: K_pad 640 (K = 576)
+    odd, _, _ = qerl_kernels.random_prepared("nvfp4", 128, 576, seed=1)
+    monkeypatch.setattr(L.torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    monkeypatch.setattr(L, "interpret_mode", lambda: False)
+    cuda_like = type("X", (), {"shape": (128, 576), "is_cuda": True, "device": None})()
+    assert not L._wgmma_eligible(cuda_like, odd)
+    cuda_like.shape = (128, 256)
+    assert L._wgmma_eligible(cuda_like, w) == HAVE_GLUON
 
 
 def test_dispatch_wgmma_path_adds_lora_and_residual(monkeypatch):
