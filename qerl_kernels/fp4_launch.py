@@ -151,12 +151,7 @@ def fp4_gemm(x: torch.Tensor, w, bias: torch.Tensor | None = None, *, config: di
         path = {True: "swap", False: "deq"}.get(fused) or _choose_path(x, w, bias, lora, residual)
     if path == "wgmma":  # the Gluon kernel has no LoRA / residual epilogue: both follow as cuBLAS / an add
         from qerl_kernels.fp4_wgmma import fp4_gemm_wgmma  # imports this module: imported here, not at the top
-        y = fp4_gemm_wgmma(x, w, bias, **(config or {}))
-        if lora is not None:
-            y.addmm_(lora[0], lora[1][:w.n].t())
-        if residual is not None:
-            y += residual
-        return y
+        return _add_extras(fp4_gemm_wgmma(x, w, bias, **(config or {})), w, lora, residual)
     if path == "gemv":
         if lora is not None or residual is not None:
             raise ValueError("fp4_gemm: path 'gemv' has no LoRA / residual epilogue")
@@ -173,11 +168,7 @@ def fp4_gemm(x: torch.Tensor, w, bias: torch.Tensor | None = None, *, config: di
                 y += bias
         else:
             y = torch.nn.functional.linear(x, fp4_dequantize(w, x.dtype), bias)
-        if lora is not None:
-            y.addmm_(lora[0], lora[1][:w.n].t())
-        if residual is not None:
-            y += residual
-        return y
+        return _add_extras(y, w, lora, residual)
     x = x.contiguous()
     y = torch.empty((m, w.n), dtype=x.dtype, device=x.device)
     if m == 0:
@@ -229,6 +220,15 @@ TC_IN_DISPATCH = os.environ.get("QERL_FP4_TC", "0") not in ("", "0")
 WGMMA_MAX_M = 512
 WGMMA_IN_DISPATCH = os.environ.get("QERL_FP4_WGMMA", "1") not in ("", "0")
 _DISPATCH: dict = {}
+
+
+def _add_extras(y: torch.Tensor, w, lora: tuple | None, residual: torch.Tensor | None) -> torch.Tensor:
+    """y (+ t @ B^T) (+ residual), in place: the LoRA term and the residual of the paths without that epilogue."""
+    if lora is not None:
+        y.addmm_(lora[0], lora[1][:w.n].t())
+    if residual is not None:
+        y += residual
+    return y
 
 
 def forward_candidates(x: torch.Tensor, w) -> list[str]:
