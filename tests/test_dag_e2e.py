@@ -2,8 +2,10 @@
 has the paper's column beside ours, the claim-by-claim comparison is written, and the Snakemake report shows each
 table (and the claims) as an HTML page, checked in a real browser where Chromium is installed. Then, on copies of
 that finished DAG (the base model and the other runs need no rebuilding): a resume without the weights
-(workflow/resume.sh), and a training job killed in its evaluation then rerun with --rerun-incomplete. Minutes on 2
-cores (the default tiny scale itself is `make reproduce`)."""
+(workflow/resume.sh), and a training job killed in its evaluation then rerun with --rerun-incomplete. Every
+Snakemake run here hands its jobs to one job server (qerl/jobserver.py) that this file starts, rather than to one
+its Snakefile starts per run (tests/test_small_smoke.py runs that path). Minutes on 2 cores (the default tiny scale
+itself is `make reproduce`)."""
 from __future__ import annotations
 
 import base64
@@ -32,19 +34,40 @@ CHROMIUM = next((shutil.which(n) for n in ("chromium", "chromium-browser", "goog
 
 
 @pytest.fixture(scope="module")
-def trimmed_dag(repo_root, tmp_path_factory, trimmed_config):
+def job_server(tmp_path_factory):
+    """The environment of this file's Snakemake runs: ENV with $QERL_JOB_SERVER naming one job server for all of
+    them. Their configs turn resources.job_server off, so no run starts a server of its own: the Snakefile's server
+    imports the stages again in each run (~6-7 CPU-seconds: the trimmed DAG, both Snakemake runs of
+    workflow/resume.sh that have jobs), and the rerun's `qerl train` below would import them itself."""
+    from qerl import jobserver
+
+    path = jobserver.start(os.getpid(), log=tmp_path_factory.mktemp("job_server") / "job_server.log")
+    yield {**ENV, jobserver.ENV_VAR: path}
+    jobserver.stop(path)
+
+
+def _config(trimmed_config, results) -> dict:
+    """The trimmed config writing under `results`, its jobs served by this file's job server (`job_server`)."""
+    cfg = trimmed_config(results)
+    cfg["resources"]["job_server"] = False
+    return cfg
+
+
+@pytest.fixture(scope="module")
+def trimmed_dag(repo_root, tmp_path_factory, trimmed_config, job_server):
     """Run the trimmed DAG once (its .snakemake/ in a temporary folder, not the checkout), then its report."""
     work = tmp_path_factory.mktemp("dag")
     path = work / "trimmed.yaml"
-    path.write_text(yaml.safe_dump(trimmed_config(work / "results")))
+    path.write_text(yaml.safe_dump(_config(trimmed_config, work / "results")))
     # one thread per job (calibrate and quantize ask for 2): jobs run side by side, and beside the other pytest-xdist
     # worker; a 2-thread job on two busy cores ran 3-6x slower than with one
     command = [SNAKEMAKE, "-s", str(repo_root / "Snakefile"), "-d", str(work), "--cores", "2", "--max-threads", "1",
                "--configfile", str(path)]
-    proc = subprocess.run(command, capture_output=True, text=True, timeout=1500, env=ENV)
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=1500, env=job_server)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     report = work / "report.html"
-    proc = subprocess.run(command + ["--report", str(report)], capture_output=True, text=True, timeout=600, env=ENV)
+    proc = subprocess.run(command + ["--report", str(report)], capture_output=True, text=True, timeout=600,
+                          env=job_server)
     assert proc.returncode == 0 and report.exists(), (proc.stdout + proc.stderr)[-4000:]
     return {"results": work / "results" / "tiny", "report": report}
 
@@ -129,14 +152,15 @@ def test_report_table_page_shows_a_table_in_a_browser(trimmed_dag, tmp_path):
 
 
 @pytest.mark.slow
-def test_resume_without_weights_reruns_only_the_unfinished_jobs(trimmed_dag, repo_root, tmp_path, trimmed_config):
+def test_resume_without_weights_reruns_only_the_unfinished_jobs(trimmed_dag, repo_root, tmp_path, trimmed_config,
+                                                                job_server):
     """workflow/resume.sh on a copy of the finished DAG whose models and quantized checkpoints are gone (as packed by
     workflow/run_device.sh, without weights) and one run of a grouped training job unfinished: the models are
     rebuilt, the rest marked current, and then only that run trains, in a job of its own; the group's finished runs
     (QeRL's ablation variants) and every evaluation are left as they were."""
     shutil.copytree(trimmed_dag["results"], tmp_path / "results" / "tiny")
     config = tmp_path / "trimmed.yaml"
-    config.write_text(yaml.safe_dump(trimmed_config(tmp_path / "results")))
+    config.write_text(yaml.safe_dump(_config(trimmed_config, tmp_path / "results")))
     out = tmp_path / "results" / "tiny"
     shutil.rmtree(out / "models")
     shutil.rmtree(out / "quantized")
@@ -151,7 +175,7 @@ def test_resume_without_weights_reruns_only_the_unfinished_jobs(trimmed_dag, rep
     where = ["-s", str(repo_root / "Snakefile"), "-d", str(tmp_path), "--max-threads", "1"]
     proc = subprocess.run(["bash", str(repo_root / "workflow" / "resume.sh"), str(config), *where],
                           capture_output=True, text=True, timeout=900,
-                          env={**ENV, "PATH": f"{_BIN}{os.pathsep}{ENV['PATH']}"})
+                          env={**job_server, "PATH": f"{_BIN}{os.pathsep}{ENV['PATH']}"})
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-4000:]
     assert (out / "models/tiny/base").is_dir() and (out / "quantized/tiny/nvfp4").is_dir()
@@ -163,12 +187,13 @@ def test_resume_without_weights_reruns_only_the_unfinished_jobs(trimmed_dag, rep
     assert all(p.read_bytes() == data for p, data in finished.items())
     assert not set(ran) & {"pretrain_tiny", "calibrate", "quantize", "evaluate", "gen_tiny"}, " ".join(ran)
     plan = subprocess.run([SNAKEMAKE, *where, "--cores", "1", "--configfile", str(config), "-n"],
-                          capture_output=True, text=True, timeout=600, env=ENV)
+                          capture_output=True, text=True, timeout=600, env=job_server)
     assert plan.returncode == 0 and "Nothing to be done" in plan.stdout + plan.stderr, (plan.stdout + plan.stderr)[-3000:]
 
 
 @pytest.mark.slow
-def test_rerun_incomplete_after_kill_in_evaluation_keeps_metrics(trimmed_dag, repo_root, tmp_path, trimmed_config):
+def test_rerun_incomplete_after_kill_in_evaluation_keeps_metrics(trimmed_dag, repo_root, tmp_path, trimmed_config,
+                                                                 job_server):
     """No metrics are lost when Snakemake reruns a training job that was killed.
 
     A DAG killed while a training job evaluates leaves its outputs flagged incomplete; `snakemake --rerun-incomplete`
@@ -179,10 +204,7 @@ def test_rerun_incomplete_after_kill_in_evaluation_keeps_metrics(trimmed_dag, re
     from step 0 again; the group's other run, finished, resumes at its last step). The CLI-level kill (`qerl train`
     killed in a step, metrics.jsonl deleted) is tests/rl/test_trainer.py's."""
     shutil.copytree(trimmed_dag["results"], tmp_path / "results" / "tiny")
-    cfg = trimmed_config(tmp_path / "results")
-    # no job server: it would serve the one `qerl train` of the rerun only (the killed one is tests/kill_in.py's),
-    # for imports as long as that job's own
-    cfg["resources"]["job_server"] = False
+    cfg = _config(trimmed_config, tmp_path / "results")
     config = tmp_path / "config.yaml"
     config.write_text(yaml.safe_dump(cfg, sort_keys=False))
     group = tmp_path / "results/tiny/runs/tiny_grpo/tiny/lora"
@@ -202,7 +224,8 @@ def test_rerun_incomplete_after_kill_in_evaluation_keeps_metrics(trimmed_dag, re
         f'qerl.evaluate.run:evaluate_model 0 "{pidfile}" "$@"; fi\n'
         f'exec "{sys.executable}" -m qerl.cli "$@"\n')
     (bin_dir / "qerl").chmod(0o755)
-    env = {**ENV, "PATH": f"{_BIN}{os.pathsep}{ENV['PATH']}"}
+    # the killed `qerl train` is tests/kill_in.py in a process of its own; the rerun's goes to the job server
+    env = {**job_server, "PATH": f"{_BIN}{os.pathsep}{ENV['PATH']}"}
     first = subprocess.run(["/bin/sh", "-c", 'echo $$ > "$0"; exec "$@"', str(pidfile), *command],
                            capture_output=True, text=True, timeout=600,
                            env={**env, "PATH": f"{bin_dir}{os.pathsep}{env['PATH']}"})

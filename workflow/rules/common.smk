@@ -44,19 +44,27 @@ def write_effective_config(path=CONFIGFILE):
         write_text(path, EFFECTIVE_CONFIG)
 
 
+_STARTED_SERVERS = []  # the socket of the job server this run started, if it started one
+
+
 def start_job_server():
     """With resources.job_server: start this run's job server (qerl/jobserver.py); the jobs' `qerl` finds it
     through $QERL_JOB_SERVER, which they inherit from this process. Called by `onstart`, so a dry run starts none;
     nor does a `--touch` run (no job runs: its server's ~7 CPU-seconds of imports served nothing, twice per
-    workflow/resume.sh)."""
+    workflow/resume.sh). Without it the jobs inherit whatever $QERL_JOB_SERVER Snakemake was started with (a
+    server that outlives the run, as tests/test_dag_e2e.py's)."""
     if config["resources"]["job_server"] and not workflow.touch:
         os.makedirs(f"{R}/logs", exist_ok=True)
-        os.environ[jobserver.ENV_VAR] = jobserver.start(os.getpid(), log=f"{R}/logs/job_server.log")
+        path = jobserver.start(os.getpid(), log=f"{R}/logs/job_server.log")
+        os.environ[jobserver.ENV_VAR] = path
+        _STARTED_SERVERS.append(path)
 
 
 def stop_job_server():
-    """Stop the job server of this run, if it started one (`onsuccess`, `onerror`)."""
-    jobserver.stop(os.environ.pop(jobserver.ENV_VAR, None))
+    """Stop the job server this run started, if it started one (`onsuccess`, `onerror`); a server named by an
+    inherited $QERL_JOB_SERVER is not this run's to stop."""
+    while _STARTED_SERVERS:
+        jobserver.stop(_STARTED_SERVERS.pop())
 
 
 MODEL = config["model"]["name"]
