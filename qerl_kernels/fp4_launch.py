@@ -258,14 +258,15 @@ def _wgmma_eligible(x: torch.Tensor, w) -> bool:
 def _choose_path(x: torch.Tensor, w, bias, lora=None, residual=None) -> str:
     """The first of `forward_candidates` when it is the only one; else the fastest, timed once per shape, M
     bucket and epilogue (do_bench of the whole call, LoRA and residual included: "wgmma" adds them as separate
-    launches, "swap" in its epilogue). Interpreter, CPU and graph capture: the first candidate."""
-    cands = forward_candidates(x, w)
-    if len(cands) == 1:
-        return cands[0]
+    launches, "swap" in its epilogue). Interpreter, CPU and graph capture: the first candidate. A call whose
+    choice was made once reads it from the table before anything else (this runs on every eager call)."""
+    if x.shape[0] <= FUSED_MIN_TRY:
+        return "swap"
     key = (w.n, w.k, _bucket_m(x.shape[0]), x.dtype, w.scale_kind, isinstance(w, SegmentedFP4), x.device.index,
            lora is not None, residual is not None)
     if key not in _DISPATCH:
-        if interpret_mode() or not x.is_cuda or torch.cuda.is_current_stream_capturing():
+        cands = forward_candidates(x, w)
+        if len(cands) == 1 or interpret_mode() or not x.is_cuda or torch.cuda.is_current_stream_capturing():
             return cands[0]
         times = {p: _time_or_inf(lambda p=p: fp4_gemm(x, w, bias, path=p, lora=lora, residual=residual), p,
                                  graph=True) for p in cands}

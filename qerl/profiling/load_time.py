@@ -65,18 +65,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--layers", type=int, default=None, help="decoder layers (default: the architecture's)")
     parser.add_argument("--format", default="nvfp4", choices=["nvfp4", "mxfp4"])
     parser.add_argument("--device", default="cuda")
-    parser.add_argument("--folder", type=Path, default=None, help="where to write the checkpoint (default: a "
-                        "temporary folder, removed at the end)")
-    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--folder", type=Path, default=None, help="the folder to write the checkpoint under, in a "
+                        "temporary folder removed at the end (default: the system's temporary folder)")
+    parser.add_argument("--child", type=Path, default=None, help=argparse.SUPPRESS)  # the load, in its own process
     args = parser.parse_args(argv)
     if args.child:
-        print(json.dumps(time_load(args.folder, args.device)))
+        print(json.dumps(time_load(args.child, args.device)))
         return 0
     with tempfile.TemporaryDirectory(dir=args.folder) as tmp:
         folder = Path(tmp) / "quantized"
         report = {"arch": args.arch, "layers": args.layers, "format": args.format, "device": args.device}
         report |= write_checkpoint(args.arch, args.format, folder, args.device, args.layers)
-        done = subprocess.run([sys.executable, "-m", "qerl.profiling.load_time", "--child", "--folder", str(folder),
+        done = subprocess.run([sys.executable, "-m", "qerl.profiling.load_time", "--child", str(folder),
                                "--device", args.device], capture_output=True, text=True)
         if done.returncode:
             sys.stderr.write(done.stderr[-3000:])
