@@ -133,14 +133,21 @@ def bandwidth_table(rows, ceiling_gbs, model, method: str = "nvfp4_gluon") -> li
     return out + [""]
 
 
+def _launches(rows, model, method) -> tuple[dict, list]:
+    """The per-launch tables' rows of `model` by (layer, M, method), and the (layer, M) pairs `method` was timed
+    at, in layer order (the 7 layers, then the groups; others last), then by M."""
+    order = LAYERS + GROUPED_LAYERS
+    t = {(r["layer"], r["M"], r["method"]): r for r in rows if r["model"] == model}
+    keys = sorted({(r["layer"], r["M"]) for r in rows if r["model"] == model and r["method"] == method},
+                  key=lambda lm: (order.index(lm[0]) if lm[0] in order else len(order), lm[1]))
+    return t, keys
+
+
 def wgmma_shape_table(rows, model) -> list[str]:
     """Issue 22, per launch: the wgmma kernel (nvfp4_wgmma) against cuBLAS and the default path on every shape and
     M, with the tensor-core rate each reaches (TFLOP/s: 2 M N K / time) and the wgmma kernel's share of the read
     ceiling: which of the two bounds a launch sits at (kernels.notes.md predicts both per 7B shape)."""
-    t = {(r["layer"], r["M"], r["method"]): r for r in rows if r["model"] == model}
-    keys = sorted({(r["layer"], r["M"]) for r in rows if r["model"] == model and r["method"] == "nvfp4_wgmma"},
-                  key=lambda lm: (LAYERS + GROUPED_LAYERS).index(lm[0]) * 10 ** 5 + lm[1]
-                  if lm[0] in LAYERS + GROUPED_LAYERS else 10 ** 9)
+    t, keys = _launches(rows, model, "nvfp4_wgmma")
     if not keys:
         return []
     out = [f"## Qwen2.5-{model}: the wgmma kernel per launch (us; x = the other's time / this one's)", "",
@@ -161,10 +168,7 @@ def wgmma_shape_table(rows, model) -> list[str]:
 def gemv_shape_table(rows, model) -> list[str]:
     """Issue 22 item 4, per launch: the skinny-M kernel (nvfp4_gemv, mxfp4_gemv) against cuBLAS and the default
     path on every shape and M, with its share of the read ceiling (pct_ceiling)."""
-    t = {(r["layer"], r["M"], r["method"]): r for r in rows if r["model"] == model}
-    keys = sorted({(r["layer"], r["M"]) for r in rows if r["model"] == model and r["method"] == "nvfp4_gemv"},
-                  key=lambda lm: (LAYERS + GROUPED_LAYERS).index(lm[0]) * 100 + lm[1]
-                  if lm[0] in LAYERS + GROUPED_LAYERS else 10 ** 6)
+    t, keys = _launches(rows, model, "nvfp4_gemv")
     if not keys:
         return []
     out = [f"## Qwen2.5-{model}: the skinny-M kernel per launch (us; x = the other's time / this one's)", "",
