@@ -188,6 +188,14 @@ def _time_knobs(kernel, x, p, copies, ref, knobs: dict, label: str):
     return t, err
 
 
+def _print_best(head: str, best: list[tuple], tail: str = "") -> None:
+    """The sweep's summary line: `head`: the three fastest knob sets (seconds first in each tuple) and `tail`;
+    nothing when no knob set ran."""
+    if best:
+        top = "; ".join(f"{c[1:]} {c[0] * 1e3:.1f}us" for c in sorted(best)[:3])
+        print(f"{head}: {top}{tail}", flush=True)
+
+
 def sweep_gluon(args) -> int:
     """Time every GLUON_SWEEP config of the Gluon kernel (rotating weight copies, as the benchmark) per shape and M."""
     from qerl_kernels.fp4_gluon import fp4_gemm_gluon
@@ -201,9 +209,7 @@ def sweep_gluon(args) -> int:
             best.append((t, bn, nw, st, cps))
             print(f"gluon {shape} M={m} bn={bn} warps={nw} stages={st} ctas/SM={cps}: {t * 1e3:7.1f} us "
                   f"{p.nbytes / t / 1e6:6.0f} GB/s err {err:.1e}", flush=True)
-        if best:
-            top = "; ".join(f"{c[1:]} {c[0] * 1e3:.1f}us" for c in sorted(best)[:3])
-            print(f"gluon best {shape} M={m} (bn, warps, stages, ctas/SM): {top}", flush=True)
+        _print_best(f"gluon best {shape} M={m} (bn, warps, stages, ctas/SM)", best)
     return 0
 
 
@@ -222,10 +228,8 @@ def sweep_wgmma(args) -> int:
             print(f"wgmma {shape} M={m} warps={nw} max_mp={mp} ks={ks} stages={ws}/{xs}: {t * 1e3:7.1f} us "
                   f"{2 * m * p.n * p.k / t / 1e9:6.0f} TFLOP/s {p.nbytes / t / 1e6:6.0f} GB/s x{t_bf / t:.2f} bf16 "
                   f"x{t_def / t:.2f} default err {err:.1e}", flush=True)
-        if best:
-            top = "; ".join(f"{c[1:]} {c[0] * 1e3:.1f}us" for c in sorted(best)[:3])
-            print(f"wgmma best {shape} M={m} (warps, max_mp, ks, wstages, xstages): {top} | default "
-                  f"{t_def * 1e3:.1f}us bf16 {t_bf * 1e3:.1f}us", flush=True)
+        _print_best(f"wgmma best {shape} M={m} (warps, max_mp, ks, wstages, xstages)", best,
+                    f" | default {t_def * 1e3:.1f}us bf16 {t_bf * 1e3:.1f}us")
     return 0
 
 
@@ -250,10 +254,8 @@ def sweep_gemv(args) -> int:
                 print(f"gemv {shape} M={m} {mode} bn={bn} bw={bw} warps={nw} stages={ns} ctas/SM={cps}: "
                       f"{t * 1e3:7.1f} us {p.nbytes / t / 1e6:6.0f} GB/s x{t_bf / t:.2f} bf16 "
                       f"x{t_def / t:.2f} default err {err:.1e}", flush=True)
-        if best:
-            top = "; ".join(f"{c[1:]} {c[0] * 1e3:.1f}us" for c in sorted(best)[:3])
-            print(f"gemv best {shape} M={m} {mode} (bn, bw, warps, stages, ctas/SM): {top} | default "
-                  f"{t_def * 1e3:.1f}us heuristic {t_heur * 1e3:.1f}us bf16 {t_bf * 1e3:.1f}us", flush=True)
+        _print_best(f"gemv best {shape} M={m} {mode} (bn, bw, warps, stages, ctas/SM)", best,
+                    f" | default {t_def * 1e3:.1f}us heuristic {t_heur * 1e3:.1f}us bf16 {t_bf * 1e3:.1f}us")
     return 0
 
 
