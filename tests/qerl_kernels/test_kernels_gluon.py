@@ -47,15 +47,8 @@ def test_plan_rejects_unsupported(n_pad, k_pad, m):
         fp4_gluon.gluon_plan(n_pad, k_pad, m, 132)
 
 
-@pytest.mark.skipif(not fp4_gluon.HAVE_GLUON, reason="no triton.experimental.gluon")
-def test_rejects_mxfp4_and_cpu_inputs():
-    mx, _, _ = qerl_kernels.random_prepared("mxfp4", 128, 256, seed=0)
-    nv, _, _ = qerl_kernels.random_prepared("nvfp4", 128, 256, seed=0)
-    x = torch.randn(2, 256, dtype=torch.bfloat16)
-    with pytest.raises(ValueError, match="NVFP4"):
-        fp4_gluon.fp4_gemm_gluon(x, mx)
-    with pytest.raises(ValueError, match="CUDA"):
-        fp4_gluon.fp4_gemm_gluon(x, nv)
+# The operand checks (MXFP4, CPU x, wrong x, SegmentedFP4, x off the weight's device), shared with the wgmma
+# kernel (fp4_gluon.check_operands): tests/qerl_kernels/test_kernels_wgmma.py, for both kernels.
 
 
 def test_compile_variants_cover_the_benchmark_and_the_sweep():

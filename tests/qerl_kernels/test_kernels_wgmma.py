@@ -138,21 +138,26 @@ def test_launch_args_default_launch():
 
 
 @needs_gluon
-def test_rejects_mxfp4_cpu_and_bad_bias():
+@pytest.mark.parametrize("kernel", ["fp4_gemm_wgmma", "fp4_gemm_gluon"])
+def test_rejects_mxfp4_cpu_wrong_x_and_segmented(kernel):
+    """Both Gluon kernels' operand check (fp4_gluon.check_operands): MXFP4, a CPU x, x of the wrong width or
+    dtype, a SegmentedFP4 weight."""
+    from qerl_kernels import fp4_gluon
+    fn = getattr(fp4_wgmma if kernel == "fp4_gemm_wgmma" else fp4_gluon, kernel)
     mx, _, _ = qerl_kernels.random_prepared("mxfp4", 128, 256, seed=0)
     nv, _, _ = qerl_kernels.random_prepared("nvfp4", 128, 256, seed=0)
     x = torch.randn(2, 256, dtype=torch.bfloat16)
     with pytest.raises(ValueError, match="NVFP4"):
-        fp4_wgmma.fp4_gemm_wgmma(x, mx)
+        fn(x, mx)
     with pytest.raises(ValueError, match="CUDA"):
-        fp4_wgmma.fp4_gemm_wgmma(x, nv)
+        fn(x, nv)
     with pytest.raises(ValueError, match="x must be"):
-        fp4_wgmma.fp4_gemm_wgmma(torch.randn(2, 128, dtype=torch.bfloat16), nv)
+        fn(torch.randn(2, 128, dtype=torch.bfloat16), nv)
     with pytest.raises(ValueError, match="x must be"):
-        fp4_wgmma.fp4_gemm_wgmma(x.float(), nv)
+        fn(x.float(), nv)
     seg = layout.segment_prepared([nv])
     with pytest.raises(ValueError, match="PreparedFP4"):
-        fp4_wgmma.fp4_gemm_wgmma(x, seg)
+        fn(x, seg)
 
 
 def test_compile_variants_cover_the_7b_shapes_and_rl_batch_sizes():
