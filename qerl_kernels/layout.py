@@ -14,7 +14,8 @@ CPU callers). No Triton here: this module, and the torch reference path over it,
 2. NVFP4 scales are stored re-encoded as "e5m3" bytes (value 2**(e5 - 10) * (1 + m3 / 8), `e4m3_to_e5m3`) so that
    two of them become an fp16x2 or bf16x2 register with one shift-add.
 3. Per-row output factors (`out_scales` [2, N_pad], `row_out_scales`) let several weights of one K run as one launch
-   (`concat_prepared`: q/k/v, gate/up), each with its own per-tensor scale.
+   (`concat_prepared`: q/k/v, gate/up), each with its own per-tensor scale; `stacked_view` gives the same group
+   without a copy when the members already are consecutive rows of one allocation.
 4. Segments (`segment_prepared`, SegmentedFP4): the same one launch over weights left where they are (a model's own
    q/k/v buffers): each 128-row block of the virtual stacked weight reads its member's words, scales and factors
    through an offset table, so a reader (the decode engine) groups them without copying or re-homing them.
@@ -35,8 +36,8 @@ from qerl_kernels.reference import E2M1_VALUES, pack_codes, unpack_codes
 
 __all__ = [
     "CHUNK", "ROW_ALIGN", "PreparedFP4", "PreparedCache", "SegmentedFP4", "segment_prepared", "prepare_codes",
-    "unprepare_codes", "padded_shape", "row_out_scales", "concat_prepared", "e4m3_to_e5m3", "e5m3_to_float",
-    "dequantize_prepared_reference", "interpret_mode",
+    "unprepare_codes", "padded_shape", "row_out_scales", "concat_prepared", "stacked_view", "e4m3_to_e5m3",
+    "e5m3_to_float", "dequantize_prepared_reference", "interpret_mode",
 ]
 
 CHUNK = 128      # k elements per storage chunk (16 words per row)
@@ -142,22 +143,55 @@ def concat_prepared(members) -> PreparedFP4:
     Raises:
         ValueError: mismatched K, format or device, or an empty list.
     """
+    members, parts = _group_parts(members, "concat_prepared")
+    return PreparedFP4(torch.cat([p.words for p in members]).contiguous(),
+                       torch.cat([p.scales for p in members]).contiguous(),
+                       torch.cat([p.out_scales for p in members], dim=1).contiguous(),
+                       parts[-1][0] + parts[-1][1], members[0].k, members[0].scale_kind, parts)
+
+
+def stacked_view(members) -> PreparedFP4 | None:
+    """The group `concat_prepared(members)` builds, as views and without a copy, when the members' words and scales
+    already are consecutive rows of one allocation each (QuantLinear layers after
+    `qerl.layers.quant_linear.share_kernel_storage`); None when they are not. Only `out_scales` ([2, N_pad] float32,
+    8 bytes a row) is concatenated anew.
+
+    Raises:
+        ValueError: members that cannot form a group (as `concat_prepared`).
+    """
+    members, parts = _group_parts(members, "stacked_view")
+    views = []
+    for name in ("words", "scales"):
+        ts = [getattr(p, name) for p in members]
+        base = ts[0]
+        at = base.data_ptr()
+        for t in ts:
+            if not t.is_contiguous() or t.shape[1:] != base.shape[1:] or t.dtype != base.dtype or \
+                    t.untyped_storage().data_ptr() != base.untyped_storage().data_ptr() or t.data_ptr() != at:
+                return None
+            at += t.numel() * t.element_size()
+        rows = sum(t.shape[0] for t in ts)
+        views.append(base.as_strided((rows, *base.shape[1:]), base.stride()))
+    return PreparedFP4(views[0], views[1], torch.cat([p.out_scales for p in members], dim=1).contiguous(),
+                       parts[-1][0] + parts[-1][1], members[0].k, members[0].scale_kind, parts)
+
+
+def _group_parts(members, op: str) -> tuple[list, tuple]:
+    """(members as a list, ((first row, rows) of each member in the stacked weight)) after checking they can form a
+    group: equal K, format and device, none a group itself."""
     members = list(members)
     if not members:
-        raise ValueError("concat_prepared: no weights given")
+        raise ValueError(f"{op}: no weights given")
     k, kind, dev = members[0].k, members[0].scale_kind, members[0].words.device
     for p in members:
         if p.k != k or p.scale_kind != kind or p.words.device != dev or p.parts:
-            raise ValueError(f"concat_prepared: members must share K, format and device and not be groups; got "
+            raise ValueError(f"{op}: members must share K, format and device and not be groups; got "
                              f"{[(q.n, q.k, q.scale_kind, str(q.words.device), bool(q.parts)) for q in members]}")
     parts, row = [], 0
     for p in members:
         parts.append((row, p.n))
         row += p.words.shape[0]
-    return PreparedFP4(torch.cat([p.words for p in members]).contiguous(),
-                       torch.cat([p.scales for p in members]).contiguous(),
-                       torch.cat([p.out_scales for p in members], dim=1).contiguous(),
-                       parts[-1][0] + parts[-1][1], k, kind, tuple(parts))
+    return members, tuple(parts)
 
 
 @dataclass

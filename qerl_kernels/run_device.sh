@@ -40,7 +40,8 @@
 #
 # Mode `rollout` (issue 22: the wgmma kernel in the default dispatch, ~8 minutes on one H100; carry .wb/ for
 # jsonschema, which `qerl profile` needs to read config/paper.yaml): the dispatch's GPU test (every forced path with
-# LoRA and residual against the reference, the chosen path inside a CUDA graph), then the 7B rollout at the batches
+# LoRA and residual against the reference, the chosen path inside a CUDA graph), the decode engine's and QuantLinear's
+# tests (4 xdist workers), then the 7B rollout at the batches
 # in $BATCHES (default 256 128) for QeRL with the wgmma kernel out of the dispatch (QERL_FP4_WGMMA=0) and in it, and
 # for BF16 LoRA, side by side (one batch for the three before the next batch, so a call cut short still compares).
 # Writes to $OUT: dispatch-pytest.log, rollout.tgz (the three `qerl profile` folders, each with rollout.csv and
@@ -113,10 +114,11 @@ if [ "${1:-}" = rollout ]; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .wb/*.whl \
       && export PYTHONPATH=$PWD:/tmp/site
   fi
-  stamp "rollout: dispatch GPU test"
-  timeout "${PYTEST_S:-120}" python3 -m pytest tests/qerl_kernels/test_kernels_wgmma.py -k "dispatch" -q -rfE \
-    -p no:cacheprovider > "$W/dispatch-pytest.log" 2>&1
-  stamp "rollout: dispatch GPU test rc=$?"; tail -5 "$W/dispatch-pytest.log"; cp "$W/dispatch-pytest.log" "$OUT/"
+  stamp "rollout: dispatch and engine GPU tests"
+  timeout "${PYTEST_S:-150}" python3 -m pytest tests/qerl_kernels/test_kernels_wgmma.py -k "dispatch or engine or quant_linear" \
+    tests/rl/test_engine.py tests/layers/test_quant_linear.py -n 4 -q -rfE -p no:cacheprovider \
+    > "$W/dispatch-pytest.log" 2>&1
+  stamp "rollout: GPU tests rc=$?"; tail -5 "$W/dispatch-pytest.log"; cp "$W/dispatch-pytest.log" "$OUT/"
   for b in ${BATCHES:-256 128}; do
     for run in qerl:0 qerl:1 lora:1; do
       method=${run%%:*}; on=${run##*:}; dir=$W/prof_${method}_wgmma$on

@@ -12,6 +12,7 @@ from qerl.layers.quant_linear import (
     expected_nbytes,
     model_nbytes,
     quantize_,
+    share_kernel_storage,
 )
 
 __all__ = [
@@ -24,6 +25,7 @@ __all__ = [
     "expected_nbytes",
     "model_nbytes",
     "quantize_",
+    "share_kernel_storage",
     "w4a16_linear",
     "w4a16_linear_reference",
 ]

@@ -41,6 +41,7 @@ from qerl.layers.ops import dequantize_weight, w4a16_linear, w4a16_linear_prepar
 __all__ = [
     "DEFAULT_TARGETS",
     "QuantLinear",
+    "share_kernel_storage",
     "NVFP4Config",
     "MXFP4Config",
     "quantize_",
@@ -340,6 +341,46 @@ class QuantLinear(nn.Module):
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "
                 f"fmt={self.fmt}, compute_dtype={self.compute_dtype}")
+
+
+def share_kernel_storage(layers):
+    """One prepared group over QuantLinear layers of one K and format (q/k/v, gate/up) whose rows ARE the layers'
+    kernel buffers: each layer's `w4_words` / `w4_scales` become row views of one allocation per tensor kind.
+
+    Why: the decode engine runs such layers as one launch. A `concat_prepared` copy would hold their 4.5 bits per
+    weight a second time (~2.9 GB for Qwen2.5-7B), and the no-copy `segment_prepared` view is a different operand
+    that the wgmma and skinny-M kernels do not take; a group whose members sit in one allocation is an ordinary
+    contiguous group for every kernel, at no extra memory. The values do not change (the layers' forward,
+    state_dict and `dense_weight` give the same), the buffers stay non-persistent, and a call on layers that
+    already share their storage returns the group again without copying (`qerl_kernels.layout.stacked_view`).
+    Moving a layer (`.to(device)`) gives it its own buffers again.
+
+    Args:
+        layers: QuantLinear layers of equal in_features and format, on one device (prepared here if needed).
+
+    Returns:
+        qerl_kernels.PreparedFP4 with `parts` (one per layer, in order), viewing the layers' buffers.
+
+    Raises:
+        ValueError: layers of different K, format or device.
+    """
+    import qerl_kernels
+    from qerl_kernels.layout import stacked_view
+
+    layers = list(layers)
+    for layer in layers:
+        layer.prepare_kernels()
+    members = [layer.prepared() for layer in layers]
+    group = stacked_view(members)
+    if group is not None:
+        return group
+    group = qerl_kernels.concat_prepared(members)
+    with torch.no_grad():
+        for layer, p, (row, _) in zip(layers, members, group.parts):
+            rows = p.words.shape[0]
+            layer._buffers["w4_words"] = group.words[row:row + rows]
+            layer._buffers["w4_scales"] = group.scales[row:row + rows]
+    return group
 
 
 # ---- torchao-shaped conversion API ------------------------------------------------------------------------------

@@ -8,15 +8,17 @@ is captured once per attention bucket as a CUDA graph and replayed.
 
 It does not modify the model it reads. Its projection groups (qerl.rl.engine_groups) ask the layers for what they
 need through their public API and keep their own copies only of what is small (the LoRA factors, the q/k/v biases,
-for BF16 bases the concatenated q/k/v weights); 4-bit weights are read in place on CUDA. RMSNorm weights are read in
+for BF16 bases the concatenated q/k/v weights); 4-bit weights are read in place on CUDA (a q/k/v or gate/up group's
+layers re-homed once into one allocation, values unchanged). RMSNorm weights are read in
 place, so AQN noise written into them (qerl.noise) is seen by the next replay and its exact restore by the one after.
 
 One decoder layer of the decode step (batch B, one token per row), kernels in brackets:
     x = rmsnorm(h)                                          [qerl_kernels.decode.rmsnorm; fused with the residual add]
     t = x A_qkv^T                                           [cuBLAS: the three LoRA down-products at once; hidden
                                                              size <= 2048: in the norm's kernel (rmsnorm_lora)]
-    y = x W_qkv^T                                           [NVFP4: one qerl_kernels.fp4_gemm over q/k/v kept where they
-                                                             are (segment_prepared); BF16: one cuBLAS GEMM]
+    y = x W_qkv^T                                           [NVFP4: one qerl_kernels.fp4_gemm over q/k/v, the layers'
+                                                             buffers re-homed into one allocation
+                                                             (share_kernel_storage); BF16: one cuBLAS GEMM]
     q, cache[slot] = rope(y + t B^T + b)                    [qerl_kernels.decode.qkv_rope_cache]
     a = attention(q, cache[:slot + 1])                      [qerl_kernels.decode.decode_attention: split-K + combine,
                                                              one kernel when batch x kv_heads fills the GPU]

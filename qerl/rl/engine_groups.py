@@ -1,15 +1,18 @@
 """A projection group of the decode engine (qerl.rl.engine): the linear layers that read one input (q/k/v, gate/up,
 or a single o / down), the frozen bases they read, their stacked LoRA factors, and how the group's output is computed.
 
-The engine does not modify the model it reads. A group asks the layers for what it needs through their public API
+The engine does not modify the model's values. A group asks the layers for what it needs through their public API
 (`qerl.layers.lora.adapter_factors`, `QuantLinear.kernel_weight`) and keeps its own copies only of what is small:
 the LoRA factors (A stacked, B scaled; refreshed at every `generate`, so an optimizer step between generations is
 seen), the q/k/v biases and, for BF16 bases, the q/k/v weights concatenated (0.9 GB for Qwen2.5-7B, ~6 % of its
 BF16 weights; `copy_dense_qkv=False` runs three GEMMs instead). bitsandbytes NF4 layers marked by
 `baselines.nf4.mark_decode_dequantized` (config model.nf4_decode: dequantized) are the exception: the group holds
 their dequantized weights, concatenated, and runs them as BF16 bases. 4-bit weights are read in place on CUDA (a
-QuantLinear converts its buffers to the kernels' layout, as its own first CUDA forward does); on the CPU, where the
-layers are left as they are, the engine holds a prepared copy of them. A group watches the addresses of the tensors
+QuantLinear converts its buffers to the kernels' layout, as its own first CUDA forward does), and the members of a
+4-bit q/k/v or gate/up group are re-homed once into one allocation (`share_kernel_storage`: the layers' buffers
+become row views of it, values unchanged), so the group is an ordinary contiguous operand that every kernel takes
+(the wgmma and skinny-M kernels among them) without a second copy of the weights; on the CPU, where the layers are
+left as they are, the engine holds a prepared copy of them. A group watches the addresses of the tensors
 it reads in place: when the model's tensors were replaced, `refresh` rebuilds it (and the engine drops its captured
 CUDA graphs, which read the stale addresses).
 
@@ -30,8 +33,8 @@ class Group:
     one cuBLAS product for all their LoRA down-projections (t = x A_cat^T), and their LoRA up-projections stacked
     by rows (`lora_b`, scaled, rank padded to R) for the kernel that consumes the outputs.
 
-    Kinds: "fp4" (QuantLinear bases: qerl_kernels.segment_prepared views of their own buffers, or the single prepared
-    weight), "dense" (frozen nn.Linear: the module's weight, or for several members an engine-owned concatenation;
+    Kinds: "fp4" (QuantLinear bases: one prepared group over their own buffers, `share_kernel_storage`, or the single
+    prepared weight), "dense" (frozen nn.Linear: the module's weight, or for several members an engine-owned concatenation;
     or bitsandbytes NF4 layers marked for a dequantized decode: their dequantized weights, engine-owned), "bases"
     (other frozen bases, e.g. unmarked bitsandbytes layers: called one by one), "call" (modules called as they are, LoRA
     included: merged or DoRA adapters, several adapters, trainable bases, fuse=False)."""
@@ -68,12 +71,17 @@ class Group:
     # ---- construction and refresh ------------------------------------------------------------------------------
     def _build(self) -> None:
         import qerl_kernels
+        from qerl.layers import share_kernel_storage
         from qerl_kernels.decode import lora_rank_pad
 
         bases = self.bases
         if self.kind == "fp4":
-            self.members = [b.kernel_weight(in_place=self.in_place) for b in bases]
-            self.w = self.members[0] if len(bases) == 1 else qerl_kernels.segment_prepared(self.members)
+            if self.in_place and len(bases) > 1:  # the layers' buffers become rows of one allocation, once
+                self.w = share_kernel_storage(bases)
+                self.members = [b.kernel_weight() for b in bases]
+            else:  # a single weight read in place, or (CPU) prepared copies
+                self.members = [b.kernel_weight(in_place=self.in_place) for b in bases]
+                self.w = self.members[0] if len(bases) == 1 else qerl_kernels.concat_prepared(self.members)
             self.parts = [(0, self.sizes[0])] if len(bases) == 1 else list(self.w.parts)
         elif self.kind == "dense":
             if self.dequantized:  # frozen: dequantized once, until the layers' weights are replaced

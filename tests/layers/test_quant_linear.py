@@ -134,6 +134,46 @@ def test_kept_dense_weight_gives_the_same_numbers_and_follows_the_buffers(linear
     assert q.dense_weight(torch.float32) is None
 
 
+@pytest.mark.parametrize("fmt", FMTS)
+def test_share_kernel_storage_rehomes_the_buffers_without_changing_anything_a_reader_sees(fmt):
+    """share_kernel_storage: the layers' kernel buffers become consecutive row views of one allocation (the group
+    concat_prepared would copy, bit for bit), their forward, state_dict and bytes held do not change, and a second
+    call (a new decode engine on the same model) returns the same group without copying."""
+    import qerl_kernels
+    from qerl.layers import share_kernel_storage
+    from qerl_kernels.layout import stacked_view
+
+    torch.manual_seed(1)
+    layers = [QuantLinear.from_linear(nn.Linear(256, n, bias=n == 40), fmt) for n in (200, 40, 40)]
+    holder = nn.ModuleList(layers)
+    x = torch.randn(3, 256)
+    for q in layers:
+        q.prepare_kernels()
+    before = [q(x) for q in layers]
+    sd = {k: v.clone() for k, v in holder.state_dict().items()}
+    nbytes = model_nbytes(holder)
+    copy = qerl_kernels.concat_prepared([q.prepared() for q in layers])
+    assert stacked_view([q.prepared() for q in layers]) is None  # separate allocations: no view
+    group = share_kernel_storage(layers)
+    for name in ("words", "scales", "out_scales"):
+        assert torch.equal(getattr(group, name), getattr(copy, name))
+    assert (group.n, group.k, group.parts) == (copy.n, copy.k, copy.parts) == (256 + 128 + 40, 256,
+                                                                               ((0, 200), (256, 40), (384, 40)))
+    for q, (row, _) in zip(layers, group.parts):
+        assert q.w4_words.untyped_storage().data_ptr() == group.words.untyped_storage().data_ptr()
+        assert q.w4_words.data_ptr() == group.words[row].data_ptr()
+        assert q.w4_scales.data_ptr() == group.scales[row].data_ptr()
+    assert [torch.equal(q(x), y) for q, y in zip(layers, before)] == [True] * 3
+    after = holder.state_dict()
+    assert after.keys() == sd.keys() and all(torch.equal(after[k], v) for k, v in sd.items())
+    assert model_nbytes(holder) == nbytes
+    again = share_kernel_storage(layers)
+    assert again.words.data_ptr() == group.words.data_ptr() and again.scales.data_ptr() == group.scales.data_ptr()
+    assert torch.equal(again.words, copy.words) and again.parts == copy.parts
+    with pytest.raises(ValueError, match="share K"):
+        share_kernel_storage([layers[0], QuantLinear.from_linear(nn.Linear(128, 8), fmt)])
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the CUDA kernels' dispatch")
 @pytest.mark.parametrize("fmt", FMTS)
 def test_cuda_kept_dense_weight_is_the_dispatch_product_above_its_fused_limit(fmt):

@@ -11,6 +11,7 @@ from qerl.data.prompts import build_prompt
 from qerl.models.tiny import build_model, build_tokenizer
 from qerl.rl.engine import DecodeEngine, supports
 from qerl.rl.rollout import sequence_logprobs
+from qerl_kernels import PreparedFP4
 
 QUESTIONS = ("Ann has 3 pens . How many pens does Ann have now ?",
              "Ben has 12 cups . Ben eats 5 cups . How many cups does Ben have now ?",
@@ -176,6 +177,10 @@ def test_cuda_graphs_and_grouping_match_eager(method):
     kinds = fast.group_kinds()
     assert kinds == {"qlora": {"bases"}, "lora": {"dense"}, "qerl": {"fp4"}}[method], kinds
     assert eager.group_kinds() == {"call"} and fast.use_triton and not eager.use_triton
+    if method == "qerl":  # q/k/v and gate/up: one contiguous group over the layers' own buffers (no copy)
+        for g in (fast._groups[0][0], fast._groups[0][2]):
+            assert isinstance(g.w, PreparedFP4) and len(g.w.parts) == len(g.members) > 1
+            assert {p.words.untyped_storage().data_ptr() for p in g.members} == {g.w.words.untyped_storage().data_ptr()}
     # random weights give near-flat distributions, so greedy paths part at the first near-tie (the fused kernels
     # round differently from the module calls): both must sample what the model computes, teacher-forced
     assert torch.equal(a.tokens[:, 0], b.tokens[:, 0]), (a.tokens[:, :4], b.tokens[:, :4])
