@@ -4,7 +4,8 @@ Why a separate step: the DAG's `profile` rule owns results/<scale>/measured/<gpu
 its outputs when it reruns the rule), while results/measured/<gpu>/ holds committed measurements with their
 provenance, which nothing may delete. This script merges a finished run into the committed folder:
 
-  * the run's own CSVs are stored unchanged as <name>.<tag>.csv (refused if that file exists);
+  * the run's own CSVs are stored unchanged as <name>.<tag>.csv (refused if that file exists); a CSV with no rows
+    (a run that measured none of that kind) is left out, and the committed one is not touched;
   * each committed <name>.csv, if present, is first copied to <name>.before-<tag>.csv (refused if that exists), then
     rewritten as its old rows with the run's rows replacing those with the same key (model, method, rank, batch,
     timing for rollout.csv; see KEYS) and new keys appended;
@@ -66,9 +67,9 @@ def commit_run(src: Path, dest: Path, tag: str) -> list[str]:
     """
     if not tag or not all(c.isalnum() or c in "-_" for c in tag):
         raise ValueError(f"qerl.profiling.commit: --tag must be letters, digits, '-' or '_', got {tag!r}")
-    names = [n for n in KEYS if (src / n).exists()]
+    names = [n for n in KEYS if (src / n).exists() and _read(src / n)[1]]  # a header-only CSV measured nothing
     if not names:
-        raise ValueError(f"qerl.profiling.commit: no profiling CSV in {src} (expected one of {list(KEYS)})")
+        raise ValueError(f"qerl.profiling.commit: no profiling CSV with rows in {src} (expected one of {list(KEYS)})")
     dest.mkdir(parents=True, exist_ok=True)
     for name in names:  # check everything before writing anything
         stem = name[:-4]

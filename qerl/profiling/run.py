@@ -90,15 +90,18 @@ def _free():
     torch.cuda.empty_cache()
 
 
-def record_dispatch(out: Path, label: str) -> dict:
+def record_dispatch(out: Path, label: str, model) -> dict:
     """Add the 4-bit kernels' dispatch choices made so far in this process (qerl_kernels.fp4_launch.dispatch_table:
-    shape, M bucket, dtype, format, ... -> path) to out/dispatch.json under `label`, so a rollout's numbers can be
-    read with the kernels that made them. Returns the file's content."""
+    shape, M bucket, dtype, format, ... -> path; earlier 4-bit models' included, the table is per process) to
+    out/dispatch.json under `label`, so a rollout's numbers can be read with the kernels that made them; {} for a
+    model without 4-bit layers (QuantLinear), whose rollouts launch none of them. Returns the file's content."""
+    from qerl.layers import QuantLinear
     from qerl_kernels.fp4_launch import dispatch_table
 
     path = Path(out) / "dispatch.json"
     table = json.loads(path.read_text()) if path.is_file() else {}
-    table[label] = {str(k): v for k, v in dispatch_table().items()}
+    four_bit = any(isinstance(m, QuantLinear) for m in model.modules())
+    table[label] = {str(k): v for k, v in dispatch_table().items()} if four_bit else {}
     path.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
     return table
 
@@ -233,6 +236,7 @@ def profile(cfg: dict, out: str | Path, *, archs: list[str], methods: list[str],
             main_rank = 32 if 32 in ranks else ranks[0]
             policy = None
             order = [r for r in ranks if r != main_rank] + [main_rank]  # the GRPO step uses the main rank
+            timed = False  # a rollout of this model measured in this process (else its dispatch entry is kept)
             for rank in order:
                 s = profile_settings(cfg, task, method, rank=rank, batch=1, completion=comp)
                 policy = build_run_policy(s, base, tokenizer=tokenizer)
@@ -252,8 +256,9 @@ def profile(cfg: dict, out: str | Path, *, archs: list[str], methods: list[str],
                             rollout.add(**key, tokens_per_s="OOM")
                             continue
                         rollout.add(**key, **{k: v for k, v in r.items() if k not in ("timing", "peak")})
-                if rank == main_rank:
-                    record_dispatch(out, f"{name}/{method}")
+                        timed = True
+                if rank == main_rank and timed:
+                    record_dispatch(out, f"{name}/{method}", model)
                 if rank == main_rank and hf_batches:
                     for batch in hf_batches:
                         if not hf.has(model=name, method=method, batch=batch) and not over():

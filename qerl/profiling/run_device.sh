@@ -5,8 +5,8 @@
 # parallel, optionally run the engine's GPU tests (TESTS=1) and the decode-step trace (TRACE=1: qerl.profiling.
 # step_trace, the current engine against .whl/engine_before.py when present), then `qerl profile` into $W/prof
 # (rollout.csv, e2e.csv, memory.csv, rollout_hf.csv; the machine's description in env.txt; the log in log.txt).
-# Resumes from PREV (a folder of earlier CSVs, e.g. the last call's) when given. Everything is packed into
-# $OUT/profile.tgz (the device tool returns at most 8 files).
+# Resumes from PREV (a folder of earlier CSVs and dispatch.json, e.g. the last call's) when given. Everything is
+# packed into $OUT/profile.tgz (the device tool returns at most 8 files).
 # Usage: COMMIT=... ARCHS="7B 3B" BUDGET=300 TESTS=1 TRACE=1 PREV=dir bash qerl/profiling/run_device.sh [qerl profile args]
 # (lists are space-separated, as every qerl subcommand takes them: --batches 1 8 64)
 set -o pipefail
@@ -26,7 +26,7 @@ referencing, rpds-py; python3 -m pip download --no-deps --only-binary=:all: --py
   python3 -c "import torch, transformers, peft, triton; print('torch', torch.__version__, 'cuda', torch.version.cuda,
   'transformers', transformers.__version__, 'peft', peft.__version__, 'triton', triton.__version__)"
   echo "commit ${COMMIT:-unknown} date $(date -u +%FT%TZ)"; } | tee "$W/prof/env.txt"
-for f in rollout.csv e2e.csv memory.csv rollout_hf.csv; do
+for f in rollout.csv e2e.csv memory.csv rollout_hf.csv dispatch.json; do
   [ -n "$PREV" ] && [ -f "$PREV/$f" ] && cp "$PREV/$f" "$W/prof/$f"
 done
 [ -n "$PREWARM" ] && python3 -m qerl_kernels.bench --prewarm "$PREWARM" --prewarm-only 2>&1 | tail -3

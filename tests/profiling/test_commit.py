@@ -31,6 +31,8 @@ def test_commit_merges_and_keeps_everything(tmp_path):
     dest, src = tmp_path / "measured" / "h200", tmp_path / "run"
     _write(dest / "rollout.csv", [_r(1, 100), _r(8, 800), _r(1, 90, "lora")])
     _write(src / "rollout.csv", [_r(1, 300), _r(256, 9000)])
+    _write(dest / "e2e.csv", [_r(2, 5)])
+    _write(src / "e2e.csv", [])  # a run that timed no GRPO step: its header-only CSV changes nothing
     (src / "log.txt").write_text("log")
     written = commit_run(src, dest, "run9")
     assert {p.split("/")[-1] for p in written} == {"rollout.run9.csv", "rollout.before-run9.csv", "rollout.csv",
@@ -39,6 +41,7 @@ def test_commit_merges_and_keeps_everything(tmp_path):
     assert merged == [("qerl", "1", "300"), ("qerl", "8", "800"), ("lora", "1", "90"), ("qerl", "256", "9000")]
     assert [r["tokens_per_s"] for r in _rows(dest / "rollout.before-run9.csv")] == ["100", "800", "90"]
     assert [r["tokens_per_s"] for r in _rows(dest / "rollout.run9.csv")] == ["300", "9000"]
+    assert [r["tokens_per_s"] for r in _rows(dest / "e2e.csv")] == ["5"] and not (dest / "e2e.run9.csv").exists()
     with pytest.raises(ValueError, match="exists"):  # a tag is used once; nothing changes on refusal
         commit_run(src, dest, "run9")
     assert len(_rows(dest / "rollout.csv")) == 4

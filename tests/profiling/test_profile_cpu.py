@@ -69,14 +69,21 @@ def test_profile_without_gpu_says_so(tmp_path, capsys):
 
 def test_record_dispatch_keeps_each_label(tmp_path, monkeypatch):
     """qerl profile writes the kernels' dispatch choices beside its CSVs, one entry per model/method, keeping the
-    earlier ones (a resumed run adds to the file)."""
+    earlier ones (a resumed run adds to the file); a model without 4-bit layers gets {} (the table is per process:
+    a BF16 model measured after a 4-bit one launched none of its choices)."""
+    from torch import nn
+
+    from qerl.layers import QuantLinear
     from qerl.profiling.run import record_dispatch
     from qerl_kernels import fp4_launch
 
+    four_bit = nn.Sequential(QuantLinear.from_linear(nn.Linear(32, 16), "nvfp4"))
     monkeypatch.setattr(fp4_launch, "_DISPATCH", {(3584, 18944, 256, "bf16", 0, False, 0, True, True): "wgmma"})
-    record_dispatch(tmp_path, "Qwen2.5-7B/qerl")
+    record_dispatch(tmp_path, "Qwen2.5-7B/qerl", four_bit)
     monkeypatch.setattr(fp4_launch, "_DISPATCH", {(3584, 18944, 256, "bf16", 0, False, 0, True, True): "swap"})
-    table = record_dispatch(tmp_path, "Qwen2.5-7B/nvfp4_lora")
+    record_dispatch(tmp_path, "Qwen2.5-7B/nvfp4_lora", four_bit)
+    table = record_dispatch(tmp_path, "Qwen2.5-7B/lora", nn.Sequential(nn.Linear(32, 16)))
     assert json.loads((tmp_path / "dispatch.json").read_text()) == table
     assert table["Qwen2.5-7B/qerl"] == {"(3584, 18944, 256, 'bf16', 0, False, 0, True, True)": "wgmma"}
     assert list(table["Qwen2.5-7B/nvfp4_lora"].values()) == ["swap"]
+    assert table["Qwen2.5-7B/lora"] == {}
