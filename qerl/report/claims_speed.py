@@ -7,7 +7,7 @@ from __future__ import annotations
 from qerl.contract.methods import METHODS, get_method
 from qerl.report.claims_verdicts import fmt, tracked_context
 from qerl.report.context import Context, Needs, RunSpec, task_name, trained_methods
-from qerl.report.speed import NOT_MEASURED, e2e_speedup, method_aliases
+from qerl.report.speed import e2e_speedup, method_aliases, rollout_ratio
 from qerl.report.inputs import paper_model_label, summarize
 
 __all__ = ["TIMED", "speed_claim", "memory_32b_claim", "cpu_timing"]
@@ -46,7 +46,7 @@ def speed_claim(cfg: dict, seen: list[Context]) -> tuple[list[str], str] | None:
                          and r["method"] in method_aliases(method)]
                 return min(cands, key=lambda r: r["rank"])["tokens_per_s"] if cands else None
             q, ref = tps("qerl"), tps("lora")
-            roll = q / ref if q and ref else NOT_MEASURED
+            roll = rollout_ratio(q, ref)
             e_no, e_gc = (e2e_speedup(e2e, model, "qerl", batch, gc) for gc in (False, True))
             ql_no, ql_gc = (e2e_speedup(e2e, model, "qlora", batch, gc) for gc in (False, True))
             rx += [roll] if _num(roll) is not None else []

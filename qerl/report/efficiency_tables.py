@@ -19,7 +19,7 @@ from qerl.contract.methods import SPEED_METHODS, get_method
 from qerl.report import paper
 from qerl.report.context import Context
 from qerl.report.inputs import summarize
-from qerl.report.speed import NOT_MEASURED, find_row, method_aliases, speedup_cell
+from qerl.report.speed import NOT_MEASURED, find_row, method_aliases, rollout_ratio, speedup_cell
 from qerl.report.tables import Column, Table, merge_rows, over_seeds
 
 __all__ = ["render_table3", "render_table5_8", "render_table9"]
@@ -119,8 +119,8 @@ def render_table5_8(ctx: Context, artifact) -> Table:
             if tps:
                 ranks_used.setdefault(tps["rank"], set()).add(batch)
             mem = find_row(data["memory.csv"], method, model=model)
-            rollout_x = "-" if method == "lora" else (
-                tps["tokens_per_s"] / ref["tokens_per_s"] if tps and ref else NOT_MEASURED)
+            rollout_x = "-" if method == "lora" else rollout_ratio(tps and tps["tokens_per_s"],
+                                                                  ref and ref["tokens_per_s"])
             vals = [mem["model_size_gb"] if mem else NOT_MEASURED, tps["tokens_per_s"] if tps else NOT_MEASURED,
                     rollout_x if tps else NOT_MEASURED,
                     speedup_cell(data["e2e.csv"], model, method, batch, False),

@@ -292,8 +292,9 @@ def render_fig1(ctx: Context, artifact):
         for method in SPEED_METHODS:
             cand = [r for r in rollout if r["model"] == model and r["batch"] == batch
                     and r["method"] in method_aliases(method)]
-            if cand:
-                ours_tps[_NAMES[method]] = min(cand, key=lambda r: r["rank"])["tokens_per_s"]
+            v = min(cand, key=lambda r: r["rank"])["tokens_per_s"] if cand else None
+            if isinstance(v, float):  # not "OOM"
+                ours_tps[_NAMES[method]] = v
     paper_tps = {_NAMES[k]: v for k, v in paper.FIG1["rollout_tps_bs8"].items()}
     _bars(axes[0], groups[:3], [("paper (7B, bs 8)", paper_tps, _PAPER_STYLE),
                                 (f"{o} ({where})", ours_tps, _OURS_STYLE)], "rollout tokens/s")
@@ -370,7 +371,8 @@ def render_fig11(ctx: Context, artifact):
             cand = [r for r in rollout or [] if r["model"] == model and r["method"] in method_aliases(method)]
             if cand:
                 batch = 1 if any(r["batch"] == 1 for r in cand) else min(r["batch"] for r in cand)
-                ov = {f"r{r['rank']}": r["tokens_per_s"] for r in cand if r["batch"] == batch}
+                ov = {f"r{r['rank']}": r["tokens_per_s"] for r in cand
+                      if r["batch"] == batch and isinstance(r["tokens_per_s"], float)}
                 series.append((f"{o} {wname[method]} (bs {batch})", ov,
                                {"color": METHODS[method].color, "hatch": "//", "edgecolor": "white"}))
         _bars(ax, groups, series, "rollout tokens/s", legend=False)

@@ -211,16 +211,18 @@ def read_rollout_csv(path: str | Path) -> list[dict]:
     """Read measured/<gpu>/rollout.csv.
 
     Returns:
-        Rows {"model" (paper label), "model_name", "method", "rank", "batch", "tokens_per_s"}.
+        Rows {"model" (paper label), "model_name", "method", "rank", "batch", "tokens_per_s" (float, or the string
+        "OOM" where the rollout ran out of memory)}.
 
     Raises:
         ValueError: naming `file:line` and the column for a missing column or a value that is not a number.
     """
     out = []
     for where, r in _read_csv(Path(path), ROLLOUT.required):
+        tps = r["tokens_per_s"]
         out.append({"model": paper_model_label(r["model"]), "model_name": r["model"], "method": r["method"],
                     "rank": _csv_int(r["rank"], where, "rank"), "batch": _csv_int(r["batch"], where, "batch"),
-                    "tokens_per_s": _csv_float(r["tokens_per_s"], where, "tokens_per_s")})
+                    "tokens_per_s": "OOM" if tps.upper() == "OOM" else _csv_float(tps, where, "tokens_per_s")})
     return out
 
 

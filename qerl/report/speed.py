@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["NOT_MEASURED", "method_aliases", "find_row", "e2e_speedup", "speedup_cell"]
+__all__ = ["NOT_MEASURED", "method_aliases", "find_row", "e2e_speedup", "speedup_cell", "rollout_ratio"]
 
 NOT_MEASURED = "not measured"
 
@@ -57,3 +57,16 @@ def speedup_cell(e2e: list[dict] | None, model: str, method: str, batch: int, gc
         ref = find_row(e2e, "lora", model=model, batch=batch, gc=gc)
         return "n/a (BF16 LoRA OOM)" if ref is not None else "n/a (no BF16 LoRA row)"
     return value
+
+
+def rollout_ratio(tps: Any, ref: Any) -> Any:
+    """A method's rollout tokens/s over BF16 LoRA's (each a number, "OOM" where the rollout ran out of memory, or None
+    when not measured): the ratio, "OOM" when the method ran out of memory, "n/a (BF16 LoRA OOM)" when only the
+    reference did, or "not measured"."""
+    if tps == "OOM":
+        return "OOM"
+    if tps is None or ref is None:
+        return NOT_MEASURED
+    if ref == "OOM":
+        return "n/a (BF16 LoRA OOM)"
+    return tps / ref if ref else NOT_MEASURED

@@ -192,6 +192,33 @@ def test_measured_files_fill_our_columns(synthetic, helpers, tmp_path):
         assert png.stat().st_size > 10_000
 
 
+def test_rollouts_out_of_memory_render_as_such(synthetic, helpers, tmp_path):
+    """rollout.csv rows whose tokens_per_s is "OOM" (the profiler writes them where a rollout ran out of GPU memory):
+    the tables say OOM or n/a, the figures and the speed claim leave them out, nothing fails."""
+    from qerl.report.claims import render_claims
+
+    cfg, _ = synthetic
+    results = tmp_path / "results"
+    shutil.copytree(cfg["results_dir"], results)
+    folder = helpers.write_measured(results)
+    with open(folder / "rollout.csv", "a") as f:
+        f.write("Qwen2.5-7B-Instruct,lora,16,256,OOM\nQwen2.5-7B-Instruct,qerl,16,256,9000\n"
+                "Qwen2.5-7B-Instruct,lora,16,512,OOM\nQwen2.5-7B-Instruct,qerl,16,512,OOM\n")
+    cfg2 = {**cfg, "results_dir": str(results)}
+    rows = {(r["method"], r["BS"]): r for r in _csv(render_artifact("table6", cfg2)[2])}
+    o = "ours (measured, h100)"
+    assert rows[("LoRA", "256")][f"{o}: rollout tok/s"] == "OOM"
+    assert float(rows[("QeRL", "256")][f"{o}: rollout tok/s"]) == 9000.0
+    assert rows[("QeRL", "256")][f"{o}: rollout x"] == "n/a (BF16 LoRA OOM)"
+    assert rows[("QeRL", "512")][f"{o}: rollout x"] == "OOM"
+    for fig in ("fig1", "fig11", "figbatch"):
+        png, _ = render_artifact(fig, cfg2)
+        assert png.stat().st_size > 10_000
+    text = render_claims(cfg2)
+    assert "| 7B | 256 | n/a (BF16 LoRA OOM) |" in text and "| 7B | 512 | OOM |" in text
+    assert "QeRL rollout 1.25-1.50x, >= 1.5x in 1 of 3 cells" in text  # the OOM cells are no ratio
+
+
 def test_missing_run_file_fails_or_is_noted(synthetic, tmp_path):
     cfg, _ = synthetic
     results = tmp_path / "results"
