@@ -14,7 +14,6 @@ Public API (CUDA tensors run the Triton kernels, CPU tensors the torch reference
     prepare(codes, scales, global_scale, fmt) -> PreparedFP4   the kernels' layout, once per weight
     concat_prepared([p_q, p_k, p_v]) -> group                  several weights of one K as one launch
     fp4_prepared_linear(x, p, bias) / fp4_linear_grouped(x, group, bias) / group_bias(group, biases)
-    segment_prepared([p_q, p_k, p_v]) -> SegmentedFP4           the same one launch without copying the weights
     fp4_linear_fused(x, w, bias, lora=(t, B), residual=h)       inference: base + LoRA + residual in one launch
     decode.*            the fused decode-step kernels (RMSNorm, RoPE + KV write, split-K attention, SiLU-mul)
     nvfp4.* / mxfp4.*   per-format ops (torch.ops.qerl_kernels.*), prepare() for the kernel layout
@@ -29,14 +28,13 @@ from __future__ import annotations
 import torch
 
 from qerl_kernels import decode, mxfp4, nvfp4, reference
-from qerl_kernels.layout import (PreparedFP4, SegmentedFP4, concat_prepared, dequantize_prepared_reference,
-                                 segment_prepared)
+from qerl_kernels.layout import PreparedFP4, concat_prepared, dequantize_prepared_reference
 from qerl_kernels.prepared_ops import fp4_linear_fused, fp4_linear_grouped, fp4_prepared_linear, group_bias
 
 __all__ = ["fp4_linear", "fp4_linear_grad_input", "fp4_dequantize_weight", "prepare", "PreparedFP4",
            "concat_prepared", "dequantize_prepared_reference", "fp4_prepared_linear", "fp4_linear_grouped",
-           "group_bias", "random_prepared", "nvfp4", "mxfp4", "reference", "SegmentedFP4", "segment_prepared",
-           "fp4_linear_fused", "decode"]
+           "group_bias", "random_prepared", "nvfp4", "mxfp4", "reference", "fp4_linear_fused",
+           "decode"]
 
 
 def fp4_linear(x: torch.Tensor, codes: torch.Tensor, scales: torch.Tensor, global_scale: torch.Tensor | None,

@@ -28,7 +28,7 @@ bytes in flight:
 
 Supports: NVFP4 and MXFP4 PreparedFP4 weights (single weights and `concat_prepared` groups, whose rows carry their
 own factors), fp16 / bf16 activations, bias. Not supported (fp4_launch.fp4_gemm keeps the stream-K kernel for
-them): SegmentedFP4 weights, the LoRA and residual epilogues, M > 16.
+them): the LoRA and residual epilogues, M > 16.
 
 Dispatch (`selected`): the default forward (fp4_launch.fp4_gemm with no path forced) takes this kernel only where
 MEASURED_WINS (a committed table of GPU measurements, filled from a `bench` run: device, format, dtype, N, K,
@@ -49,7 +49,7 @@ import os
 import torch
 
 from qerl_kernels.fp4_decoder import HAVE_TRITON
-from qerl_kernels.layout import PreparedFP4, SegmentedFP4, interpret_mode
+from qerl_kernels.layout import PreparedFP4, interpret_mode
 
 if HAVE_TRITON:
     import triton
@@ -301,7 +301,7 @@ def selected(x: torch.Tensor, w) -> dict | None:
     K, M bucket) entry. LoRA / residual epilogues are the caller's to exclude (fp4_launch.fp4_gemm does)."""
     mode = os.environ.get("QERL_FP4_GEMV", "")
     m = x.shape[0]
-    if mode == "0" or not HAVE_TRITON or isinstance(w, SegmentedFP4) or not 1 <= m <= GEMV_MAX_M:
+    if mode == "0" or not HAVE_TRITON or not 1 <= m <= GEMV_MAX_M:
         return None
     if mode == "1":
         return {}
@@ -328,11 +328,8 @@ def fp4_gemm_gemv(x: torch.Tensor, w: PreparedFP4, bias: torch.Tensor | None = N
         [M, N] tensor.
 
     Raises:
-        ValueError: shape, dtype or device mismatch, a SegmentedFP4 weight, M > 16, FMA mode above M = 4, or
-            bad knobs.
+        ValueError: shape, dtype or device mismatch, M > 16, FMA mode above M = 4, or bad knobs.
     """
-    if isinstance(w, SegmentedFP4):
-        raise ValueError("fp4_gemm_gemv: SegmentedFP4 weights are not supported (use fp4_launch.fp4_gemm)")
     _check_2d(x, w, w.k, "fp4_gemm_gemv", "x")
     m = x.shape[0]
     if m > GEMV_MAX_M:

@@ -34,7 +34,7 @@ Numerics: identical to the Triton kernels: decoded weights are exact (w * 2**-62
 products accumulate in fp32, the per-row factor is applied once to the fp32 result.
 
 Limits (checked on the host with a clear error): NVFP4 single or concatenated weights (PreparedFP4, not
-SegmentedFP4, not MXFP4: MXFP4's uint8 scale rows of a 256-column step are 8 bytes, under TMA's 16-byte minimum),
+MXFP4: MXFP4's uint8 scale rows of a 256-column step are 8 bytes, under TMA's 16-byte minimum),
 K_pad a multiple of 256 (every Qwen2.5 shape), M <= 64, fp16/bf16 activations. Not in the default dispatch
 (fp4_launch): the benchmark times it as method `nvfp4_gluon` beside cuBLAS and the Triton kernel.
 
@@ -346,7 +346,7 @@ def fp4_gemm_gluon(x: torch.Tensor, w: PreparedFP4, bias: torch.Tensor | None = 
 
     Raises:
         RuntimeError: Gluon is not available (Triton without triton.experimental.gluon's Hopper modules).
-        ValueError: unsupported weight (MXFP4, SegmentedFP4), shape, dtype or knob (the message names it).
+        ValueError: unsupported weight (MXFP4), shape, dtype or knob (the message names it).
     """
     if not HAVE_GLUON:
         raise RuntimeError("fp4_gemm_gluon: triton.experimental.gluon (Hopper TMA / mbarrier) is not available")

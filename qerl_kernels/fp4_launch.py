@@ -35,7 +35,7 @@ import os
 import torch
 
 from qerl_kernels.fp4_decoder import HAVE_TRITON
-from qerl_kernels.layout import PreparedFP4, SegmentedFP4, interpret_mode
+from qerl_kernels.layout import PreparedFP4, interpret_mode
 
 if HAVE_TRITON:
     import triton
@@ -107,7 +107,7 @@ def fp4_gemm(x: torch.Tensor, w, bias: torch.Tensor | None = None, *, config: di
 
     Args:
         x: [M, K] float16/bfloat16, on the weight's device (CUDA, or CPU under TRITON_INTERPRET=1).
-        w: the prepared weight (PreparedFP4, a `concat_prepared` group, or a `segment_prepared` SegmentedFP4).
+        w: the prepared weight (PreparedFP4: a single weight or a `concat_prepared` group).
         bias: optional [N].
         config: force one kernel config (dict of STREAM_K, BM, BN, BK, GROUP_M, CPS, num_warps, num_stages)
             instead of autotuning; the interpreter always uses a small fixed one.
@@ -115,8 +115,7 @@ def fp4_gemm(x: torch.Tensor, w, bias: torch.Tensor | None = None, *, config: di
         path: force "swap" (that kernel), "tc" (`fp4_gemm_tc`, the tensor-core tiles), "deq" (dequantize +
             cuBLAS), "wgmma" (`fp4_wgmma.fp4_gemm_wgmma`, the Gluon kernel: NVFP4, Hopper, M <= its MAX_M; `config`
             then holds its knobs; LoRA and residual added after it) or "gemv" (`fp4_gemv.fp4_gemm_gemv`, the
-            skinny-M kernel: M <= 16, no LoRA / residual, not
-            SegmentedFP4). Default: "gemv" where `fp4_gemv.selected` says so (a committed measurement, or
+            skinny-M kernel: M <= 16, no LoRA / residual). Default: "gemv" where `fp4_gemv.selected` says so (a committed measurement, or
             QERL_FP4_GEMV=1); else "swap" for M <= 64; above, the fastest of `forward_candidates` (swap up to
             FUSED_MAX_M, wgmma on Hopper up to WGMMA_MAX_M, tc up to TC_MAX_M, deq) as timed on first use per
             shape, M bucket and epilogue (`_choose_path`).
@@ -132,10 +131,9 @@ def fp4_gemm(x: torch.Tensor, w, bias: torch.Tensor | None = None, *, config: di
     """
     _check_2d(x, w, w.k, "fp4_gemm", "x")
     m = x.shape[0]
-    seg = isinstance(w, SegmentedFP4)
     if lora is not None:
         t, lb = lora
-        if seg or t.shape != (m, lb.shape[1]) or lb.shape[0] < w.n or not lb.is_contiguous() or \
+        if t.shape != (m, lb.shape[1]) or lb.shape[0] < w.n or not lb.is_contiguous() or \
                 lb.shape[1] < 16 or lb.shape[1] & (lb.shape[1] - 1):
             raise ValueError(f"fp4_gemm: LoRA t {tuple(t.shape)} / B {tuple(lb.shape)} do not fit x [{m}, {w.k}] "
                              f"and a single weight of {w.n} rows (B contiguous, rank a power of two >= 16)")
@@ -160,15 +158,7 @@ def fp4_gemm(x: torch.Tensor, w, bias: torch.Tensor | None = None, *, config: di
     if path == "tc":
         return fp4_gemm_tc(x, w, bias, lora=lora, residual=residual, config=config)
     if path == "deq":
-        if seg:
-            y = x.new_zeros((m, w.n))
-            for (row, n), p in zip(w.parts, w.members):
-                y[:, row:row + n] = torch.nn.functional.linear(x, fp4_dequantize(p, x.dtype))
-            if bias is not None:
-                y += bias
-        else:
-            y = torch.nn.functional.linear(x, fp4_dequantize(w, x.dtype), bias)
-        return _add_extras(y, w, lora, residual)
+        return _add_extras(torch.nn.functional.linear(x, fp4_dequantize(w, x.dtype), bias), w, lora, residual)
     x = x.contiguous()
     y = torch.empty((m, w.n), dtype=x.dtype, device=x.device)
     if m == 0:
@@ -185,12 +175,11 @@ def fp4_gemm(x: torch.Tensor, w, bias: torch.Tensor | None = None, *, config: di
     n_sm = 2 if interp else _num_sms(x.device.index or 0)
     # workspace for the largest stream-K config: grid <= 4 CTAs/SM, two partial slots each of BN*BM floats
     ws, cnt = _workspace(x.device, n_sm * 4 * 2 * 128 * 64, _tiles_upper_bound(m, w.n))
-    seg_arg = w.table[int(bf16)] if seg else dummy
-    args = (x, w.words, w.scales, w.out_scales, bias_arg, y, ws, cnt, seg_arg, t_arg, lb_arg, res_arg,
+    args = (x, w.words, w.scales, w.out_scales, bias_arg, y, ws, cnt, t_arg, lb_arg, res_arg,
             m, w.n, w.k, kw, _bucket_m(m),
-            x.stride(0), w.words.stride(0), w.scales.stride(0), y.stride(0), 0 if seg else w.out_scales.stride(0),
+            x.stride(0), w.words.stride(0), w.scales.stride(0), y.stride(0), w.out_scales.stride(0),
             t_arg.stride(0), res_arg.stride(0))
-    meta = dict(SCALE_KIND=w.scale_kind, BF16=bf16, HAS_BIAS=bias is not None, USE_ASM=_use_asm(interp), SEGMENTED=seg,
+    meta = dict(SCALE_KIND=w.scale_kind, BF16=bf16, HAS_BIAS=bias is not None, USE_ASM=_use_asm(interp),
                 HAS_LORA=lora is not None, R=lora[1].shape[1] if lora is not None else 16,
                 HAS_RES=residual is not None)
 
@@ -244,8 +233,7 @@ def forward_candidates(x: torch.Tensor, w) -> list[str]:
 
 
 def _wgmma_eligible(x: torch.Tensor, w) -> bool:
-    if not WGMMA_IN_DISPATCH or x.shape[0] > WGMMA_MAX_M or not x.is_cuda or isinstance(w, SegmentedFP4) or \
-            w.scale_kind != 0 or interpret_mode():
+    if not WGMMA_IN_DISPATCH or x.shape[0] > WGMMA_MAX_M or not x.is_cuda or w.scale_kind != 0 or interpret_mode():
         return False
     from qerl_kernels.fp4_gluon import BK, HAVE_GLUON
     # the kernel's TMA tiles: whole 256-column k-steps (K_pad; rows are padded to 128 already) and x rows of a
@@ -262,8 +250,8 @@ def _choose_path(x: torch.Tensor, w, bias, lora=None, residual=None) -> str:
     choice was made once reads it from the table before anything else (this runs on every eager call)."""
     if x.shape[0] <= FUSED_MIN_TRY:
         return "swap"
-    key = (w.n, w.k, _bucket_m(x.shape[0]), x.dtype, w.scale_kind, isinstance(w, SegmentedFP4), x.device.index,
-           lora is not None, residual is not None)
+    key = (w.n, w.k, _bucket_m(x.shape[0]), x.dtype, w.scale_kind, x.device.index, lora is not None,
+           residual is not None)
     if key not in _DISPATCH:
         cands = forward_candidates(x, w)
         if len(cands) == 1 or interpret_mode() or not x.is_cuda or torch.cuda.is_current_stream_capturing():
@@ -305,7 +293,7 @@ def _time_or_inf(fn, name: str, graph: bool = False) -> float:
 
 
 def dispatch_table() -> dict:
-    """The paths chosen so far: {(n, k, M bucket, dtype, format, segmented, device): path} (for benchmarks)."""
+    """The paths chosen so far: {(n, k, M bucket, dtype, format, device, LoRA, residual): path} (for benchmarks)."""
     return dict(_DISPATCH)
 
 
@@ -317,7 +305,7 @@ def fp4_gemm_tc(a: torch.Tensor, w, bias: torch.Tensor | None = None, *, forward
 
     Args:
         a: [M, K] (forward) or [M, w.n] (backward), float16/bfloat16, on the weight's device.
-        w: PreparedFP4 (forward: also groups and SegmentedFP4; backward: single weights).
+        w: PreparedFP4 (forward: also groups; backward: single weights).
         config: force one config (dict of BM, BN, BK, GROUP_M, num_warps, num_stages).
 
     Returns:
@@ -326,14 +314,12 @@ def fp4_gemm_tc(a: torch.Tensor, w, bias: torch.Tensor | None = None, *, forward
     Raises:
         ValueError: shape, dtype or device mismatch, or a group / extras in the backward.
     """
-    seg = isinstance(w, SegmentedFP4)
     if forward:
         _check_2d(a, w, w.k, "fp4_gemm_tc", "x")
-        no, kr, rp = w.n, w.k, w.words.shape[1] * 8
-        wb = sum(p.words.shape[0] for p in w.members) if seg else w.words.shape[0]
+        no, kr, rp, wb = w.n, w.k, w.words.shape[1] * 8, w.words.shape[0]
     else:
         _check_2d(a, w, w.n, "fp4_gemm_tc", "grad")
-        if seg or w.row_scale or lora is not None or residual is not None or bias is not None:
+        if w.row_scale or lora is not None or residual is not None or bias is not None:
             raise ValueError("fp4_gemm_tc: the backward takes a single weight and no bias / LoRA / residual")
         no, kr, rp, wb = w.k, w.n, w.words.shape[0], w.words.shape[1] * 8
     m = a.shape[0]
@@ -348,12 +334,12 @@ def fp4_gemm_tc(a: torch.Tensor, w, bias: torch.Tensor | None = None, *, forward
     t_arg, lb_arg = (lora[0], lora[1]) if lora is not None else (dummy, dummy)
     res_arg = residual if residual is not None else dummy
     args = (a, w.words, w.scales, w.out_scales, bias.contiguous() if bias is not None else dummy, o,
-            w.table[int(a.dtype == torch.bfloat16)] if seg else dummy, t_arg, lb_arg, res_arg,
+            t_arg, lb_arg, res_arg,
             m, no, kr, rp, wb, _bucket_m(m),
-            a.stride(0), w.words.stride(0), w.scales.stride(0), o.stride(0), 0 if seg else w.out_scales.stride(0),
+            a.stride(0), w.words.stride(0), w.scales.stride(0), o.stride(0), w.out_scales.stride(0),
             t_arg.stride(0), res_arg.stride(0))
     meta = dict(SCALE_KIND=w.scale_kind, BF16=a.dtype == torch.bfloat16, HAS_BIAS=bias is not None,
-                USE_ASM=_use_asm(interp), FORWARD=forward, SEGMENTED=seg, HAS_LORA=lora is not None,
+                USE_ASM=_use_asm(interp), FORWARD=forward, HAS_LORA=lora is not None,
                 R=lora[1].shape[1] if lora is not None else 16, HAS_RES=residual is not None)
 
     def grid(c):

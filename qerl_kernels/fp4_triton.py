@@ -14,9 +14,8 @@ below that (0.3-0.9 TB/s measured). What these kernels do instead, Marlin-style 
    evenly; tiles shared by several CTAs are reduced deterministically by the last CTA to finish (fp32 partials
    in a workspace, an arrival counter that resets itself), so one launch does the whole product. Larger M uses the
    same kernel with one tile per CTA.
-3. SEGMENTED (a `segment_prepared` weight): each 128-row block reads its member's words, scales and factors through
-   the offset table. The epilogue (`_epilogue`) can also add a LoRA update t @ B^T (one small MMA per tile) and the
-   residual stream, so o_proj / down_proj of a decode step are one launch each (`prepared_ops.fp4_linear_fused`).
+3. The epilogue (`_epilogue`) can add a LoRA update t @ B^T (one small MMA per tile) and the residual stream, so
+   o_proj / down_proj of a decode step are one launch each (`prepared_ops.fp4_linear_fused`).
 4. `_fp4_dequant`: the dense weight (for dequantize + cuBLAS, which wins at large M).
 5. The backward input gradient grad_x = grad_y @ W (`_fp4_gemm_t`) decodes the same tiles in a transposed kernel,
    split over W's rows with a deterministic last-arrival reduction.
@@ -39,7 +38,7 @@ if HAVE_TRITON:
     def _epilogue(acc, os_ptr, bias_ptr, y_ptr, rn, rm, M, N, stride_ym, t_ptr, lb_ptr, res_ptr, stride_t, stride_res,
                   HAS_BIAS: tl.constexpr, HAS_LORA: tl.constexpr, R: tl.constexpr, HAS_RES: tl.constexpr,
                   IEEE: tl.constexpr):
-        # os_ptr: this MMA dtype's row of the per-row factors (already offset to the tile's segment)
+        # os_ptr: this MMA dtype's row of the per-row factors
         out = acc * tl.load(os_ptr + rn, mask=rn < N, other=0.0)[:, None]   # [BN, BM] fp32
         if HAS_BIAS:
             out += tl.load(bias_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)[:, None]
@@ -59,7 +58,7 @@ if HAVE_TRITON:
     @triton.jit(do_not_specialize=["M", "M_BUCKET"])
     def _fp4_gemm(
             # pointers
-            x_ptr, w_ptr, s_ptr, out_scale_ptr, bias_ptr, y_ptr, ws_ptr, cnt_ptr, seg_ptr, t_ptr, lb_ptr, res_ptr,
+            x_ptr, w_ptr, s_ptr, out_scale_ptr, bias_ptr, y_ptr, ws_ptr, cnt_ptr, t_ptr, lb_ptr, res_ptr,
             # sizes (KW: padded K, a multiple of BK; M_BUCKET only keys the autotuner)
             M, N, K, KW, M_BUCKET,
             # strides (elements)
@@ -67,11 +66,10 @@ if HAVE_TRITON:
             # meta
             SCALE_KIND: tl.constexpr, BF16: tl.constexpr, HAS_BIAS: tl.constexpr, USE_ASM: tl.constexpr,
             STREAM_K: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
-            CPS: tl.constexpr, EVEN_K: tl.constexpr, SEGMENTED: tl.constexpr, HAS_LORA: tl.constexpr,
+            CPS: tl.constexpr, EVEN_K: tl.constexpr, HAS_LORA: tl.constexpr,
             R: tl.constexpr, HAS_RES: tl.constexpr):
         """y[M, N] = x[M, K] @ W[N, K]^T * out_scale (+ bias) (+ t @ B^T) (+ residual), computed as y^T tiles
-        [BN, BM] = W_tile @ x^T. SEGMENTED: W is several separately allocated weights (SegmentedFP4); the tile's
-        128-row block looks up the element offsets of its member's words, scales and per-row factors in seg_ptr."""
+        [BN, BM] = W_tile @ x^T."""
         pid = tl.program_id(0)
         tiles_m = tl.cdiv(M, BM)
         tiles_n = tl.cdiv(N, BN)
@@ -103,17 +101,8 @@ if HAVE_TRITON:
             pid_n = (t % in_group) // group_m
             rn = pid_n * BN + rbn
             rm = pid_m * BM + rbm
-            if SEGMENTED:  # offsets of this 128-row block's member (multiples of 16 elements: checked on the host)
-                seg = seg_ptr + ((pid_n * BN) // 128) * 3
-                w_base = w_ptr + tl.multiple_of(tl.load(seg), 16)
-                s_base = s_ptr + tl.multiple_of(tl.load(seg + 1), 16)
-                os_tile = out_scale + tl.load(seg + 2)
-            else:
-                w_base = w_ptr
-                s_base = s_ptr
-                os_tile = out_scale
-            w_ptrs = w_base + rn[:, None] * stride_wn + rw[None, :]
-            s_ptrs = s_base + rn[:, None] * stride_sn + rs[None, :]
+            w_ptrs = w_ptr + rn[:, None] * stride_wn + rw[None, :]
+            s_ptrs = s_ptr + rn[:, None] * stride_sn + rs[None, :]
             x_ptrs = x_ptr + rm[None, :] * stride_xm + rk[:, None]
             m_ok = rm[None, :] < M
             acc = tl.zeros([BN, BM], dtype=tl.float32)
@@ -131,7 +120,7 @@ if HAVE_TRITON:
                 else:  # reference path (interpreter: no bf16 matmul); exact operands, fp32 products
                     acc = tl.dot(w.to(tl.float32), xt.to(tl.float32), acc, input_precision="ieee")
             if (ks0 == 0) & (ks1 == k_steps):
-                _epilogue(acc, os_tile, bias_ptr, y_ptr, rn, rm, M, N, stride_ym, t_ptr, lb_ptr, res_ptr, stride_t,
+                _epilogue(acc, out_scale, bias_ptr, y_ptr, rn, rm, M, N, stride_ym, t_ptr, lb_ptr, res_ptr, stride_t,
                           stride_res, HAS_BIAS, HAS_LORA, R, HAS_RES, not USE_ASM)
             else:
                 # Stream-K partial tile: park it, count arrivals; the last arrival sums all parts in CTA order.
@@ -154,7 +143,7 @@ if HAVE_TRITON:
                                        mask=(rp <= last_cta)[:, None, None] & m_ok[None, :, :], other=0.0,
                                        cache_modifier=".cg")
                         tot += tl.sum(part, axis=0)
-                    _epilogue(tot, os_tile, bias_ptr, y_ptr, rn, rm, M, N, stride_ym, t_ptr, lb_ptr, res_ptr,
+                    _epilogue(tot, out_scale, bias_ptr, y_ptr, rn, rm, M, N, stride_ym, t_ptr, lb_ptr, res_ptr,
                               stride_t, stride_res, HAS_BIAS, HAS_LORA, R, HAS_RES, not USE_ASM)
                     tl.atomic_xchg(cnt_ptr + t, 0)
 
@@ -254,7 +243,7 @@ if HAVE_TRITON:
     @triton.jit(do_not_specialize=["M", "M_BUCKET"])
     def _fp4_gemm_tc(
             # pointers (a: x for the forward, grad_y for the backward)
-            a_ptr, w_ptr, s_ptr, out_scale_ptr, bias_ptr, o_ptr, seg_ptr, t_ptr, lb_ptr, res_ptr,
+            a_ptr, w_ptr, s_ptr, out_scale_ptr, bias_ptr, o_ptr, t_ptr, lb_ptr, res_ptr,
             # sizes: o [M, NO] = a [M, KR] @ op(W); RP: the reduction length padded (K_pad or N_pad); WB: the
             # bound of the decoded tile's other side (forward: N_pad rows; backward: K_pad columns)
             M, NO, KR, RP, WB, M_BUCKET,
@@ -262,7 +251,7 @@ if HAVE_TRITON:
             stride_am, stride_wn, stride_sn, stride_om, stride_os, stride_t, stride_res,
             # meta
             SCALE_KIND: tl.constexpr, BF16: tl.constexpr, HAS_BIAS: tl.constexpr, USE_ASM: tl.constexpr,
-            FORWARD: tl.constexpr, SEGMENTED: tl.constexpr, HAS_LORA: tl.constexpr, R: tl.constexpr,
+            FORWARD: tl.constexpr, HAS_LORA: tl.constexpr, R: tl.constexpr,
             HAS_RES: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
             TC_FWD: tl.constexpr = 1, TC_BWD: tl.constexpr = 1):
         """Tensor-core tiles for M >= 64 in the natural orientation: o tile [BM, BN] = a tile [BM, BK] @ B,
@@ -271,8 +260,8 @@ if HAVE_TRITON:
         FORWARD: o = x @ W^T (NO = N, KR = K): B = decode(W[n-block, k-chunk])^T, per-column factors and bias in
         the epilogue. Backward (FORWARD False): o = grad_y @ W (NO = K, KR = N): B = decode(W[n-chunk, k-block]),
         one factor for the whole weight (single weights only). The decode is the stream-K kernel's (same layout,
-        same bit operations), amortised over BM rows of activations instead of 16-64. Forward only: SEGMENTED
-        (SegmentedFP4, BN <= 128), a LoRA update and the residual in the epilogue, as `_fp4_gemm`."""
+        same bit operations), amortised over BM rows of activations instead of 16-64. Forward only: a LoRA update and
+        the residual in the epilogue, as `_fp4_gemm`."""
         pid = tl.program_id(0)
         tiles_m = tl.cdiv(M, BM)
         tiles_n = tl.cdiv(NO, BN)
@@ -286,19 +275,12 @@ if HAVE_TRITON:
         rk = tl.arange(0, BK)
         m_ok = rm < M
         out_scale = out_scale_ptr + BF16 * stride_os
-        w_base = w_ptr
-        s_base = s_ptr
-        if SEGMENTED:  # this 128-row block's member (see _fp4_gemm)
-            seg = seg_ptr + ((pid_n * BN) // 128) * 3
-            w_base = w_ptr + tl.multiple_of(tl.load(seg), 16)
-            s_base = s_ptr + tl.multiple_of(tl.load(seg + 1), 16)
-            out_scale = out_scale + tl.load(seg + 2)
         acc = tl.zeros([BM, BN], dtype=tl.float32)
         a_ptrs = a_ptr + rm[:, None] * stride_am + rk[None, :]
         if FORWARD:
             w_ok = (rn < WB)[:, None]
-            w_ptrs = w_base + rn[:, None] * stride_wn + tl.arange(0, BK // 8)[None, :]
-            s_ptrs = s_base + rn[:, None] * stride_sn + tl.arange(0, BK // 32)[None, :]
+            w_ptrs = w_ptr + rn[:, None] * stride_wn + tl.arange(0, BK // 8)[None, :]
+            s_ptrs = s_ptr + rn[:, None] * stride_sn + tl.arange(0, BK // 32)[None, :]
         else:
             w_ok = (pid_n * BN + tl.arange(0, BN // 8) * 8 < WB)[None, :]
             w_ptrs = w_ptr + rk[:, None] * stride_wn + pid_n * (BN // 8) + tl.arange(0, BN // 8)[None, :]

@@ -116,18 +116,11 @@ if HAVE_TRITON:
         return cfgs
 
     def _prune_tc(configs, named_args, **kwargs):
-        fwd, seg = kwargs.get("FORWARD", True), kwargs.get("SEGMENTED", False)
-        keep = []
-        for c in configs:
-            kv = c.kwargs
-            if fwd and kv["TC_FWD"] and (kv["BN"] <= 128 or not seg):
-                keep.append(c)
-            elif not fwd and kv["TC_BWD"]:
-                keep.append(c)
-        return keep
+        fwd = kwargs.get("FORWARD", True)
+        return [c for c in configs if c.kwargs["TC_FWD" if fwd else "TC_BWD"]]
 
     _fp4_gemm_tc_tuned = triton.autotune(
-        configs=_tc_configs(), key=["M_BUCKET", "NO", "KR", "SCALE_KIND", "BF16", "HAS_BIAS", "FORWARD", "SEGMENTED"],
+        configs=_tc_configs(), key=["M_BUCKET", "NO", "KR", "SCALE_KIND", "BF16", "HAS_BIAS", "FORWARD"],
         prune_configs_by={"early_config_prune": _prune_tc}, do_bench=_bench)(_fp4_gemm_tc)
 
 

@@ -41,7 +41,7 @@ Numerics: identical to the other kernels: decoded weights are exact (w * 2**-62 
 products accumulate in fp32 in the tensor cores, the per-row factor (and bias) is applied once to the fp32 result.
 
 Limits (checked on the host with a clear error): NVFP4 single or concatenated weights (PreparedFP4; not
-SegmentedFP4, not MXFP4, whose uint8 scale rows of one k-step are 8 bytes, under TMA's 16-byte minimum), K_pad a
+MXFP4, whose uint8 scale rows of one k-step are 8 bytes, under TMA's 16-byte minimum), K_pad a
 multiple of 256, K a multiple of 8 (x's row stride is a TMA stride: a multiple of 16 bytes), 1 <= M <= MAX_M,
 fp16/bf16 activations, Hopper (sm_90). First GPU run: H200 call 6 (qerl_kernels/kernels.notes.md: exact; 1.2-2x the
 default path on the 7B gate/up and down launches at M 128-256, 0.56-0.88x cuBLAS on the layer at M 64-512). In the
@@ -360,7 +360,7 @@ def fp4_gemm_wgmma(x: torch.Tensor, w: PreparedFP4, bias: torch.Tensor | None = 
 
     Raises:
         RuntimeError: Gluon is not available, or the GPU is not a Hopper (sm_90: wgmma).
-        ValueError: unsupported weight (MXFP4, SegmentedFP4), shape, dtype, layout or knob, or x not on the weight's
+        ValueError: unsupported weight (MXFP4), shape, dtype, layout or knob, or x not on the weight's
             device (the message names it).
     """
     if not HAVE_GLUON:

@@ -16,10 +16,7 @@ CPU callers). No Triton here: this module, and the torch reference path over it,
 3. Per-row output factors (`out_scales` [2, N_pad], `row_out_scales`) let several weights of one K run as one launch
    (`concat_prepared`: q/k/v, gate/up), each with its own per-tensor scale; `stacked_view` gives the same group
    without a copy when the members already are consecutive rows of one allocation.
-4. Segments (`segment_prepared`, SegmentedFP4): the same one launch over weights left where they are (a model's own
-   q/k/v buffers): each 128-row block of the virtual stacked weight reads its member's words, scales and factors
-   through an offset table, so a reader (the decode engine) groups them without copying or re-homing them.
-5. `PreparedCache`: prepared weights cached on the storage tensors, for callers that keep passing the storage layout.
+4. `PreparedCache`: prepared weights cached on the storage tensors, for callers that keep passing the storage layout.
 
 References: `dequantize_prepared_reference` is bit-identical to the formats' reference dequantization (float32 math).
 `interpret_mode()`: whether Triton runs in its CPU interpreter (TRITON_INTERPRET=1).
@@ -35,8 +32,7 @@ import torch
 from qerl_kernels.reference import E2M1_VALUES, pack_codes, unpack_codes
 
 __all__ = [
-    "CHUNK", "ROW_ALIGN", "PreparedFP4", "PreparedCache", "SegmentedFP4", "segment_prepared", "prepare_codes",
-    "unprepare_codes", "padded_shape", "row_out_scales", "concat_prepared", "stacked_view", "e4m3_to_e5m3",
+    "CHUNK", "ROW_ALIGN", "PreparedFP4", "PreparedCache", "prepare_codes", "unprepare_codes", "padded_shape", "row_out_scales", "concat_prepared", "stacked_view", "e4m3_to_e5m3",
     "e5m3_to_float", "dequantize_prepared_reference", "interpret_mode",
 ]
 
@@ -192,97 +188,6 @@ def _group_parts(members, op: str) -> tuple[list, tuple]:
         parts.append((row, p.n))
         row += p.words.shape[0]
     return members, tuple(parts)
-
-
-@dataclass
-class SegmentedFP4:
-    """Several prepared weights of one K multiplied as one launch WITHOUT copying them (`segment_prepared`).
-
-    The members stay where they are (e.g. a model's q/k/v QuantLinear buffers); the kernel maps each 128-row block
-    of the virtual stacked weight to its member through `table` (element offsets from the first member's tensors),
-    so the output is exactly what `concat_prepared` of the same members gives, at no extra memory.
-
-    Attributes:
-        members: the PreparedFP4 weights (held, so their memory stays valid while this object lives).
-        parts: (first virtual row, rows) of each member; members start at multiples of ROW_ALIGN.
-        n, k, scale_kind: the virtual weight's rows (padded rows of all but the last member + the last's rows), K,
-            format.
-        table: int64 [2, blocks, 3]: for the fp16 (0) / bf16 (1) MMA and each 128-row block, the element offsets
-            that map a virtual row to the member's words, scales and per-row factor.
-    """
-
-    members: tuple
-    parts: tuple
-    n: int
-    k: int
-    scale_kind: int
-    table: torch.Tensor
-
-    @property
-    def words(self) -> torch.Tensor:
-        return self.members[0].words
-
-    @property
-    def scales(self) -> torch.Tensor:
-        return self.members[0].scales
-
-    @property
-    def out_scales(self) -> torch.Tensor:
-        return self.members[0].out_scales
-
-    @property
-    def row_scale(self) -> bool:
-        return True
-
-    @property
-    def nbytes(self) -> int:
-        return sum(p.nbytes for p in self.members)
-
-    def data_ptrs(self) -> tuple:
-        """The members' tensors' addresses (the table is valid while these are unchanged)."""
-        return tuple(t.data_ptr() for p in self.members for t in (p.words, p.scales, p.out_scales))
-
-
-def segment_prepared(members) -> SegmentedFP4:
-    """Group prepared weights of one K for a single launch of `fp4_gemm`, without copying them.
-
-    Args:
-        members: PreparedFP4 single weights with equal k, format, device and row strides (e.g. q/k/v of a layer).
-
-    Returns:
-        SegmentedFP4 over the members.
-
-    Raises:
-        ValueError: mismatched members, or member tensors whose relative offsets are not multiples of 16
-            elements (the kernel's alignment hint; allocations from PyTorch's allocator always are).
-    """
-    members = list(members)
-    if not members:
-        raise ValueError("segment_prepared: no weights given")
-    p0 = members[0]
-    for p in members:
-        if (p.k, p.scale_kind, p.words.device, p.words.stride(0), p.scales.stride(0), p.scales.element_size()) != \
-                (p0.k, p0.scale_kind, p0.words.device, p0.words.stride(0), p0.scales.stride(0),
-                 p0.scales.element_size()) or p.parts or p.words.shape[0] % ROW_ALIGN:
-            raise ValueError("segment_prepared: members must share K, format, device and strides, and not be groups; "
-                             f"got {[(q.n, q.k, q.scale_kind, str(q.words.device), q.words.stride(0)) for q in members]}")
-    parts, rows, entries = [], 0, []
-    w0, s0, o0 = p0.words.data_ptr(), p0.scales.data_ptr(), p0.out_scales.data_ptr()
-    for p in members:
-        n_pad = p.words.shape[0]
-        dw, rw = divmod(p.words.data_ptr() - w0, p.words.element_size())
-        ds, rs = divmod(p.scales.data_ptr() - s0, p.scales.element_size())
-        do, ro = divmod(p.out_scales.data_ptr() - o0, 4)
-        w_off = dw - rows * p.words.stride(0)
-        s_off = ds - rows * p.scales.stride(0)
-        if rw or rs or ro or w_off % 16 or s_off % 16:
-            raise ValueError("segment_prepared: member tensors are not 16-element aligned relative to each other")
-        for b in range(n_pad // ROW_ALIGN):
-            entries.append([(w_off, s_off, do + d * p.out_scales.stride(0) - rows) for d in (0, 1)])
-        parts.append((rows, p.n))
-        rows += n_pad
-    table = torch.tensor(entries, dtype=torch.int64).permute(1, 0, 2).contiguous().to(p0.words.device)
-    return SegmentedFP4(tuple(members), tuple(parts), parts[-1][0] + parts[-1][1], p0.k, p0.scale_kind, table)
 
 
 def prepare_codes(codes: torch.Tensor) -> torch.Tensor:

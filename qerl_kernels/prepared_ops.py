@@ -9,7 +9,7 @@ API:
     fp4_prepared_linear(x, p, bias=None)        y = x @ W^T (+ bias); backward grad_x = grad_y @ W (fused kernel)
     fp4_linear_grouped(x, group, bias=None)     one launch for a group; returns one view per member
     fp4_linear_fused(x, w, bias, lora=(t, B), residual=h)   inference only (no autograd): y = x W^T + b
-                                                + t B^T + h in one launch; w a PreparedFP4 or a SegmentedFP4
+                                                + t B^T + h in one launch; w a PreparedFP4 (or a group)
     group_bias(group, biases)                   the group's bias vector from the members' biases (or None)
 CUDA fp16/bf16 inputs run the Triton kernels; anything else runs the plain-torch reference
 (`layout.dequantize_prepared_reference`, float32 math, output in x's dtype).
@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 
 from qerl_kernels.fp4_launch import fp4_gemm, fp4_gemm_t
-from qerl_kernels.layout import PreparedFP4, SegmentedFP4, dequantize_prepared_reference, interpret_mode
+from qerl_kernels.layout import PreparedFP4, dequantize_prepared_reference, interpret_mode
 
 __all__ = ["fp4_prepared_linear", "fp4_linear_grouped", "group_bias", "fp4_linear_fused", "fp4_linear_fused_reference"]
 
@@ -131,13 +131,8 @@ def fp4_linear_grouped(x: torch.Tensor, group: PreparedFP4, bias: torch.Tensor |
 
 def fp4_linear_fused_reference(x: torch.Tensor, w, bias: torch.Tensor | None = None, *, lora: tuple | None = None,
                                residual: torch.Tensor | None = None) -> torch.Tensor:
-    """Plain-torch `fp4_linear_fused` (float32 math, one rounding to x's dtype); w PreparedFP4 or SegmentedFP4."""
-    if isinstance(w, SegmentedFP4):
-        dense = x.new_zeros((w.n, w.k), dtype=torch.float32)
-        for (row, n), p in zip(w.parts, w.members):
-            dense[row:row + n] = dequantize_prepared_reference(p)
-    else:
-        dense = dequantize_prepared_reference(w)
+    """Plain-torch `fp4_linear_fused` (float32 math, one rounding to x's dtype); w a PreparedFP4 or a group."""
+    dense = dequantize_prepared_reference(w)
     y = x.float() @ dense.t()
     if bias is not None:
         y = y + bias.float()
@@ -154,7 +149,7 @@ def fp4_linear_fused(x: torch.Tensor, w, bias: torch.Tensor | None = None, *, lo
 
     Args:
         x: [M, k] activations.
-        w: PreparedFP4 (single weight or `concat_prepared` group) or SegmentedFP4 (`segment_prepared`, no copy).
+        w: PreparedFP4 (single weight or `concat_prepared` group).
         bias: optional [n].
         lora: optional (t [M, R], B [n, R]) for a single weight: the LoRA update, B scaled (R a power of two >= 16).
         residual: optional [M, n] added last.

@@ -1,7 +1,7 @@
 """Compile every FP4 kernel variant (fp4_triton.py) into Triton's on-disk cache ahead of time, in parallel
 worker processes, so that later calls (the benchmark, tests, training) only load cached binaries: each autotuning
 candidate of fp4_tuning.py for both formats, dtypes and bias variants, the dequantize kernel, the tensor-core
-tiles both ways, the decode engine's segmented and LoRA + residual variants, and the backward kernel.
+tiles both ways, the decode engine's LoRA + residual variants, and the backward kernel.
 
 Run: `python -m qerl_kernels.bench --prewarm N --prewarm-only` (run_device.sh here and in qerl/profiling);
 tune.py calls `prewarm` with its own config list.
@@ -19,17 +19,15 @@ def _prewarm_job(job) -> str:
     from qerl_kernels import fp4_triton
     kind, cfg, sk, bf16, bias = job
     dt = torch.bfloat16 if bf16 else torch.float16
-    variant = dict(SEGMENTED=False, HAS_LORA=False, R=16, HAS_RES=False)
-    if kind in ("gemm_v", "tc_v"):  # the decode engine's variants: bias = (segmented, lora + residual)
-        seg, lora_res = bias
-        variant = dict(SEGMENTED=seg, HAS_LORA=lora_res, R=32, HAS_RES=lora_res)
+    variant = dict(HAS_LORA=False, R=16, HAS_RES=False)
+    if kind in ("gemm_v", "tc_v"):  # the decode engine's o/down variant: LoRA + residual in the epilogue
+        variant = dict(HAS_LORA=True, R=32, HAS_RES=True)
         kind, bias = kind[:-2], kind == "tc_v"
     n, k, m = 512, 1024, 3
     words = torch.zeros(n, k // 8, dtype=torch.int32, device="cuda")
     scales = torch.zeros(n, k // 32, dtype=torch.int16 if sk == 0 else torch.uint8, device="cuda")
     osc = torch.ones(2, n, dtype=torch.float32, device="cuda")
     # optional operands as the real calls pass them (pointer dtypes are part of the compiled signature)
-    seg_t = torch.zeros(n // 128, 3, dtype=torch.int64, device="cuda") if variant["SEGMENTED"] else osc
     t_t = torch.zeros(m, 96, dtype=dt, device="cuda") if variant["HAS_LORA"] else osc
     lb_t = torch.zeros(n, 32, dtype=dt, device="cuda") if variant["HAS_LORA"] else osc
     res_t = torch.zeros(m, n, dtype=dt, device="cuda") if variant["HAS_RES"] else osc
@@ -52,7 +50,7 @@ def _prewarm_job(job) -> str:
     if kind == "tc":  # bias stands for FORWARD here
         a = torch.zeros(m, k if bias else n, dtype=dt, device="cuda")
         o = torch.empty(m, n if bias else k, dtype=dt, device="cuda")
-        fp4_triton._fp4_gemm_tc.warmup(a, words, scales, osc, osc, o, seg_t, t_t, lb_t, res_t, m, n if bias else k,
+        fp4_triton._fp4_gemm_tc.warmup(a, words, scales, osc, osc, o, t_t, lb_t, res_t, m, n if bias else k,
                                        k if bias else n, k if bias else n, n if bias else k, 128, a.stride(0),
                                        words.stride(0), scales.stride(0), o.stride(0), osc.stride(0), t_t.stride(0),
                                        res_t.stride(0), grid=(1,), SCALE_KIND=sk, BF16=bf16, HAS_BIAS=False,
@@ -66,10 +64,10 @@ def _prewarm_job(job) -> str:
     cnt = torch.zeros(1 << 10, dtype=torch.int32, device="cuda")
     kw = dict(cfg.kwargs)
     extra = {"maxnreg": cfg.maxnreg} if getattr(cfg, "maxnreg", None) else {}
-    fp4_triton._fp4_gemm.warmup(x, words, scales, osc, b, y, ws, cnt, seg_t, t_t, lb_t, res_t, m, n, k, k, 16,
-                                x.stride(0), words.stride(0), scales.stride(0), y.stride(0),
-                                0 if variant["SEGMENTED"] else osc.stride(0), t_t.stride(0), res_t.stride(0), grid=(1,), SCALE_KIND=sk, BF16=bf16, HAS_BIAS=bias, USE_ASM=True,
-                                EVEN_K=True, **variant, **kw,
+    fp4_triton._fp4_gemm.warmup(x, words, scales, osc, b, y, ws, cnt, t_t, lb_t, res_t, m, n, k, k, 16,
+                                x.stride(0), words.stride(0), scales.stride(0), y.stride(0), osc.stride(0),
+                                t_t.stride(0), res_t.stride(0), grid=(1,), SCALE_KIND=sk, BF16=bf16, HAS_BIAS=bias,
+                                USE_ASM=True, EVEN_K=True, **variant, **kw,
                                 num_warps=cfg.num_warps, num_stages=cfg.num_stages, **extra)
     return f"gemm {kw}"
 
@@ -89,12 +87,10 @@ def prewarm(processes: int, bias_variants=(False, True), dtypes=(True, False), c
         # tensor-core tiles: bf16, NVFP4 (the rollout and training dtype and format), both directions
         jobs += [("tc", c, 0, True, fwd) for c in fp4_tuning._tc_configs() for fwd in (True, False)
                  if c.kwargs["TC_FWD" if fwd else "TC_BWD"]]
-        # the decode engine's GEMM variants (NVFP4, bf16): segmented q/k/v and gate/up groups, o/down with LoRA +
-        # residual in the epilogue
-        for v in ((True, False), (False, True)):
-            jobs += [("gemm_v", c, 0, True, v) for c in configs]
-            jobs += [("tc_v", c, 0, True, v) for c in fp4_tuning._tc_configs()
-                     if c.kwargs["TC_FWD"] and (c.kwargs["BN"] <= 128 or not v[0])]
+        # the decode engine's GEMM variants (NVFP4, bf16) beyond the plain ones (its q/k/v and gate/up groups): o/down
+        # with LoRA + residual in the epilogue
+        jobs += [("gemm_v", c, 0, True, None) for c in configs]
+        jobs += [("tc_v", c, 0, True, None) for c in fp4_tuning._tc_configs() if c.kwargs["TC_FWD"]]
         jobs += [("gemm_t", c, sk, True, rs) for c in fp4_tuning._gemm_t_configs() for sk, rs in
                  ((0, False), (0, True), (1, False))]
     with cf.ProcessPoolExecutor(processes, mp_context=mp.get_context("spawn")) as ex:

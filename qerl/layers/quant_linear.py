@@ -251,7 +251,7 @@ class QuantLinear(nn.Module):
 
     def kernel_weight(self, in_place: bool = True):
         """The weight in the kernels' layout (qerl_kernels.PreparedFP4), for code that launches the kernels itself
-        (the decode engine groups q/k/v and gate/up with qerl_kernels.segment_prepared).
+        (the decode engine; its q/k/v and gate/up groups come from `share_kernel_storage`).
 
         Args:
             in_place: convert this layer first if needed (what its first CUDA forward does) and return views of its
@@ -347,10 +347,9 @@ def share_kernel_storage(layers):
     """One prepared group over QuantLinear layers of one K and format (q/k/v, gate/up) whose rows ARE the layers'
     kernel buffers: each layer's `w4_words` / `w4_scales` become row views of one allocation per tensor kind.
 
-    Why: the decode engine runs such layers as one launch. A `concat_prepared` copy would hold their 4.5 bits per
-    weight a second time (~2.9 GB for Qwen2.5-7B), and the no-copy `segment_prepared` view is a different operand
-    that the wgmma and skinny-M kernels do not take; a group whose members sit in one allocation is an ordinary
-    contiguous group for every kernel, at no extra memory. The values do not change (the layers' forward,
+    Why: the decode engine runs such layers as one launch, and every kernel takes a group as one contiguous operand.
+    A `concat_prepared` copy would hold their 4.5 bits per weight a second time (~2.9 GB for Qwen2.5-7B); a group
+    whose members sit in one allocation costs no extra memory. The values do not change (the layers' forward,
     state_dict and `dense_weight` give the same), the buffers stay non-persistent, and a call on layers that
     already share their storage returns the group again without copying (`qerl_kernels.layout.stacked_view`).
     Moving a layer (`.to(device)`) gives it its own buffers again.

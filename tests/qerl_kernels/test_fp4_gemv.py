@@ -104,8 +104,6 @@ def test_gemv_rejects_what_it_does_not_do():
         fp4_gemv.fp4_gemm_gemv(torch.zeros(17, 128, device=DEV, dtype=torch.float16), p)
     with pytest.raises(ValueError, match="FMA mode"):
         fp4_gemv.fp4_gemm_gemv(torch.zeros(5, 128, device=DEV, dtype=torch.float16), p, config=dict(DOT=False))
-    with pytest.raises(ValueError, match="SegmentedFP4"):
-        fp4_gemv.fp4_gemm_gemv(torch.zeros(1, 128, device=DEV, dtype=torch.float16), layout.segment_prepared([p]))
 
 
 @pytest.mark.triton_device

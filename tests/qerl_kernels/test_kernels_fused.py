@@ -1,6 +1,7 @@
-"""The decode engine's GEMM entry point `qerl_kernels.fp4_linear_fused`: segmented groups (several weights in one
-launch, no copy: `segment_prepared`) equal `concat_prepared` bit for bit, and the epilogue's LoRA update and residual add
-match the float32 reference. CPU: TRITON_INTERPRET=1, tiny shapes; GPU: autotuned kernels, both dtypes."""
+"""The decode engine's GEMM entry point `qerl_kernels.fp4_linear_fused`: groups (several weights in one launch:
+`concat_prepared`, or `layout.stacked_view` over members that already are consecutive rows of one allocation, no copy)
+and the epilogue's LoRA update and residual add match the float32 reference. CPU: TRITON_INTERPRET=1, tiny shapes;
+GPU: autotuned kernels, both dtypes."""
 import pytest
 import torch
 
@@ -20,31 +21,41 @@ def _members(fmt="nvfp4", rows=(96, 40, 40), k=128):
             for i, n in enumerate(rows)]
 
 
-def test_segment_table_and_errors():
+def _views(ms):
+    """The members as row views of one allocation (what QuantLinear layers hold after share_kernel_storage)."""
+    cat = layout.concat_prepared(ms)
+    return cat, [layout.PreparedFP4(cat.words[row:row + p.words.shape[0]], cat.scales[row:row + p.words.shape[0]],
+                                    p.out_scales, p.n, p.k, p.scale_kind) for p, (row, _) in zip(ms, cat.parts)]
+
+
+def test_stacked_view_is_the_concatenation_without_a_copy():
     ms = _members()
-    seg = qerl_kernels.segment_prepared(ms)
-    assert seg.parts == ((0, 96), (128, 40), (256, 40)) and seg.n == 296 and seg.k == 128
-    assert tuple(seg.table.shape) == (2, 3, 3) and seg.table.dtype == torch.int64
-    assert seg.nbytes == sum(p.nbytes for p in ms)  # no copy
+    cat, views = _views(ms)
+    sv = layout.stacked_view(views)
+    assert sv.parts == cat.parts == ((0, 96), (128, 40), (256, 40)) and sv.n == 296 and sv.k == 128
+    assert sv.words.data_ptr() == cat.words.data_ptr() and sv.scales.data_ptr() == cat.scales.data_ptr()
+    assert all(torch.equal(getattr(sv, f), getattr(cat, f)) for f in ("words", "scales", "out_scales"))
+    assert layout.stacked_view(ms) is None  # separate allocations
+    assert layout.stacked_view([views[1], views[0]]) is None  # not in allocation order
     with pytest.raises(ValueError, match="share K"):
-        qerl_kernels.segment_prepared([ms[0], qerl_kernels.random_prepared("nvfp4", 32, 256, seed=9, device=DEV)[0]])
+        layout.stacked_view([ms[0], qerl_kernels.random_prepared("nvfp4", 32, 256, seed=9, device=DEV)[0]])
 
 
 @pytest.mark.triton_device
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
 @pytest.mark.parametrize("m", [1, 5] + ([40, 200] if CUDA else []), ids=lambda m: f"M{m}")
-def test_segmented_equals_concatenated(dtype, fmt, m):
+def test_group_matches_its_members_reference(dtype, fmt, m):
     ms = _members(fmt)
-    seg, cat = qerl_kernels.segment_prepared(ms), layout.concat_prepared(ms)
+    cat, views = _views(ms)
     x = torch.randn(m, 128, device=DEV).to(dtype)
-    path = "swap" if m <= 512 else "deq"  # the same kernel for both (the default dispatch times each on its own)
-    a, b = fp4_launch.fp4_gemm(x, seg, path=path), fp4_launch.fp4_gemm(x, cat, path=path)
-    assert a.shape == b.shape == (m, 296)
-    assert torch.equal(a, b)
-    assert torch.equal(qerl_kernels.fp4_linear_fused(x[:3], seg), qerl_kernels.fp4_linear_fused(x[:3], cat))
-    ref = qerl_kernels.prepared_ops.fp4_linear_fused_reference(x.float(), seg)
-    assert rel_error(a, ref) < 6e-3
+    a = fp4_launch.fp4_gemm(x, cat, path="swap")
+    assert a.shape == (m, 296)
+    assert torch.equal(fp4_launch.fp4_gemm(x, layout.stacked_view(views), path="swap"), a)
+    assert torch.equal(qerl_kernels.fp4_linear_fused(x[:3], cat), fp4_launch.fp4_gemm(x[:3], cat))
+    ref = torch.cat([x.float() @ layout.dequantize_prepared_reference(p).t() for p in ms], 1)
+    for (row, n), (r0, n0) in zip(cat.parts, zip((0, 96, 136), (96, 40, 40))):  # the padding rows hold zeros
+        assert rel_error(a[:, row:row + n], ref[:, r0:r0 + n0]) < 6e-3
 
 
 @pytest.mark.triton_device
@@ -73,18 +84,18 @@ def test_lora_and_residual_epilogue(dtype, parts, m):
 
 def test_fused_cpu_reference_path():
     ms = [qerl_kernels.random_prepared("nvfp4", n, 64, seed=i, device="cpu")[0] for i, n in enumerate((64, 40))]
-    seg = qerl_kernels.segment_prepared(ms)
+    grp = layout.concat_prepared(ms)
     x = torch.randn(2, 64)
-    y = qerl_kernels.fp4_linear_fused(x, seg, use_triton=False)
+    y = qerl_kernels.fp4_linear_fused(x, grp, use_triton=False)
     ref = torch.cat([x @ layout.dequantize_prepared_reference(ms[0]).t(), torch.zeros(2, 64),
                      x @ layout.dequantize_prepared_reference(ms[1]).t()], 1)
     assert torch.allclose(y, ref[:, :168], atol=1e-5)
     with pytest.raises(ValueError, match="does not match"):
-        qerl_kernels.fp4_linear_fused(torch.randn(2, 32), seg)
+        qerl_kernels.fp4_linear_fused(torch.randn(2, 32), grp)
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# the tensor-core tiles (M >= 64): forward with every epilogue option, segmented groups, backward
+# the tensor-core tiles (M >= 64): forward with every epilogue option, groups, backward
 # ---------------------------------------------------------------------------------------------------------------
 TC_M = [70] + ([256, 1000] if CUDA else [])
 
@@ -107,12 +118,12 @@ def test_tensor_core_forward_and_backward(dtype, fmt, m):
 
 @pytest.mark.triton_device
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_tensor_core_segmented_lora_residual(dtype):
+def test_tensor_core_group_lora_residual(dtype):
     ms = _members()
-    seg = qerl_kernels.segment_prepared(ms)
     x = torch.randn(70, 128, device=DEV).to(dtype)
-    assert torch.equal(fp4_launch.fp4_gemm(x, seg, path="tc"),
-                       fp4_launch.fp4_gemm(x, layout.concat_prepared(ms), path="tc"))
+    grp = layout.concat_prepared(ms)
+    assert rel_error(fp4_launch.fp4_gemm(x, grp, path="tc"),
+                     qerl_kernels.prepared_ops.fp4_linear_fused_reference(x.float(), grp)) < 6e-3
     p, dense, _ = qerl_kernels.random_prepared("nvfp4", 200, 256, seed=5, device=DEV)
     x = torch.randn(70, 256, device=DEV).to(dtype)
     t, lb = torch.randn(70, 16, device=DEV).to(dtype), (0.1 * torch.randn(200, 16, device=DEV)).to(dtype)

@@ -47,8 +47,8 @@ def test_plan_rejects_unsupported(n_pad, k_pad, m):
         fp4_gluon.gluon_plan(n_pad, k_pad, m, 132)
 
 
-# The operand checks (MXFP4, CPU x, wrong x, SegmentedFP4, x off the weight's device), shared with the wgmma
-# kernel (fp4_gluon.check_operands): tests/qerl_kernels/test_kernels_wgmma.py, for both kernels.
+# The operand checks (MXFP4, CPU x, wrong x, a weight that is not a PreparedFP4, x off the weight's device), shared
+# with the wgmma kernel (fp4_gluon.check_operands): tests/qerl_kernels/test_kernels_wgmma.py, for both kernels.
 
 
 def test_compile_variants_cover_the_benchmark_and_the_sweep():

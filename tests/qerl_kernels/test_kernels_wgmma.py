@@ -139,9 +139,9 @@ def test_launch_args_default_launch():
 
 @needs_gluon
 @pytest.mark.parametrize("kernel", ["fp4_gemm_wgmma", "fp4_gemm_gluon"])
-def test_rejects_mxfp4_cpu_wrong_x_and_segmented(kernel):
+def test_rejects_mxfp4_cpu_wrong_x_and_other_weights(kernel):
     """Both Gluon kernels' operand check (fp4_gluon.check_operands): MXFP4, a CPU x, x of the wrong width or
-    dtype, a SegmentedFP4 weight."""
+    dtype, a weight that is not a PreparedFP4."""
     from qerl_kernels import fp4_gluon
     fn = getattr(fp4_wgmma if kernel == "fp4_gemm_wgmma" else fp4_gluon, kernel)
     mx, _, _ = qerl_kernels.random_prepared("mxfp4", 128, 256, seed=0)
@@ -155,9 +155,8 @@ def test_rejects_mxfp4_cpu_wrong_x_and_segmented(kernel):
         fn(torch.randn(2, 128, dtype=torch.bfloat16), nv)
     with pytest.raises(ValueError, match="x must be"):
         fn(x.float(), nv)
-    seg = layout.segment_prepared([nv])
     with pytest.raises(ValueError, match="PreparedFP4"):
-        fn(x, seg)
+        fn(x, torch.zeros(128, 256))
 
 
 def test_compile_variants_cover_the_7b_shapes_and_rl_batch_sizes():
