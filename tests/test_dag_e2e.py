@@ -24,8 +24,8 @@ import pytest
 import yaml
 
 from qerl.report.registry import ARTIFACTS, TABLE_FORMATS
+from tests.snakemake_cli import SNAKEMAKE, snakemake
 
-SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
 # the environment NOT activated: this interpreter's bin folder removed from PATH, as after a plain
 # `.venv/bin/snakemake`; the Snakefile itself must make the jobs' `qerl` and `python` this environment's
 _BIN = str(Path(sys.executable).parent)
@@ -61,13 +61,12 @@ def trimmed_dag(repo_root, tmp_path_factory, trimmed_config, job_server):
     path.write_text(yaml.safe_dump(_config(trimmed_config, work / "results")))
     # one thread per job (calibrate and quantize ask for 2): jobs run side by side, and beside the other pytest-xdist
     # worker; a 2-thread job on two busy cores ran 3-6x slower than with one
-    command = [SNAKEMAKE, "-s", str(repo_root / "Snakefile"), "-d", str(work), "--cores", "2", "--max-threads", "1",
+    command = ["-s", str(repo_root / "Snakefile"), "-d", str(work), "--cores", "2", "--max-threads", "1",
                "--configfile", str(path)]
-    proc = subprocess.run(command, capture_output=True, text=True, timeout=1500, env=job_server)
+    proc = snakemake(command, timeout=1500, env=job_server)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     report = work / "report.html"
-    proc = subprocess.run(command + ["--report", str(report)], capture_output=True, text=True, timeout=600,
-                          env=job_server)
+    proc = snakemake(command + ["--report", str(report)], timeout=600, env=job_server)
     assert proc.returncode == 0 and report.exists(), (proc.stdout + proc.stderr)[-4000:]
     return {"results": work / "results" / "tiny", "report": report}
 
@@ -186,8 +185,7 @@ def test_resume_without_weights_reruns_only_the_unfinished_jobs(trimmed_dag, rep
     assert (unfinished / "eval.json").exists()
     assert all(p.read_bytes() == data for p, data in finished.items())
     assert not set(ran) & {"pretrain_tiny", "calibrate", "quantize", "evaluate", "gen_tiny"}, " ".join(ran)
-    plan = subprocess.run([SNAKEMAKE, *where, "--cores", "1", "--configfile", str(config), "-n"],
-                          capture_output=True, text=True, timeout=600, env=job_server)
+    plan = snakemake([*where, "--cores", "1", "--configfile", str(config), "-n"], timeout=600, env=job_server)
     assert plan.returncode == 0 and "Nothing to be done" in plan.stdout + plan.stderr, (plan.stdout + plan.stderr)[-3000:]
 
 
@@ -213,7 +211,7 @@ def test_rerun_incomplete_after_kill_in_evaluation_keeps_metrics(trimmed_dag, re
     for name in ("metrics.jsonl", "eval.json", "checkpoint.pt"):
         (run / name).unlink()
     # -d: Snakemake's own state (.snakemake/, its incomplete markers) stays in tmp_path, not in the checkout
-    command = [SNAKEMAKE, str(run / "eval.json"), "-s", str(repo_root / "Snakefile"), "-d", str(tmp_path),
+    command = [str(run / "eval.json"), "-s", str(repo_root / "Snakefile"), "-d", str(tmp_path),
                "--cores", "1", "--configfile", str(config)]
     # First run: the training job's `qerl train` kills snakemake, then itself, when it starts its evaluation.
     bin_dir, pidfile = tmp_path / "bin", tmp_path / "snakemake.pid"
@@ -226,7 +224,7 @@ def test_rerun_incomplete_after_kill_in_evaluation_keeps_metrics(trimmed_dag, re
     (bin_dir / "qerl").chmod(0o755)
     # the killed `qerl train` is tests/kill_in.py in a process of its own; the rerun's goes to the job server
     env = {**job_server, "PATH": f"{_BIN}{os.pathsep}{ENV['PATH']}"}
-    first = subprocess.run(["/bin/sh", "-c", 'echo $$ > "$0"; exec "$@"', str(pidfile), *command],
+    first = subprocess.run(["/bin/sh", "-c", 'echo $$ > "$0"; exec "$@"', str(pidfile), SNAKEMAKE, *command],
                            capture_output=True, text=True, timeout=600,
                            env={**env, "PATH": f"{bin_dir}{os.pathsep}{env['PATH']}"})
     assert first.returncode == -signal.SIGKILL, (first.stdout + first.stderr)[-3000:]
@@ -235,11 +233,12 @@ def test_rerun_incomplete_after_kill_in_evaluation_keeps_metrics(trimmed_dag, re
     written = (run / "metrics.jsonl").read_text()
     assert len(written.splitlines()) == 2 and not (run / "eval.json").exists()
     # The killed snakemake left its lock, and the job's outputs flagged incomplete: a plain rerun refuses.
-    subprocess.run(command + ["--unlock"], capture_output=True, text=True, timeout=600, env=env, check=True)
-    plain = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
+    unlock = snakemake(command + ["--unlock"], timeout=600, env=env)
+    assert unlock.returncode == 0, (unlock.stdout + unlock.stderr)[-3000:]
+    plain = snakemake(command, timeout=600, env=env)
     assert plain.returncode != 0 and "--rerun-incomplete" in plain.stdout + plain.stderr
     # As the profiles run it: Snakemake deletes the incomplete metrics.jsonl and reruns the job.
-    second = subprocess.run(command + ["--rerun-incomplete"], capture_output=True, text=True, timeout=600, env=env)
+    second = snakemake(command + ["--rerun-incomplete"], timeout=600, env=env)
     assert second.returncode == 0, (second.stdout + second.stderr)[-3000:]
     assert (run / "metrics.jsonl").read_text() == written  # the whole history, byte for byte
     assert (run / "eval.json").exists()

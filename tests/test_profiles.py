@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
+from tests.snakemake_cli import snakemake
+
 ENV = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
 
 
@@ -25,9 +25,8 @@ def _config(repo_root: Path, tmp_path: Path, gpus: int) -> Path:
 
 
 def _dry_run(repo_root: Path, profile: str, config: Path) -> str:
-    proc = subprocess.run([SNAKEMAKE, "--nolock", "-n", "-p", "--profile", f"workflow/profiles/{profile}",
-                           "--configfile", str(config)], cwd=repo_root, capture_output=True, text=True,
-                          timeout=300, env=ENV)
+    proc = snakemake(["--nolock", "-n", "-p", "--profile", f"workflow/profiles/{profile}", "--configfile", str(config)],
+                     cwd=repo_root, timeout=300, env=ENV)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
     return out

