@@ -115,10 +115,10 @@ def fp4_gemm(x: torch.Tensor, w, bias: torch.Tensor | None = None, *, config: di
         path: force "swap" (that kernel), "tc" (`fp4_gemm_tc`, the tensor-core tiles), "deq" (dequantize +
             cuBLAS), "wgmma" (`fp4_wgmma.fp4_gemm_wgmma`, the Gluon kernel: NVFP4, Hopper, M <= its MAX_M; `config`
             then holds its knobs; LoRA and residual added after it) or "gemv" (`fp4_gemv.fp4_gemm_gemv`, the
-            skinny-M kernel: M <= 16, no LoRA / residual). Default: "gemv" where `fp4_gemv.selected` says so (a committed measurement, or
-            QERL_FP4_GEMV=1); else "swap" for M <= 64; above, the fastest of `forward_candidates` (swap up to
-            FUSED_MAX_M, wgmma on Hopper up to WGMMA_MAX_M, tc up to TC_MAX_M, deq) as timed on first use per
-            shape, M bucket and epilogue (`_choose_path`).
+            skinny-M kernel: M <= 16, no LoRA / residual). Default: "gemv" where `fp4_gemv.selected` says so (a
+            committed measurement, or QERL_FP4_GEMV=1); else "swap" for M <= 64; above, the fastest of
+            `forward_candidates` (swap up to FUSED_MAX_M, wgmma on Hopper up to WGMMA_MAX_M, tc up to TC_MAX_M, deq)
+            as timed on first use per shape, M bucket and epilogue (`_choose_path`).
         lora: optional (t [M, R], B [N, R]): a LoRA update t @ B^T added in the epilogue (B already scaled, R a
             power of two >= 16, B contiguous); single weights only.
         residual: optional [M, N] added last (the residual stream, so y is the new hidden state).

@@ -32,8 +32,9 @@ import torch
 from qerl_kernels.reference import E2M1_VALUES, pack_codes, unpack_codes
 
 __all__ = [
-    "CHUNK", "ROW_ALIGN", "PreparedFP4", "PreparedCache", "prepare_codes", "unprepare_codes", "padded_shape", "row_out_scales", "concat_prepared", "stacked_view", "e4m3_to_e5m3",
-    "e5m3_to_float", "dequantize_prepared_reference", "interpret_mode",
+    "CHUNK", "ROW_ALIGN", "PreparedFP4", "PreparedCache", "prepare_codes", "unprepare_codes", "padded_shape",
+    "row_out_scales", "concat_prepared", "stacked_view", "e4m3_to_e5m3", "e5m3_to_float",
+    "dequantize_prepared_reference", "interpret_mode",
 ]
 
 CHUNK = 128      # k elements per storage chunk (16 words per row)

@@ -374,11 +374,10 @@ def share_kernel_storage(layers):
     if group is not None:
         return group
     group = qerl_kernels.concat_prepared(members)
-    with torch.no_grad():
-        for layer, p, (row, _) in zip(layers, members, group.parts):
-            rows = p.words.shape[0]
-            layer._buffers["w4_words"] = group.words[row:row + rows]
-            layer._buffers["w4_scales"] = group.scales[row:row + rows]
+    for layer, p, (row, _) in zip(layers, members, group.parts):
+        rows = p.words.shape[0]
+        layer._buffers["w4_words"] = group.words[row:row + rows]
+        layer._buffers["w4_scales"] = group.scales[row:row + rows]
     return group
 
 

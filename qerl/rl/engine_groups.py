@@ -34,10 +34,10 @@ class Group:
     by rows (`lora_b`, scaled, rank padded to R) for the kernel that consumes the outputs.
 
     Kinds: "fp4" (QuantLinear bases: one prepared group over their own buffers, `share_kernel_storage`, or the single
-    prepared weight), "dense" (frozen nn.Linear: the module's weight, or for several members an engine-owned concatenation;
-    or bitsandbytes NF4 layers marked for a dequantized decode: their dequantized weights, engine-owned), "bases"
-    (other frozen bases, e.g. unmarked bitsandbytes layers: called one by one), "call" (modules called as they are, LoRA
-    included: merged or DoRA adapters, several adapters, trainable bases, fuse=False)."""
+    prepared weight), "dense" (frozen nn.Linear: the module's weight, or for several members an engine-owned
+    concatenation; or bitsandbytes NF4 layers marked for a dequantized decode: their dequantized weights,
+    engine-owned), "bases" (other frozen bases, e.g. unmarked bitsandbytes layers: called one by one), "call" (modules
+    called as they are, LoRA included: merged or DoRA adapters, several adapters, trainable bases, fuse=False)."""
 
     def __init__(self, mods, *, fuse: bool, dtype: torch.dtype, in_place: bool, copy_dense: bool):
         from torch import nn
