@@ -44,8 +44,8 @@
 # tests (4 xdist workers), then the 7B rollout at the batches
 # in $BATCHES (default 256 128) for QeRL with the wgmma kernel out of the dispatch (QERL_FP4_WGMMA=0) and in it, and
 # for BF16 LoRA, side by side (one batch for the three before the next batch, so a call cut short still compares).
-# Writes to $OUT: dispatch-pytest.log, rollout.tgz (the three `qerl profile` folders, each with rollout.csv and
-# dispatch.json: the kernel path the dispatch chose per shape and M bucket), rollout.log.
+# Writes to $OUT: dispatch-pytest.log, rollout.tgz (the `qerl profile` folders, one per method, switch and batch,
+# each with rollout.csv and dispatch.json: the kernel path the dispatch chose per shape and M bucket), rollout.log.
 # Usage: COMMIT=$(git rev-parse HEAD) bash qerl_kernels/run_device.sh rollout
 set -o pipefail
 export PYTHONUNBUFFERED=1 TRITON_DEFAULT_FP_FUSION=1
@@ -121,7 +121,7 @@ if [ "${1:-}" = rollout ]; then
   stamp "rollout: GPU tests rc=$?"; tail -5 "$W/dispatch-pytest.log"; cp "$W/dispatch-pytest.log" "$OUT/"
   for b in ${BATCHES:-256 128}; do
     for run in qerl:0 qerl:1 lora:1; do
-      method=${run%%:*}; on=${run##*:}; dir=$W/prof_${method}_wgmma$on
+      method=${run%%:*}; on=${run##*:}; dir=$W/prof_${method}_wgmma${on}_b$b
       stamp "rollout: $method batch $b QERL_FP4_WGMMA=$on"
       QERL_FP4_WGMMA=$on timeout "${PROFILE_S:-200}" python3 -m qerl.cli profile --archs 7B --methods "$method" \
         --ranks 32 --batches "$b" --full-batches --e2e-batches --prompt 256 --completion 2048 --out "$dir" \
