@@ -124,3 +124,21 @@ def test_quantized_checkpoint_replaces_round_to_nearest(tmp_path, base_dir):
         assert torch.allclose(loaded.model(**ids).logits, rtn.model(**ids).logits)
     with pytest.raises(ValueError, match="holds mxfp4 weights"):
         build_policy("nvfp4", base_dir, quantized=tmp_path / "q")
+
+
+def test_new_adapters_start_the_same_in_every_weight_format(tmp_path, base_dir):
+    """Seeded alike, BF16 LoRA, a round-to-nearest NVFP4 base and a quantized checkpoint (load_quantized) draw the same
+    initial LoRA factors: building or loading the base consumes none of the global RNG, so runs of different methods
+    at one seed start from the same adapters (a loader that drew from it, as load_quantized's random initialization
+    did before it built on the meta device, would silently make every 4-bit run another draw)."""
+    from qerl.policy.checkpoint import save_quantized
+
+    save_quantized(build_policy("nvfp4", base_dir).model, tmp_path / "q")
+    factors = []
+    for method, quantized in (("lora", None), ("nvfp4_lora", None), ("nvfp4_lora", tmp_path / "q")):
+        torch.manual_seed(7)
+        policy = build_policy(method, base_dir, quantized=quantized, lora=LoraSpec(rank=4, alpha=8))
+        factors.append({n.split("base_model.")[-1]: p.detach().clone() for n, p in policy.model.named_parameters()
+                        if "lora_A" in n})
+    assert factors[0] and factors[0].keys() == factors[1].keys() == factors[2].keys()
+    assert all(torch.equal(factors[0][n], f[n]) for f in factors[1:] for n in factors[0])
