@@ -7,7 +7,8 @@ Public API (CUDA tensors run the Triton kernels, CPU tensors the torch reference
     fp4_gluon.fp4_gemm_gluon(x, p, bias)                      Gluon warp-specialized kernel, NVFP4, M <= 64, Hopper
                                                               (benchmarked, not in the default dispatch; issue 22)
     fp4_wgmma.fp4_gemm_wgmma(x, p, bias)                      Gluon async-wgmma kernel (register-A decode), NVFP4,
-                                                              M 16-512, Hopper (benchmarked only, not yet run; issue 22)
+                                                              M 16-512, Hopper (a timed candidate of the default
+                                                              dispatch for M 65-512; issue 22)
     fp4_gemv.fp4_gemm_gemv(x, p, bias)                        skinny-M split-K kernel, NVFP4/MXFP4, M <= 16 (in the
                                                               default dispatch only where measured; issue 22)
     fp4_dequantize_weight(codes, scales, global_scale, fmt, dtype)
@@ -20,8 +21,8 @@ Public API (CUDA tensors run the Triton kernels, CPU tensors the torch reference
     reference.*         the plain-torch specification, taken from qerl.formats (the format spec)
 How the kernels work: layout.py (the load-time weight layout and its torch references), fp4_decoder.py (the
 E2M1 decoder), fp4_triton.py (the Triton kernels), fp4_tuning.py (their autotuning), fp4_launch.py (launchers and
-dispatch by M), fp4_gluon.py (the Gluon kernel and its launcher), fp4_wgmma.py (the wgmma kernel), fp4_gemv.py (the skinny-M kernel); bench.py for
-how they are measured, kernels.notes.md for what each GPU call measured.
+dispatch by M), fp4_gluon.py (the Gluon kernel and its launcher), fp4_wgmma.py (the wgmma kernel), fp4_gemv.py (the
+skinny-M kernel); bench.py for how they are measured, kernels.notes.md for what each GPU call measured.
 """
 from __future__ import annotations
 

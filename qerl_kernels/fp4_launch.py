@@ -276,10 +276,10 @@ def _time_or_inf(fn, name: str, graph: bool = False) -> float:
     graphs): GPU time of calls replayed in a CUDA graph (triton.testing.do_bench_cudagraph), falling back to the
     eager timing if fn cannot be captured. Eager timing (do_bench) also counts the host's launch cost whenever it
     exceeds the kernel's: for the wgmma kernel (TMA descriptors built per call, then the LoRA addmm and the residual
-    add) that cost is tens of microseconds, which a graph replay does not pay. With eager timing the 7B rollout did
-    not change at all with the kernel in the dispatch (issue 22, H100 call 7), although the kernel is 1.3-2x faster
-    in graph-timed GEMMs on o/down shapes at M 128-256: the likely cause, not yet re-measured on a GPU. The backward
-    (training, eager) keeps the eager timing."""
+    add) that cost is tens of microseconds, which a graph replay does not pay. Timed eagerly, the kernel never won
+    a decode-step choice (issue 22, H100 call 7: the 7B rollout unchanged); timed in a graph it takes gate/up and
+    down at M 128-256 (call 8, with the engine's groups in one allocation: QeRL / BF16 LoRA 0.90 -> 1.04x at batch
+    128). The backward (training, eager) keeps the eager timing."""
     try:
         if graph:
             try:
