@@ -9,7 +9,10 @@ the LoRA down-products (cuBLAS) a layer is 14 launches for NVFP4 and 19 for BF16
     rmsnorm(h, w, eps, add=y)                    h += y (in place, if given); returns rmsnorm(h) * w
     rmsnorm_lora(h, w, eps, a)                   (x, t): x = rmsnorm(h) * w and the LoRA down-products t = x a^T of
                                                  the projections that read x, in one launch (instead of a norm
-                                                 kernel and a cuBLAS GEMM)
+                                                 kernel and a cuBLAS GEMM: two launches, split-K and reduction);
+                                                 split over the hidden size, the last program of a row block sums
+                                                 the partials
+    lora_down(x, a)                              t = x a^T: the same kernel without the norm (o and down's LoRA)
     qkv_rope_cache(q, k, v, t, lora_b, bias, cos, sin, pos, slot, k_cache, v_cache)
         q/k/v projections + their LoRA update (t @ B^T) + bias, RoPE on q and k, k and v written to cache slot
         `slot`; returns the rotated queries [B, heads, d]
@@ -45,7 +48,9 @@ if HAVE_TRITON:
     import triton
     import triton.language as tl
 
-__all__ = ["sample_gumbel", "sample_gumbel_pays", "rmsnorm", "rmsnorm_reference", "rmsnorm_lora", "rmsnorm_lora_reference", "NORM_LORA_MAX_HIDDEN", "qkv_rope_cache", "qkv_rope_cache_reference", "decode_attention",
+__all__ = ["sample_gumbel", "sample_gumbel_pays", "rmsnorm", "rmsnorm_reference", "rmsnorm_lora",
+           "rmsnorm_lora_reference", "NORM_LORA_MAX_HIDDEN", "LORA_DOWN_MAX_ROWS", "LORA_SPLITS", "lora_down",
+           "lora_splits", "qkv_rope_cache", "qkv_rope_cache_reference", "decode_attention",
            "decode_attention_reference", "attention_splits", "silu_mul", "silu_mul_reference", "lora_rank_pad"]
 
 
@@ -161,40 +166,71 @@ if HAVE_TRITON:
             tl.store(x_ptr + row * stride_x + cols, (xn * w).to(x_ptr.dtype.element_ty), mask=ok)
 
     @triton.jit
-    def _rmsnorm_lora_kernel(h_ptr, w_ptr, a_ptr, x_ptr, t_ptr, M, H, RT, stride_h, stride_a, stride_x, stride_t, eps,
-                             BM: tl.constexpr, BK: tl.constexpr, RP: tl.constexpr, IEEE: tl.constexpr):
-        """Program per BM rows: x = bf16(h * rstd) * w (as _rmsnorm_kernel), t = x a^T accumulated chunk by chunk
-        of the hidden size (a: [RT, H], the stacked LoRA A factors)."""
-        rows = tl.program_id(0) * BM + tl.arange(0, BM)
+    def _lora_down_kernel(h_ptr, w_ptr, a_ptr, x_ptr, t_ptr, ws_ptr, cnt_ptr, M, H, RT, SPLIT, stride_h, stride_a,
+                          stride_x, stride_t, eps, NORM: tl.constexpr, BM: tl.constexpr, BK: tl.constexpr,
+                          RP: tl.constexpr, RED: tl.constexpr, IEEE: tl.constexpr):
+        """Program (row block of BM, column split of SPLIT): t = x a^T over the split's columns (a: [RT, H], the
+        stacked LoRA A factors). NORM: h is the residual stream and x = bf16(h * rstd) * w is computed and written
+        (rstd over the whole row: every split of a row block sums the row's squares itself, as _rmsnorm_kernel
+        does); else x = h. With one split t is written directly; with several the fp32 partials are parked in ws and
+        the row block's last program to arrive sums them in split order (deterministic, RED parts per load) and
+        writes t, then resets the row block's arrival counter (as the stream-K GEMMs' tiles do)."""
+        pid_m = tl.program_id(0)
+        pid_s = tl.program_id(1)
+        n_split = tl.num_programs(1)
+        rows = pid_m * BM + tl.arange(0, BM)
         r_ok = rows < M
         rows64 = rows.to(tl.int64)
-        ss = tl.zeros([BM], dtype=tl.float32)
-        for k0 in range(0, H, BK):
-            cols = k0 + tl.arange(0, BK)
-            ok = r_ok[:, None] & (cols < H)[None, :]
-            h = tl.load(h_ptr + rows64[:, None] * stride_h + cols[None, :], mask=ok, other=0.0).to(tl.float32)
-            ss += tl.sum(h * h, axis=1)
-        rstd = 1.0 / tl.sqrt_rn(ss / H + eps)
+        if NORM:
+            ss = tl.zeros([BM], dtype=tl.float32)
+            for k0 in range(0, H, BK):
+                cols = k0 + tl.arange(0, BK)
+                ok = r_ok[:, None] & (cols < H)[None, :]
+                h = tl.load(h_ptr + rows64[:, None] * stride_h + cols[None, :], mask=ok, other=0.0).to(tl.float32)
+                ss += tl.sum(h * h, axis=1)
+            rstd = 1.0 / tl.sqrt_rn(ss / H + eps)
         rc = tl.arange(0, RP)
         rc_ok = rc < RT
         acc = tl.zeros([BM, RP], dtype=tl.float32)
-        for k0 in range(0, H, BK):
+        k_lo = pid_s * SPLIT
+        for k0 in range(k_lo, tl.minimum(k_lo + SPLIT, H), BK):   # split boundaries are multiples of BK
             cols = k0 + tl.arange(0, BK)
             c_ok = cols < H
             ok = r_ok[:, None] & c_ok[None, :]
-            h = tl.load(h_ptr + rows64[:, None] * stride_h + cols[None, :], mask=ok, other=0.0).to(tl.float32)
-            xn = (h * rstd[:, None]).to(x_ptr.dtype.element_ty).to(tl.float32)
-            w = tl.load(w_ptr + cols, mask=c_ok, other=0.0).to(tl.float32)
-            x = (xn * w[None, :]).to(x_ptr.dtype.element_ty)
-            tl.store(x_ptr + rows64[:, None] * stride_x + cols[None, :], x, mask=ok)
+            h = tl.load(h_ptr + rows64[:, None] * stride_h + cols[None, :], mask=ok, other=0.0)
+            if NORM:
+                xn = (h.to(tl.float32) * rstd[:, None]).to(x_ptr.dtype.element_ty).to(tl.float32)
+                w = tl.load(w_ptr + cols, mask=c_ok, other=0.0).to(tl.float32)
+                x = (xn * w[None, :]).to(x_ptr.dtype.element_ty)
+                tl.store(x_ptr + rows64[:, None] * stride_x + cols[None, :], x, mask=ok)
+            else:
+                x = h
             at = tl.load(a_ptr + rc[None, :] * stride_a + cols[:, None], mask=c_ok[:, None] & rc_ok[None, :],
                          other=0.0)  # [BK, RP]: a^T's chunk
             if IEEE:
                 acc += tl.dot(x.to(tl.float32), at.to(tl.float32), input_precision="ieee")
             else:
                 acc += tl.dot(x, at.to(x.dtype))
-        tl.store(t_ptr + rows64[:, None] * stride_t + rc[None, :], acc.to(t_ptr.dtype.element_ty),
-                 mask=r_ok[:, None] & rc_ok[None, :])
+        t_ptrs = t_ptr + rows64[:, None] * stride_t + rc[None, :]
+        t_ok = r_ok[:, None] & rc_ok[None, :]
+        if n_split == 1:
+            tl.store(t_ptrs, acc.to(t_ptr.dtype.element_ty), mask=t_ok)
+        else:
+            ws_tile = tl.arange(0, BM)[:, None] * RP + rc[None, :]
+            tl.store(ws_ptr + (pid_m * n_split + pid_s) * (BM * RP) + ws_tile, acc, mask=r_ok[:, None])
+            # CTA barrier, then a gpu-scope acq_rel arrival (release covers the CTA's stores); the winner reads
+            tl.debug_barrier()
+            arrived = tl.atomic_add(cnt_ptr + pid_m, 1, sem="acq_rel", scope="gpu")
+            if arrived == n_split - 1:
+                tot = tl.zeros([BM, RP], dtype=tl.float32)
+                for p0 in range(0, n_split, RED):
+                    rp = p0 + tl.arange(0, RED)
+                    part = tl.load(ws_ptr + (pid_m * n_split + rp)[:, None, None] * (BM * RP) + ws_tile[None, :, :],
+                                   mask=(rp < n_split)[:, None, None] & r_ok[None, :, None], other=0.0,
+                                   cache_modifier=".cg")
+                    tot += tl.sum(part, axis=0)
+                tl.store(t_ptrs, tot.to(t_ptr.dtype.element_ty), mask=t_ok)
+                tl.atomic_xchg(cnt_ptr + pid_m, 0)
 
     @triton.jit
     def _sample_gumbel_kernel(l_ptr, stride_l, V, inv_t, top_p, seed_ptr, step_ptr, tok_ptr, logp_ptr, ent_ptr, B,
@@ -495,16 +531,55 @@ def rmsnorm(h: torch.Tensor, weight: torch.Tensor, eps: float, add: torch.Tensor
     return out.view(h.shape)
 
 
-#: hidden sizes up to which the engine fuses a norm with the LoRA down-products of the projections after it: one
-#: program walks the hidden size for 16 rows, which at SmolLM2-135M's 576 is one launch instead of two or three;
-#: larger models keep the norm kernel and cuBLAS until a benchmark shows the fused kernel is not slower there
+#: hidden sizes up to which the engine fuses a norm with the LoRA down-products of the projections after it at any
+#: decode batch (SmolLM2-135M's 576: one launch instead of two or three); above it only up to LORA_DOWN_MAX_ROWS rows
 NORM_LORA_MAX_HIDDEN = 2048
+#: decode rows up to which the engine computes every LoRA down-product t = x A^T with the split kernel below
+#: (rmsnorm_lora for q/k/v and gate/up, lora_down for o and down) at any hidden size: at small batches cuBLAS's
+#: split-K GEMV and its reduction are two launches of ~4-5 us and ~1.5 us for ~0.2-1.2 MB of A (7B, H200
+#: step_trace.run9: 112 + 112 launches, 0.69 of a 4.3 ms step at batch 1); above, the norm kernel and cuBLAS
+LORA_DOWN_MAX_ROWS = 64
+#: programs per row block the split kernel aims at (each walks hidden / LORA_SPLITS columns, a multiple of 64)
+LORA_SPLITS = 32
+_LORA_BK = 64
+
+
+def lora_splits(hidden: int, splits: int | None = None) -> tuple[int, int]:
+    """(columns per program, programs per row block) of the split kernel for a hidden size: about `splits` (default
+    LORA_SPLITS) programs of a multiple of 64 columns each."""
+    n = LORA_SPLITS if splits is None else splits
+    if n < 1:
+        raise ValueError(f"lora_splits: splits must be >= 1, got {n}")
+    cols = _LORA_BK * max(1, -(-(-(-hidden // n)) // _LORA_BK))
+    return cols, -(-hidden // cols)
+
+
+def _lora_down_launch(h2: torch.Tensor, weight: torch.Tensor | None, a: torch.Tensor, eps: float,
+                      splits: int | None) -> tuple[torch.Tensor | None, torch.Tensor]:
+    """One _lora_down_kernel launch over rows h2 [M, H]: (x, t) with NORM (weight given), (None, t) without."""
+    from qerl_kernels.fp4_launch import _workspace  # the stream-K workspace and counters the GEMMs use too
+
+    m, hidden = h2.shape
+    rt = a.shape[0]
+    norm = weight is not None
+    x = torch.empty_like(h2) if norm else h2
+    t = torch.empty(m, rt, dtype=h2.dtype, device=h2.device)
+    bm = _row_block(m)
+    rp = max(16, triton.next_power_of_2(rt))
+    cols, n_split = lora_splits(hidden, splits)
+    row_blocks = triton.cdiv(m, bm)
+    ws, cnt = _workspace(h2.device, row_blocks * n_split * bm * rp, row_blocks)
+    _lora_down_kernel[(row_blocks, n_split)](
+        h2, weight if norm else a, a, x, t, ws, cnt, m, hidden, rt, cols, h2.stride(0), a.stride(0), x.stride(0),
+        t.stride(0), float(eps), NORM=norm, BM=bm, BK=_LORA_BK, RP=rp, RED=max(1, 4096 // (bm * rp)),
+        IEEE=_ieee(h2), num_warps=4)
+    return (x if norm else None), t
 
 
 def rmsnorm_lora(h: torch.Tensor, weight: torch.Tensor, eps: float, a: torch.Tensor, *,
-                 use_triton: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+                 use_triton: bool = False, splits: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(x, t): x = rmsnorm(h) * weight for rows h [..., H] and t = x a^T [..., RT] (a: [RT, H], the LoRA A factors of
-    the projections reading x, stacked), in one kernel.
+    the projections reading x, stacked), in one kernel; `splits`: programs per row block (default LORA_SPLITS).
 
     Raises:
         ValueError: shape mismatch (names the shapes).
@@ -514,16 +589,29 @@ def rmsnorm_lora(h: torch.Tensor, weight: torch.Tensor, eps: float, a: torch.Ten
                          "not match")
     if not use_triton:
         return rmsnorm_lora_reference(h, weight, eps, a)
-    h2 = h.reshape(-1, h.shape[-1])
-    m, hidden = h2.shape
-    rt = a.shape[0]
-    x = torch.empty_like(h2)
-    t = torch.empty(m, rt, dtype=h.dtype, device=h.device)
-    bm = 16
-    _rmsnorm_lora_kernel[(triton.cdiv(m, bm),)](
-        h2, weight, a, x, t, m, hidden, rt, h2.stride(0), a.stride(0), x.stride(0), t.stride(0), float(eps),
-        BM=bm, BK=64, RP=max(16, triton.next_power_of_2(rt)), IEEE=_ieee(h), num_warps=4)
-    return x.view(h.shape), t.view(*h.shape[:-1], rt)
+    x, t = _lora_down_launch(h.reshape(-1, h.shape[-1]), weight, a, eps, splits)
+    return x.view(h.shape), t.view(*h.shape[:-1], a.shape[0])
+
+
+def lora_down(x: torch.Tensor, a: torch.Tensor, *, use_triton: bool = False,
+              splits: int | None = None) -> torch.Tensor:
+    """t = x a^T [..., RT] for rows x [..., H] and a [RT, H] (the LoRA A factors of the projections reading x,
+    stacked): the split kernel of rmsnorm_lora without the norm, one launch where cuBLAS's skinny GEMM is two
+    (its split-K pass and reduction). The reference (use_triton False) is torch.nn.functional.linear.
+
+    Raises:
+        ValueError: shape mismatch (names the shapes).
+    """
+    if a.dim() != 2 or a.shape[-1] != x.shape[-1]:
+        raise ValueError(f"lora_down: x {tuple(x.shape)} and a {tuple(a.shape)} do not match (a must be [RT, "
+                         f"{x.shape[-1]}])")
+    if not use_triton:
+        return torch.nn.functional.linear(x, a)
+    x2 = x.reshape(-1, x.shape[-1])
+    if x2.stride(-1) != 1:
+        x2 = x2.contiguous()
+    _, t = _lora_down_launch(x2, None, a, 0.0, splits)
+    return t.view(*x.shape[:-1], a.shape[0])
 
 
 def qkv_rope_cache(q, k, v, t, lora_b, bias, cos, sin, pos, slot, k_cache, v_cache, *, use_triton: bool = False):

@@ -3,11 +3,12 @@
 # AdamW of the paper config; jsonschema, jsonschema-specifications, referencing, rpds-py and attrs, which `qerl profile` needs
 # to read the training settings of --config, default config/paper.yaml), compile the kernels in
 # parallel, optionally run the engine's GPU tests (TESTS=1) and the decode-step trace (TRACE=1: qerl.profiling.
-# step_trace, the current engine against .whl/engine_before.py when present), then `qerl profile` into $W/prof
+# step_trace, the current engine against .whl/engine_before.py when present), the LoRA down-product benchmark
+# (LORA_BENCH=1: qerl_kernels.bench_lora, rows $LORA_ROWS), then `qerl profile` into $W/prof
 # (rollout.csv, e2e.csv, memory.csv, rollout_hf.csv; the machine's description in env.txt; the log in log.txt).
 # Resumes from PREV (a folder of earlier CSVs and dispatch.json, e.g. the last call's) when given. Everything is
 # packed into $OUT/profile.tgz (the device tool returns at most 8 files).
-# Usage: COMMIT=... ARCHS="7B 3B" BUDGET=300 TESTS=1 TRACE=1 PREV=dir bash qerl/profiling/run_device.sh [qerl profile args]
+# Usage: COMMIT=... ARCHS="7B 3B" BUDGET=300 TESTS=1 TRACE=1 LORA_BENCH=1 PREV=dir bash qerl/profiling/run_device.sh [qerl profile args]
 # (lists are space-separated, as every qerl subcommand takes them: --batches 1 8 64)
 set -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} TRITON_DEFAULT_FP_FUSION=1
@@ -34,6 +35,10 @@ if [ -n "$TESTS" ]; then
   timeout "${TESTS_S:-200}" python3 -m pytest tests/rl/test_engine.py tests/qerl_kernels/test_decode.py \
     tests/qerl_kernels/test_kernels_fused.py -q -rfE -k "cuda or triton or aqn or segmented or epilogue or decode" 2>&1 \
     | tee "$W/pytest-engine.log" | tail -12
+fi
+if [ -n "$LORA_BENCH" ]; then  # the LoRA down-products: split kernel vs norm + cuBLAS (qerl_kernels.bench_lora)
+  timeout "${LORA_S:-120}" python3 -m qerl_kernels.bench_lora --rows ${LORA_ROWS:-1 8 16 64 128} --splits 16 64 \
+    --out "$W/lora.json" --md "$W/lora.md" 2>&1 | grep -E "^\| |^#" | head -40
 fi
 if [ -n "$TRACE" ]; then
   EF=""; [ -f .whl/engine_before.py ] && EF="--engine-file .whl/engine_before.py --engine-name before"

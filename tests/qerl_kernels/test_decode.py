@@ -142,21 +142,50 @@ def test_rank_padding_and_splits():
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("rows,hidden,rt", [(3, 200, 48), (20, 64, 96), (1, 130, 16)],
-                         ids=["ragged", "two-programs", "one-row"])
-def test_rmsnorm_lora(dtype, rows, hidden, rt):
-    """The norm and the LoRA down-products in one kernel equal the norm kernel's output and x a^T."""
+@pytest.mark.parametrize("rows,hidden,rt,splits", [(3, 200, 48, None), (20, 64, 96, None), (1, 130, 16, None),
+                                                   (3, 200, 48, 1), (20, 320, 96, 3), (70, 192, 16, 2)],
+                         ids=["ragged", "two-programs", "one-row", "one-split", "three-splits", "two-row-blocks"])
+def test_rmsnorm_lora(dtype, rows, hidden, rt, splits):
+    """The norm and the LoRA down-products in one kernel equal the norm kernel's output and x a^T, with the hidden
+    size split over one or several programs (their partials summed by the last to arrive)."""
     g = torch.Generator().manual_seed(rows)
     h = torch.randn(rows, 1, hidden, generator=g).to(DEV, dtype)
     w = (1 + 0.1 * torch.randn(hidden, generator=g)).to(DEV, dtype)
     a = (0.2 * torch.randn(rt, hidden, generator=g)).to(DEV, dtype)
     ref_x, ref_t = decode.rmsnorm_lora(h, w, 1e-6, a)
-    x, t = decode.rmsnorm_lora(h, w, 1e-6, a, use_triton=True)
+    x, t = decode.rmsnorm_lora(h, w, 1e-6, a, use_triton=True, splits=splits)
     assert x.shape == h.shape and t.shape == (rows, 1, rt)
     assert rel_error(x, ref_x) < _tol(dtype) and rel_error(t, ref_t) < _tol(dtype)
     assert rel_error(x, decode.rmsnorm(h, w, 1e-6, use_triton=True)) < _tol(dtype)
     with pytest.raises(ValueError, match="rmsnorm_lora"):
         decode.rmsnorm_lora(h, w, 1e-6, a[:, 1:])
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("rows,hidden,rt,splits", [(1, 448, 32, None), (5, 320, 96, 4), (33, 130, 16, 2)],
+                         ids=["one-row", "ragged-rank", "ragged-hidden"])
+def test_lora_down(dtype, rows, hidden, rt, splits):
+    """The split kernel without the norm equals x a^T; run twice, it gives the same bits (the partials are summed
+    in split order and the arrival counters reset themselves)."""
+    g = torch.Generator().manual_seed(hidden)
+    x = torch.randn(rows, hidden, generator=g).to(DEV, dtype)
+    a = (0.2 * torch.randn(rt, hidden, generator=g)).to(DEV, dtype)
+    t = decode.lora_down(x, a, use_triton=True, splits=splits)
+    assert t.shape == (rows, rt) and rel_error(t, decode.lora_down(x, a)) < _tol(dtype)
+    assert torch.equal(decode.lora_down(x, a, use_triton=True, splits=splits), t)
+    with pytest.raises(ValueError, match="lora_down"):
+        decode.lora_down(x, a[:, 1:])
+
+
+def test_lora_splits():
+    """Programs of a multiple of 64 columns covering the hidden size, about LORA_SPLITS of them."""
+    assert decode.lora_splits(3584) == (128, 28) and decode.lora_splits(18944) == (640, 30)
+    assert decode.lora_splits(576) == (64, 9) and decode.lora_splits(100, 1) == (128, 1)
+    for hidden in (1, 63, 64, 65, 3584, 18944):
+        cols, n = decode.lora_splits(hidden)
+        assert cols % 64 == 0 and (n - 1) * cols < hidden <= n * cols and n <= decode.LORA_SPLITS
+    with pytest.raises(ValueError, match="splits"):
+        decode.lora_splits(64, 0)
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.6])
