@@ -138,15 +138,17 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         raise SystemExit("bench_lora: needs a CUDA GPU")
-    rows = [r for m in args.models for r in bench(m, args.rows, args.splits)]
-    md = markdown(rows)
+    rows = []
+    for model in args.models:  # the files are rewritten after each model: a run cut short keeps what it measured
+        rows += bench(model, args.rows, args.splits)
+        md = markdown(rows)
+        if args.out:
+            with open(args.out, "w") as f:
+                json.dump(dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__, rows=rows), f, indent=1)
+        if args.md:
+            with open(args.md, "w") as f:
+                f.write(f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}\n\n{md}\n")
     print(md)
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__, rows=rows), f, indent=1)
-    if args.md:
-        with open(args.md, "w") as f:
-            f.write(f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}\n\n{md}\n")
 
 
 if __name__ == "__main__":

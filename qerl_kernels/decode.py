@@ -49,8 +49,8 @@ if HAVE_TRITON:
     import triton.language as tl
 
 __all__ = ["sample_gumbel", "sample_gumbel_pays", "rmsnorm", "rmsnorm_reference", "rmsnorm_lora",
-           "rmsnorm_lora_reference", "NORM_LORA_MAX_HIDDEN", "LORA_DOWN_MAX_ROWS", "LORA_SPLITS", "lora_down",
-           "lora_splits", "qkv_rope_cache", "qkv_rope_cache_reference", "decode_attention",
+           "rmsnorm_lora_reference", "NORM_LORA_MAX_HIDDEN", "LORA_DOWN_MAX_ROWS", "LORA_SPLITS", "lora_block",
+           "lora_down", "lora_splits", "qkv_rope_cache", "qkv_rope_cache_reference", "decode_attention",
            "decode_attention_reference", "attention_splits", "silu_mul", "silu_mul_reference", "lora_rank_pad"]
 
 
@@ -166,35 +166,46 @@ if HAVE_TRITON:
             tl.store(x_ptr + row * stride_x + cols, (xn * w).to(x_ptr.dtype.element_ty), mask=ok)
 
     @triton.jit
-    def _lora_down_kernel(h_ptr, w_ptr, a_ptr, x_ptr, t_ptr, ws_ptr, cnt_ptr, M, H, RT, SPLIT, stride_h, stride_a,
-                          stride_x, stride_t, eps, NORM: tl.constexpr, BM: tl.constexpr, BK: tl.constexpr,
-                          RP: tl.constexpr, RED: tl.constexpr, IEEE: tl.constexpr):
-        """Program (row block of BM, column split of SPLIT): t = x a^T over the split's columns (a: [RT, H], the
+    def _lora_down_kernel(h_ptr, w_ptr, a_ptr, x_ptr, t_ptr, ws_ptr, cnt_ptr, M, H, RT, stride_h, stride_a, stride_x,
+                          stride_t, eps, NORM: tl.constexpr, BM: tl.constexpr, BK: tl.constexpr, ITERS: tl.constexpr,
+                          NSPLIT: tl.constexpr, RP: tl.constexpr, BMR: tl.constexpr, RED: tl.constexpr,
+                          HP: tl.constexpr, IEEE: tl.constexpr):
+        """Program (row block of BM, split of ITERS * BK columns): t = x a^T over the split's columns (a: [RT, H], the
         stacked LoRA A factors). NORM: h is the residual stream and x = bf16(h * rstd) * w is computed and written
-        (rstd over the whole row: every split of a row block sums the row's squares itself, as _rmsnorm_kernel
-        does); else x = h. With one split t is written directly; with several the fp32 partials are parked in ws and
-        the row block's last program to arrive sums them in split order (deterministic, RED parts per load) and
-        writes t, then resets the row block's arrival counter (as the stream-K GEMMs' tiles do)."""
+        (rstd over the whole row, which every split of a row block computes itself); else x = h. The loops are
+        unrolled (constexpr trip counts), so a program's loads are in flight together: a decode step's launch is
+        latency-bound, a few KB to ~50 KB a program. With one split t is written directly; with several the fp32
+        partials of the row block's BMR real rows are parked in ws and its last program to arrive sums them in split
+        order (deterministic; RED partials a load, all loads issued at once) and writes t, then resets the row
+        block's arrival counter (as the stream-K GEMMs' tiles do)."""
         pid_m = tl.program_id(0)
         pid_s = tl.program_id(1)
-        n_split = tl.num_programs(1)
         rows = pid_m * BM + tl.arange(0, BM)
         r_ok = rows < M
         rows64 = rows.to(tl.int64)
         if NORM:
-            ss = tl.zeros([BM], dtype=tl.float32)
-            for k0 in range(0, H, BK):
-                cols = k0 + tl.arange(0, BK)
-                ok = r_ok[:, None] & (cols < H)[None, :]
-                h = tl.load(h_ptr + rows64[:, None] * stride_h + cols[None, :], mask=ok, other=0.0).to(tl.float32)
-                ss += tl.sum(h * h, axis=1)
-            rstd = 1.0 / tl.sqrt_rn(ss / H + eps)
+            if BMR <= 16:  # small M: one whole-row load per real row, all in flight at once
+                rstd = tl.zeros([BM], dtype=tl.float32)
+                hc = tl.arange(0, HP)
+                for r in tl.static_range(BMR):
+                    row = pid_m * BM + r
+                    hv = tl.load(h_ptr + row.to(tl.int64) * stride_h + hc, mask=hc < tl.where(row < M, H, 0),
+                                 other=0.0).to(tl.float32)
+                    rs = 1.0 / tl.sqrt_rn(tl.sum(hv * hv, axis=0) / H + eps)
+                    rstd = tl.where(tl.arange(0, BM) == r, rs, rstd)
+            else:
+                ss = tl.zeros([BM], dtype=tl.float32)
+                for k0 in range(0, H, BK):
+                    cols = k0 + tl.arange(0, BK)
+                    ok = r_ok[:, None] & (cols < H)[None, :]
+                    hv = tl.load(h_ptr + rows64[:, None] * stride_h + cols[None, :], mask=ok, other=0.0).to(tl.float32)
+                    ss += tl.sum(hv * hv, axis=1)
+                rstd = 1.0 / tl.sqrt_rn(ss / H + eps)
         rc = tl.arange(0, RP)
         rc_ok = rc < RT
         acc = tl.zeros([BM, RP], dtype=tl.float32)
-        k_lo = pid_s * SPLIT
-        for k0 in range(k_lo, tl.minimum(k_lo + SPLIT, H), BK):   # split boundaries are multiples of BK
-            cols = k0 + tl.arange(0, BK)
+        for i in tl.static_range(ITERS):
+            cols = (pid_s * ITERS + i) * BK + tl.arange(0, BK)
             c_ok = cols < H
             ok = r_ok[:, None] & c_ok[None, :]
             h = tl.load(h_ptr + rows64[:, None] * stride_h + cols[None, :], mask=ok, other=0.0)
@@ -211,25 +222,29 @@ if HAVE_TRITON:
                 acc += tl.dot(x.to(tl.float32), at.to(tl.float32), input_precision="ieee")
             else:
                 acc += tl.dot(x, at.to(x.dtype))
-        t_ptrs = t_ptr + rows64[:, None] * stride_t + rc[None, :]
-        t_ok = r_ok[:, None] & rc_ok[None, :]
-        if n_split == 1:
-            tl.store(t_ptrs, acc.to(t_ptr.dtype.element_ty), mask=t_ok)
+        if NSPLIT == 1:
+            tl.store(t_ptr + rows64[:, None] * stride_t + rc[None, :], acc.to(t_ptr.dtype.element_ty),
+                     mask=r_ok[:, None] & rc_ok[None, :])
         else:
-            ws_tile = tl.arange(0, BM)[:, None] * RP + rc[None, :]
-            tl.store(ws_ptr + (pid_m * n_split + pid_s) * (BM * RP) + ws_tile, acc, mask=r_ok[:, None])
+            lr = tl.arange(0, BM)
+            tl.store(ws_ptr + (pid_m * NSPLIT + pid_s) * (BMR * RP) + lr[:, None] * RP + rc[None, :], acc,
+                     mask=(r_ok & (lr < BMR))[:, None])
             # CTA barrier, then a gpu-scope acq_rel arrival (release covers the CTA's stores); the winner reads
             tl.debug_barrier()
             arrived = tl.atomic_add(cnt_ptr + pid_m, 1, sem="acq_rel", scope="gpu")
-            if arrived == n_split - 1:
-                tot = tl.zeros([BM, RP], dtype=tl.float32)
-                for p0 in range(0, n_split, RED):
+            if arrived == NSPLIT - 1:
+                rr = pid_m * BM + tl.arange(0, BMR)
+                rr_ok = rr < M
+                tile = tl.arange(0, BMR)[:, None] * RP + rc[None, :]
+                tot = tl.zeros([BMR, RP], dtype=tl.float32)
+                for p0 in tl.static_range(0, NSPLIT, RED):
                     rp = p0 + tl.arange(0, RED)
-                    part = tl.load(ws_ptr + (pid_m * n_split + rp)[:, None, None] * (BM * RP) + ws_tile[None, :, :],
-                                   mask=(rp < n_split)[:, None, None] & r_ok[None, :, None], other=0.0,
+                    part = tl.load(ws_ptr + (pid_m * NSPLIT + rp)[:, None, None] * (BMR * RP) + tile[None, :, :],
+                                   mask=(rp < NSPLIT)[:, None, None] & rr_ok[None, :, None], other=0.0,
                                    cache_modifier=".cg")
                     tot += tl.sum(part, axis=0)
-                tl.store(t_ptrs, tot.to(t_ptr.dtype.element_ty), mask=t_ok)
+                tl.store(t_ptr + rr.to(tl.int64)[:, None] * stride_t + rc[None, :], tot.to(t_ptr.dtype.element_ty),
+                         mask=rr_ok[:, None] & rc_ok[None, :])
                 tl.atomic_xchg(cnt_ptr + pid_m, 0)
 
     @triton.jit
@@ -539,19 +554,25 @@ NORM_LORA_MAX_HIDDEN = 2048
 #: split-K GEMV and its reduction are two launches of ~4-5 us and ~1.5 us for ~0.2-1.2 MB of A (7B, H200
 #: step_trace.run9: 112 + 112 launches, 0.69 of a 4.3 ms step at batch 1); above, the norm kernel and cuBLAS
 LORA_DOWN_MAX_ROWS = 64
-#: programs per row block the split kernel aims at (each walks hidden / LORA_SPLITS columns, a multiple of 64)
+#: programs per row block the split kernel aims at (each walks a multiple of lora_block(RT) columns)
 LORA_SPLITS = 32
-_LORA_BK = 64
 
 
-def lora_splits(hidden: int, splits: int | None = None) -> tuple[int, int]:
-    """(columns per program, programs per row block) of the split kernel for a hidden size: about `splits` (default
-    LORA_SPLITS) programs of a multiple of 64 columns each."""
+def lora_block(rt: int) -> int:
+    """Columns of one step of the split kernel for RT stacked ranks: a [columns, RT] chunk of a^T of ~16 KB (bf16)."""
+    rp = max(16, 1 << (max(rt, 1) - 1).bit_length())
+    return max(64, min(256, 8192 // rp))
+
+
+def lora_splits(hidden: int, rt: int, splits: int | None = None) -> tuple[int, int]:
+    """(steps per program, programs per row block) of the split kernel for a hidden size and RT stacked ranks: about
+    `splits` (default LORA_SPLITS) programs of whole steps of lora_block(rt) columns."""
     n = LORA_SPLITS if splits is None else splits
     if n < 1:
         raise ValueError(f"lora_splits: splits must be >= 1, got {n}")
-    cols = _LORA_BK * max(1, -(-(-(-hidden // n)) // _LORA_BK))
-    return cols, -(-hidden // cols)
+    bk = lora_block(rt)
+    iters = max(1, -(-(-(-hidden // n)) // bk))
+    return iters, -(-hidden // (iters * bk))
 
 
 def _lora_down_launch(h2: torch.Tensor, weight: torch.Tensor | None, a: torch.Tensor, eps: float,
@@ -565,14 +586,16 @@ def _lora_down_launch(h2: torch.Tensor, weight: torch.Tensor | None, a: torch.Te
     x = torch.empty_like(h2) if norm else h2
     t = torch.empty(m, rt, dtype=h2.dtype, device=h2.device)
     bm = _row_block(m)
+    bmr = min(bm, triton.next_power_of_2(m))
     rp = max(16, triton.next_power_of_2(rt))
-    cols, n_split = lora_splits(hidden, splits)
+    iters, n_split = lora_splits(hidden, rt, splits)
     row_blocks = triton.cdiv(m, bm)
-    ws, cnt = _workspace(h2.device, row_blocks * n_split * bm * rp, row_blocks)
+    ws, cnt = _workspace(h2.device, row_blocks * n_split * bmr * rp, row_blocks)
+    red = min(triton.next_power_of_2(n_split), max(1, 4096 // (bmr * rp)))
     _lora_down_kernel[(row_blocks, n_split)](
-        h2, weight if norm else a, a, x, t, ws, cnt, m, hidden, rt, cols, h2.stride(0), a.stride(0), x.stride(0),
-        t.stride(0), float(eps), NORM=norm, BM=bm, BK=_LORA_BK, RP=rp, RED=max(1, 4096 // (bm * rp)),
-        IEEE=_ieee(h2), num_warps=4)
+        h2, weight if norm else a, a, x, t, ws, cnt, m, hidden, rt, h2.stride(0), a.stride(0), x.stride(0),
+        t.stride(0), float(eps), NORM=norm, BM=bm, BK=lora_block(rt), ITERS=iters, NSPLIT=n_split, RP=rp, BMR=bmr,
+        RED=red, HP=triton.next_power_of_2(hidden) if norm else 16, IEEE=_ieee(h2), num_warps=4)
     return (x if norm else None), t
 
 

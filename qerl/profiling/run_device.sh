@@ -33,12 +33,13 @@ done
 [ -n "$PREWARM" ] && python3 -m qerl_kernels.bench --prewarm "$PREWARM" --prewarm-only 2>&1 | tail -3
 if [ -n "$TESTS" ]; then
   timeout "${TESTS_S:-200}" python3 -m pytest tests/rl/test_engine.py tests/qerl_kernels/test_decode.py \
-    tests/qerl_kernels/test_kernels_fused.py -q -rfE -k "cuda or triton or aqn or segmented or epilogue or decode" 2>&1 \
+    tests/qerl_kernels/test_kernels_fused.py -q -rfE -n "${TESTS_WORKERS:-4}" \
+    -k "cuda or triton or aqn or epilogue or decode or lora" 2>&1 \
     | tee "$W/pytest-engine.log" | tail -12
 fi
 if [ -n "$LORA_BENCH" ]; then  # the LoRA down-products: split kernel vs norm + cuBLAS (qerl_kernels.bench_lora)
-  timeout "${LORA_S:-120}" python3 -m qerl_kernels.bench_lora --rows ${LORA_ROWS:-1 8 16 64 128} --splits 16 64 \
-    --out "$W/lora.json" --md "$W/lora.md" 2>&1 | grep -E "^\| |^#" | head -40
+  timeout "${LORA_S:-150}" python3 -m qerl_kernels.bench_lora --rows ${LORA_ROWS:-1 8 16 64} --splits ${LORA_SPLITS:-16} \
+    --out "$W/lora.json" --md "$W/lora.md" > "$W/lora.log" 2>&1; tail -3 "$W/lora.log"; cat "$W/lora.md"
 fi
 if [ -n "$TRACE" ]; then
   EF=""; [ -f .whl/engine_before.py ] && EF="--engine-file .whl/engine_before.py --engine-name before"

@@ -143,7 +143,7 @@ def test_rank_padding_and_splits():
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("rows,hidden,rt,splits", [(3, 200, 48, None), (20, 64, 96, None), (1, 130, 16, None),
-                                                   (3, 200, 48, 1), (20, 320, 96, 3), (70, 192, 16, 2)],
+                                                   (3, 200, 48, 1), (20, 320, 96, 3), (70, 600, 16, 2)],
                          ids=["ragged", "two-programs", "one-row", "one-split", "three-splits", "two-row-blocks"])
 def test_rmsnorm_lora(dtype, rows, hidden, rt, splits):
     """The norm and the LoRA down-products in one kernel equal the norm kernel's output and x a^T, with the hidden
@@ -162,7 +162,7 @@ def test_rmsnorm_lora(dtype, rows, hidden, rt, splits):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("rows,hidden,rt,splits", [(1, 448, 32, None), (5, 320, 96, 4), (33, 130, 16, 2)],
+@pytest.mark.parametrize("rows,hidden,rt,splits", [(1, 448, 32, None), (5, 320, 96, 4), (33, 700, 16, 2)],
                          ids=["one-row", "ragged-rank", "ragged-hidden"])
 def test_lora_down(dtype, rows, hidden, rt, splits):
     """The split kernel without the norm equals x a^T; run twice, it gives the same bits (the partials are summed
@@ -178,14 +178,18 @@ def test_lora_down(dtype, rows, hidden, rt, splits):
 
 
 def test_lora_splits():
-    """Programs of a multiple of 64 columns covering the hidden size, about LORA_SPLITS of them."""
-    assert decode.lora_splits(3584) == (128, 28) and decode.lora_splits(18944) == (640, 30)
-    assert decode.lora_splits(576) == (64, 9) and decode.lora_splits(100, 1) == (128, 1)
+    """Programs of whole steps of lora_block(RT) columns (a^T chunks of ~16 KB) covering the hidden size, about
+    LORA_SPLITS of them."""
+    assert [decode.lora_block(rt) for rt in (16, 32, 64, 96, 128)] == [256, 256, 128, 64, 64]
+    assert decode.lora_splits(3584, 96) == (2, 28) and decode.lora_splits(18944, 32) == (3, 25)
+    assert decode.lora_splits(576, 96) == (1, 9) and decode.lora_splits(100, 16, 1) == (1, 1)
     for hidden in (1, 63, 64, 65, 3584, 18944):
-        cols, n = decode.lora_splits(hidden)
-        assert cols % 64 == 0 and (n - 1) * cols < hidden <= n * cols and n <= decode.LORA_SPLITS
+        for rt in (16, 96):
+            iters, n = decode.lora_splits(hidden, rt)
+            cols = iters * decode.lora_block(rt)
+            assert (n - 1) * cols < hidden <= n * cols and n <= decode.LORA_SPLITS
     with pytest.raises(ValueError, match="splits"):
-        decode.lora_splits(64, 0)
+        decode.lora_splits(64, 16, 0)
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.6])
