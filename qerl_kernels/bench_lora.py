@@ -120,10 +120,11 @@ def markdown(rows: list[dict]) -> str:
                   "|---|---|" + "---|" * (len(variants) + 2)]
         for op, rows_n in dict.fromkeys((r["op"], r["rows"]) for r in sub):
             cell = {r["variant"]: r for r in sub if r["op"] == op and r["rows"] == rows_n}
-            base = cell[variants[0]]["us"]
+            base = next(r for r in cell.values() if r["variant"] in ("cuBLAS", "norm + cuBLAS"))["us"]
             sp = cell["split"]["us"]
-            lines.append(f"| {op} | {rows_n} | " + " | ".join(f"{cell[v]['us']:.2f}" for v in variants)
-                         + f" | {base / sp:.2f} | {cell['split']['rel_err']:.1e} |")
+            lines.append(f"| {op} | {rows_n} | " + " | ".join(
+                f"{cell[v]['us']:.2f}" if v in cell else "-" for v in variants)
+                + f" | {base / sp:.2f} | {cell['split']['rel_err']:.1e} |")
         lines.append("")
     return "\n".join(lines)
 

@@ -49,7 +49,7 @@ if HAVE_TRITON:
     import triton.language as tl
 
 __all__ = ["sample_gumbel", "sample_gumbel_pays", "rmsnorm", "rmsnorm_reference", "rmsnorm_lora",
-           "rmsnorm_lora_reference", "NORM_LORA_MAX_HIDDEN", "LORA_DOWN_MAX_ROWS", "LORA_SPLITS", "lora_block",
+           "rmsnorm_lora_reference", "NORM_LORA_MAX_HIDDEN", "LORA_SPLIT_MAX_ROWS", "LORA_SPLITS", "lora_block",
            "lora_down", "lora_splits", "qkv_rope_cache", "qkv_rope_cache_reference", "decode_attention",
            "decode_attention_reference", "attention_splits", "silu_mul", "silu_mul_reference", "lora_rank_pad"]
 
@@ -166,33 +166,52 @@ if HAVE_TRITON:
             tl.store(x_ptr + row * stride_x + cols, (xn * w).to(x_ptr.dtype.element_ty), mask=ok)
 
     @triton.jit
+    def _lora_step(acc, k0, h_ptr, w_ptr, a_ptr, x_ptr, rows64, r_ok, rstd, rc, rc_ok, H, stride_h, stride_a,
+                   stride_x, NORM: tl.constexpr, BK: tl.constexpr, IEEE: tl.constexpr):
+        """acc + x[:, k0:k0 + BK] a^T[k0:k0 + BK]; NORM: x = bf16(h * rstd) * w of these columns, written out."""
+        cols = k0 + tl.arange(0, BK)
+        c_ok = cols < H
+        ok = r_ok[:, None] & c_ok[None, :]
+        h = tl.load(h_ptr + rows64[:, None] * stride_h + cols[None, :], mask=ok, other=0.0)
+        if NORM:
+            xn = (h.to(tl.float32) * rstd[:, None]).to(x_ptr.dtype.element_ty).to(tl.float32)
+            w = tl.load(w_ptr + cols, mask=c_ok, other=0.0).to(tl.float32)
+            x = (xn * w[None, :]).to(x_ptr.dtype.element_ty)
+            tl.store(x_ptr + rows64[:, None] * stride_x + cols[None, :], x, mask=ok)
+        else:
+            x = h
+        at = tl.load(a_ptr + rc[None, :] * stride_a + cols[:, None], mask=c_ok[:, None] & rc_ok[None, :],
+                     other=0.0)  # [BK, RP]: a^T's chunk
+        if IEEE:
+            acc += tl.dot(x.to(tl.float32), at.to(tl.float32), input_precision="ieee")
+        else:
+            acc += tl.dot(x, at.to(x.dtype))
+        return acc
+
+    @triton.jit
     def _lora_down_kernel(h_ptr, w_ptr, a_ptr, x_ptr, t_ptr, ws_ptr, cnt_ptr, M, H, RT, stride_h, stride_a, stride_x,
                           stride_t, eps, NORM: tl.constexpr, BM: tl.constexpr, BK: tl.constexpr, ITERS: tl.constexpr,
                           NSPLIT: tl.constexpr, RP: tl.constexpr, BMR: tl.constexpr, RED: tl.constexpr,
                           HP: tl.constexpr, IEEE: tl.constexpr):
         """Program (row block of BM, split of ITERS * BK columns): t = x a^T over the split's columns (a: [RT, H], the
         stacked LoRA A factors). NORM: h is the residual stream and x = bf16(h * rstd) * w is computed and written
-        (rstd over the whole row, which every split of a row block computes itself); else x = h. The loops are
-        unrolled (constexpr trip counts), so a program's loads are in flight together: a decode step's launch is
-        latency-bound, a few KB to ~50 KB a program. With one split t is written directly; with several the fp32
-        partials of the row block's BMR real rows are parked in ws and its last program to arrive sums them in split
-        order (deterministic; RED partials a load, all loads issued at once) and writes t, then resets the row
-        block's arrival counter (as the stream-K GEMMs' tiles do)."""
+        (rstd over the whole row, which every split of a row block computes itself: for one row with one whole-row
+        load); else x = h. Up to 4 steps a program the loop is unrolled, so its loads are in flight together (a
+        decode step's launch is latency-bound). With one split t is written directly; with several the fp32 partials
+        of the row block's BMR real rows are parked in ws and its last program to arrive sums them in split order
+        (deterministic; RED partials a load, the loads unrolled) and writes t, then resets the row block's arrival
+        counter (as the stream-K GEMMs' tiles do)."""
         pid_m = tl.program_id(0)
         pid_s = tl.program_id(1)
         rows = pid_m * BM + tl.arange(0, BM)
         r_ok = rows < M
         rows64 = rows.to(tl.int64)
+        rstd = tl.zeros([BM], dtype=tl.float32)
         if NORM:
-            if BMR <= 16:  # small M: one whole-row load per real row, all in flight at once
-                rstd = tl.zeros([BM], dtype=tl.float32)
+            if BMR == 1:
                 hc = tl.arange(0, HP)
-                for r in tl.static_range(BMR):
-                    row = pid_m * BM + r
-                    hv = tl.load(h_ptr + row.to(tl.int64) * stride_h + hc, mask=hc < tl.where(row < M, H, 0),
-                                 other=0.0).to(tl.float32)
-                    rs = 1.0 / tl.sqrt_rn(tl.sum(hv * hv, axis=0) / H + eps)
-                    rstd = tl.where(tl.arange(0, BM) == r, rs, rstd)
+                hv = tl.load(h_ptr + (pid_m * BM).to(tl.int64) * stride_h + hc, mask=hc < H, other=0.0).to(tl.float32)
+                rstd += 1.0 / tl.sqrt_rn(tl.sum(hv * hv, axis=0) / H + eps)
             else:
                 ss = tl.zeros([BM], dtype=tl.float32)
                 for k0 in range(0, H, BK):
@@ -204,24 +223,15 @@ if HAVE_TRITON:
         rc = tl.arange(0, RP)
         rc_ok = rc < RT
         acc = tl.zeros([BM, RP], dtype=tl.float32)
-        for i in tl.static_range(ITERS):
-            cols = (pid_s * ITERS + i) * BK + tl.arange(0, BK)
-            c_ok = cols < H
-            ok = r_ok[:, None] & c_ok[None, :]
-            h = tl.load(h_ptr + rows64[:, None] * stride_h + cols[None, :], mask=ok, other=0.0)
-            if NORM:
-                xn = (h.to(tl.float32) * rstd[:, None]).to(x_ptr.dtype.element_ty).to(tl.float32)
-                w = tl.load(w_ptr + cols, mask=c_ok, other=0.0).to(tl.float32)
-                x = (xn * w[None, :]).to(x_ptr.dtype.element_ty)
-                tl.store(x_ptr + rows64[:, None] * stride_x + cols[None, :], x, mask=ok)
-            else:
-                x = h
-            at = tl.load(a_ptr + rc[None, :] * stride_a + cols[:, None], mask=c_ok[:, None] & rc_ok[None, :],
-                         other=0.0)  # [BK, RP]: a^T's chunk
-            if IEEE:
-                acc += tl.dot(x.to(tl.float32), at.to(tl.float32), input_precision="ieee")
-            else:
-                acc += tl.dot(x, at.to(x.dtype))
+        k_lo = pid_s * (ITERS * BK)
+        if ITERS <= 4:
+            for i in tl.static_range(ITERS):
+                acc = _lora_step(acc, k_lo + i * BK, h_ptr, w_ptr, a_ptr, x_ptr, rows64, r_ok, rstd, rc, rc_ok, H,
+                                 stride_h, stride_a, stride_x, NORM, BK, IEEE)
+        else:
+            for k0 in range(k_lo, k_lo + ITERS * BK, BK):
+                acc = _lora_step(acc, k0, h_ptr, w_ptr, a_ptr, x_ptr, rows64, r_ok, rstd, rc, rc_ok, H,
+                                 stride_h, stride_a, stride_x, NORM, BK, IEEE)
         if NSPLIT == 1:
             tl.store(t_ptr + rows64[:, None] * stride_t + rc[None, :], acc.to(t_ptr.dtype.element_ty),
                      mask=r_ok[:, None] & rc_ok[None, :])
@@ -547,13 +557,16 @@ def rmsnorm(h: torch.Tensor, weight: torch.Tensor, eps: float, add: torch.Tensor
 
 
 #: hidden sizes up to which the engine fuses a norm with the LoRA down-products of the projections after it at any
-#: decode batch (SmolLM2-135M's 576: one launch instead of two or three); above it only up to LORA_DOWN_MAX_ROWS rows
+#: decode batch (SmolLM2-135M's 576: one launch instead of two or three); above it only up to LORA_SPLIT_MAX_ROWS rows
 NORM_LORA_MAX_HIDDEN = 2048
 #: decode rows up to which the engine computes every LoRA down-product t = x A^T with the split kernel below
-#: (rmsnorm_lora for q/k/v and gate/up, lora_down for o and down) at any hidden size: at small batches cuBLAS's
-#: split-K GEMV and its reduction are two launches of ~4-5 us and ~1.5 us for ~0.2-1.2 MB of A (7B, H200
-#: step_trace.run9: 112 + 112 launches, 0.69 of a 4.3 ms step at batch 1); above, the norm kernel and cuBLAS
-LORA_DOWN_MAX_ROWS = 64
+#: (rmsnorm_lora for q/k/v and gate/up, lora_down for o and down) at any hidden size. cuBLAS runs a skinny product as
+#: a split-K GEMV and a reduction, two launches; the split kernel is one, fused with the norm. Measured per 7B layer
+#: on an H100 in CUDA graphs (qerl_kernels.bench_lora, kernels.notes.md call 15), at 1 row: norm + q/k/v 5.1 vs
+#: 7.8 us (norm kernel + cuBLAS), o 4.1 vs 6.1, norm + gate/up 4.4 vs 8.3, down 6.1 vs 6.9; from 8 rows it was
+#: slower (the norm's rows, the reduction's partials). Above it: the norm kernel and cuBLAS (at hidden sizes up to
+#: NORM_LORA_MAX_HIDDEN the norm-fused kernel with one split, as before)
+LORA_SPLIT_MAX_ROWS = 1
 #: programs per row block the split kernel aims at (each walks a multiple of lora_block(RT) columns)
 LORA_SPLITS = 32
 

@@ -15,17 +15,17 @@ place, so AQN noise written into them (qerl.noise) is seen by the next replay an
 One decoder layer of the decode step (batch B, one token per row), kernels in brackets:
     x = rmsnorm(h)                                          [qerl_kernels.decode.rmsnorm; fused with the residual add]
     t = x A_qkv^T                                           [the three LoRA down-products at once, in the norm's
-                                                             kernel (rmsnorm_lora, split over the hidden size) up
-                                                             to 64 rows (any rows at hidden size <= 2048); above,
-                                                             the norm kernel and cuBLAS]
+                                                             kernel (rmsnorm_lora, split over the hidden size) at
+                                                             batch 1, at hidden size <= 2048 one program per row
+                                                             block; else the norm kernel and cuBLAS]
     y = x W_qkv^T                                           [NVFP4: one qerl_kernels.fp4_gemm over q/k/v, the layers'
                                                              buffers re-homed into one allocation
                                                              (share_kernel_storage); BF16: one cuBLAS GEMM]
     q, cache[slot] = rope(y + t B^T + b)                    [qerl_kernels.decode.qkv_rope_cache]
     a = attention(q, cache[:slot + 1])                      [qerl_kernels.decode.decode_attention: split-K + combine,
                                                              one kernel when batch x kv_heads fills the GPU]
-    h = h + a W_o^T + (a A_o^T) B_o^T                       [A-product: qerl_kernels.decode.lora_down up to 64
-                                                             rows, else cuBLAS; NVFP4: one fp4_gemm with LoRA and
+    h = h + a W_o^T + (a A_o^T) B_o^T                       [A-product: qerl_kernels.decode.lora_down at batch 1,
+                                                             else cuBLAS; NVFP4: one fp4_gemm with LoRA and
                                                              residual in its epilogue; BF16: addmm_ into h + addmm_]
     x = rmsnorm(h); t = x A_gu^T; y = x W_gu^T              [as above; BF16: gate and up as two cuBLAS GEMMs]
     m = silu(y_g + t_g B_g^T) * (y_u + t_u B_u^T)           [qerl_kernels.decode.silu_mul]
@@ -71,7 +71,7 @@ from dataclasses import dataclass
 
 import torch
 
-from qerl_kernels.decode import (LORA_DOWN_MAX_ROWS, NORM_LORA_MAX_HIDDEN, decode_attention, qkv_rope_cache, rmsnorm,
+from qerl_kernels.decode import (LORA_SPLIT_MAX_ROWS, NORM_LORA_MAX_HIDDEN, decode_attention, qkv_rope_cache, rmsnorm,
                                   rmsnorm_lora, sample_gumbel, sample_gumbel_pays, silu_mul)
 from qerl.rl.engine_groups import Group
 from qerl.rl.sampling import gumbel_sample
@@ -222,11 +222,14 @@ class DecodeEngine:
 
     def _norm(self, hidden: torch.Tensor, norm, group: Group, tri: bool):
         """(x, t): the normed input of `group` and, where one kernel computes both (the Triton decode step, LoRA
-        adapters, a hidden size up to qerl_kernels.decode.NORM_LORA_MAX_HIDDEN or at most LORA_DOWN_MAX_ROWS rows), its
-        LoRA down-products; else t None (the group computes them)."""
-        if tri and group.a_cat is not None and group.kind != "call" and \
-                (hidden.shape[-1] <= NORM_LORA_MAX_HIDDEN or hidden.numel() // hidden.shape[-1] <= LORA_DOWN_MAX_ROWS):
-            return rmsnorm_lora(hidden, norm.weight, _eps(norm), group.a_cat, use_triton=True)
+        adapters; at most LORA_SPLIT_MAX_ROWS rows: split over the hidden size; at hidden sizes up to
+        NORM_LORA_MAX_HIDDEN: one program per row block), its LoRA down-products; else t None (the group computes
+        them)."""
+        if tri and group.a_cat is not None and group.kind != "call":
+            if hidden.numel() // hidden.shape[-1] <= LORA_SPLIT_MAX_ROWS:
+                return rmsnorm_lora(hidden, norm.weight, _eps(norm), group.a_cat, use_triton=True)
+            if hidden.shape[-1] <= NORM_LORA_MAX_HIDDEN:
+                return rmsnorm_lora(hidden, norm.weight, _eps(norm), group.a_cat, use_triton=True, splits=1)
         return _rmsnorm(hidden, norm, None, tri), None
 
     def _decode_logits(self, span: int) -> torch.Tensor:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from qerl_kernels.decode import LORA_DOWN_MAX_ROWS, lora_down
+from qerl_kernels.decode import LORA_SPLIT_MAX_ROWS, lora_down
 from qerl_kernels.prepared_ops import fp4_linear_fused
 
 __all__ = ["Group"]
@@ -49,7 +49,7 @@ class Group:
         from qerl.policy.formats import decode_dequantized
 
         self.mods, self.dtype, self.in_place, self.copy_dense = list(mods), dtype, in_place, copy_dense
-        self.split_lora = split_lora  # LoRA down-products of at most LORA_DOWN_MAX_ROWS rows by the split kernel
+        self.split_lora = split_lora  # LoRA down-products of at most LORA_SPLIT_MAX_ROWS rows by the split kernel
         facts = [adapter_factors(m) for m in self.mods]
         self.kind, self.lora_b, self.a_cat, self.bias = "call", None, None, None
         self.dequantized = False  # "dense" from bitsandbytes NF4 layers (the engine owns their dequantized weights)
@@ -156,11 +156,11 @@ class Group:
     # ---- the products -----------------------------------------------------------------------------------------
     def lora_t(self, x: torch.Tensor) -> torch.Tensor | None:
         """x A_cat^T [..., R * members] (None without adapters or for kind "call"): with `split_lora` (the engine's
-        Triton kernels) and at most LORA_DOWN_MAX_ROWS rows one launch of qerl_kernels.decode.lora_down, else
+        Triton kernels) and at most LORA_SPLIT_MAX_ROWS rows one launch of qerl_kernels.decode.lora_down, else
         cuBLAS (whose skinny GEMM is a split-K pass and a reduction)."""
         if self.a_cat is None or self.kind == "call":
             return None
-        if self.split_lora and x.numel() // x.shape[-1] <= LORA_DOWN_MAX_ROWS:
+        if self.split_lora and x.numel() // x.shape[-1] <= LORA_SPLIT_MAX_ROWS:
             return lora_down(x, self.a_cat, use_triton=True)
         return F.linear(x, self.a_cat)
 
