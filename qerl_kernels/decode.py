@@ -49,7 +49,7 @@ if HAVE_TRITON:
     import triton.language as tl
 
 __all__ = ["sample_gumbel", "sample_gumbel_pays", "rmsnorm", "rmsnorm_reference", "rmsnorm_lora",
-           "rmsnorm_lora_reference", "NORM_LORA_MAX_HIDDEN", "LORA_SPLIT_MAX_ROWS", "LORA_SPLITS", "lora_block",
+           "rmsnorm_lora_reference", "LORA_SPLIT_MAX_ROWS", "LORA_SPLITS", "lora_block",
            "lora_down", "lora_splits", "qkv_rope_cache", "qkv_rope_cache_reference", "decode_attention",
            "decode_attention_reference", "attention_splits", "silu_mul", "silu_mul_reference", "lora_rank_pad"]
 
@@ -556,16 +556,15 @@ def rmsnorm(h: torch.Tensor, weight: torch.Tensor, eps: float, add: torch.Tensor
     return out.view(h.shape)
 
 
-#: hidden sizes up to which the engine fuses a norm with the LoRA down-products of the projections after it at any
-#: decode batch (SmolLM2-135M's 576: one launch instead of two or three); above it only up to LORA_SPLIT_MAX_ROWS rows
-NORM_LORA_MAX_HIDDEN = 2048
 #: decode rows up to which the engine computes every LoRA down-product t = x A^T with the split kernel below
-#: (rmsnorm_lora for q/k/v and gate/up, lora_down for o and down) at any hidden size. cuBLAS runs a skinny product as
-#: a split-K GEMV and a reduction, two launches; the split kernel is one, fused with the norm. Measured per 7B layer
-#: on an H100 in CUDA graphs (qerl_kernels.bench_lora, kernels.notes.md call 15), at 1 row: norm + q/k/v 5.1 vs
-#: 7.8 us (norm kernel + cuBLAS), o 4.1 vs 6.1, norm + gate/up 4.4 vs 8.3, down 6.1 vs 6.9; from 8 rows it was
-#: slower (the norm's rows, the reduction's partials). Above it: the norm kernel and cuBLAS (at hidden sizes up to
-#: NORM_LORA_MAX_HIDDEN the norm-fused kernel with one split, as before)
+#: (rmsnorm_lora for q/k/v and gate/up, lora_down for o and down). cuBLAS runs a skinny product as a split-K GEMV and
+#: a reduction, two launches; the split kernel is one, fused with the norm. Per 7B layer on an H100 in CUDA graphs
+#: (qerl_kernels.bench_lora, kernels.notes.md calls 15-17), at 1 row: norm + q/k/v 5.0-5.1 vs 7.8-8.7 us (norm
+#: kernel + cuBLAS), o 4.0-4.1 vs 6.1, norm + gate/up 4.2-4.4 vs 8.3-8.5, down 6.1-6.4 vs 6.5-6.9; from 8 rows it is
+#: slower (25.9 vs 8.2 us for norm + q/k/v at 8: the norm's rows and the reduction's partials). SmolLM2-135M at 1
+#: row: 15.9 vs 15.8 us a layer (o slower, the norms faster). With one split (a program per 16 rows walking the whole
+#: hidden size, the engine's fused norm at hidden sizes <= 2048 until call 17) SmolLM2-135M's norm + q/k/v took 7.7-7.9
+#: us against 4.5-4.8 for the norm kernel + cuBLAS at 8-256 rows, so above this the engine runs those two
 LORA_SPLIT_MAX_ROWS = 1
 #: programs per row block the split kernel aims at (each walks a multiple of lora_block(RT) columns)
 LORA_SPLITS = 32
@@ -598,10 +597,10 @@ def _lora_down_launch(h2: torch.Tensor, weight: torch.Tensor | None, a: torch.Te
     norm = weight is not None
     x = torch.empty_like(h2) if norm else h2
     t = torch.empty(m, rt, dtype=h2.dtype, device=h2.device)
-    bm = _row_block(m)
+    iters, n_split = lora_splits(hidden, rt, splits)
+    bm = _row_block(m) if n_split > 1 else 16  # one split: a program per 16 rows (more programs at large M)
     bmr = min(bm, triton.next_power_of_2(m))
     rp = max(16, triton.next_power_of_2(rt))
-    iters, n_split = lora_splits(hidden, rt, splits)
     row_blocks = triton.cdiv(m, bm)
     ws, cnt = _workspace(h2.device, row_blocks * n_split * bmr * rp, row_blocks)
     red = min(triton.next_power_of_2(n_split), max(1, 4096 // (bmr * rp)))

@@ -16,8 +16,7 @@ One decoder layer of the decode step (batch B, one token per row), kernels in br
     x = rmsnorm(h)                                          [qerl_kernels.decode.rmsnorm; fused with the residual add]
     t = x A_qkv^T                                           [the three LoRA down-products at once, in the norm's
                                                              kernel (rmsnorm_lora, split over the hidden size) at
-                                                             batch 1, at hidden size <= 2048 one program per row
-                                                             block; else the norm kernel and cuBLAS]
+                                                             batch 1; else the norm kernel and cuBLAS]
     y = x W_qkv^T                                           [NVFP4: one qerl_kernels.fp4_gemm over q/k/v, the layers'
                                                              buffers re-homed into one allocation
                                                              (share_kernel_storage); BF16: one cuBLAS GEMM]
@@ -39,12 +38,17 @@ vocabulary up to 65,536) the sampling is one kernel (qerl_kernels.decode.sample_
 uniforms from Philox keyed by a seed drawn from the device RNG at each generate and the step; the nucleus by bisection,
 no sort), where torch's ops make ~35 passes over the [B, vocabulary] float32 logits and sort them for top-p
 (SmolLM2-135M at 128 rows on an H100: 282 -> 48 us a step without top-p, 1,287 -> 170 us at the evaluations' 0.95).
-Since the H200 count: the norm computes the q/k/v and gate/up LoRA down-products (hidden size <= 2048), one attention
-kernel when batch x kv_heads fills the GPU, the BF16 residual added in place; the attention skips the whole key blocks
-of a row's left padding (its first valid slot is kept per row at the prefill; the same sums bit for bit). SmolLM2-135M
+Since the H200 count: one attention kernel when batch x kv_heads fills the GPU, the BF16 residual added in place;
+the attention skips the whole key blocks of a row's left padding (its first valid slot is kept per row at the
+prefill; the same sums bit for bit). SmolLM2-135M
 with LoRA rank 32 at 128 rows, all of it (H100, one call, results/measured/h100/small/share_gpu/engine_kernels.md): 601
 -> 433 kernels a step, 297 -> 336 steps/s alone, and with 8 processes sharing the GPU 71.7k -> 94.2k rows x steps/s in
-all (+31 %).
+all (+31 %); that count had the norm computing the q/k/v and gate/up LoRA down-products at hidden sizes <= 2048,
+which a later per-launch measurement found slower than the norm kernel + cuBLAS
+(qerl_kernels.decode.LORA_SPLIT_MAX_ROWS: SmolLM2-135M's norm + q/k/v 7.7-7.9 vs 4.5-4.8 us at 8-256 rows, H100).
+At batch 1 the LoRA down-products of every group are one split kernel each, fused with the norm for q/k/v and
+gate/up (7B, H100, kernels.notes.md call 16: 16 -> 12 kernels a layer, a graph-replayed step 4,451 -> 4,058 us for
+NVFP4 + LoRA and 7,268 -> 6,920 us for BF16 + LoRA).
 Layers the fused path cannot read (merged or DoRA adapters, several active adapters, bitsandbytes bases unless marked
 for a dequantized decode: config model.nf4_decode, baselines.nf4.mark_decode_dequantized) are called
 as modules, with their LoRA applied by the same kernels where it can be.
@@ -71,7 +75,7 @@ from dataclasses import dataclass
 
 import torch
 
-from qerl_kernels.decode import (LORA_SPLIT_MAX_ROWS, NORM_LORA_MAX_HIDDEN, decode_attention, qkv_rope_cache, rmsnorm,
+from qerl_kernels.decode import (LORA_SPLIT_MAX_ROWS, decode_attention, qkv_rope_cache, rmsnorm,
                                   rmsnorm_lora, sample_gumbel, sample_gumbel_pays, silu_mul)
 from qerl.rl.engine_groups import Group
 from qerl.rl.sampling import gumbel_sample
@@ -222,14 +226,11 @@ class DecodeEngine:
 
     def _norm(self, hidden: torch.Tensor, norm, group: Group, tri: bool):
         """(x, t): the normed input of `group` and, where one kernel computes both (the Triton decode step, LoRA
-        adapters; at most LORA_SPLIT_MAX_ROWS rows: split over the hidden size; at hidden sizes up to
-        NORM_LORA_MAX_HIDDEN: one program per row block), its LoRA down-products; else t None (the group computes
-        them)."""
-        if tri and group.a_cat is not None and group.kind != "call":
-            if hidden.numel() // hidden.shape[-1] <= LORA_SPLIT_MAX_ROWS:
-                return rmsnorm_lora(hidden, norm.weight, _eps(norm), group.a_cat, use_triton=True)
-            if hidden.shape[-1] <= NORM_LORA_MAX_HIDDEN:
-                return rmsnorm_lora(hidden, norm.weight, _eps(norm), group.a_cat, use_triton=True, splits=1)
+        adapters, at most qerl_kernels.decode.LORA_SPLIT_MAX_ROWS rows), its LoRA down-products; else t None (the
+        group computes them)."""
+        if tri and group.a_cat is not None and group.kind != "call" and \
+                hidden.numel() // hidden.shape[-1] <= LORA_SPLIT_MAX_ROWS:
+            return rmsnorm_lora(hidden, norm.weight, _eps(norm), group.a_cat, use_triton=True)
         return _rmsnorm(hidden, norm, None, tri), None
 
     def _decode_logits(self, span: int) -> torch.Tensor:
