@@ -110,7 +110,8 @@ def _engine_usable(model) -> bool:
     """The static-shape engine runs this model: CUDA and a Qwen2/Llama layout. (A rollout under per-forward AQN, whose
     hooks the engine's fused RMSNorm would bypass, asks for the eager loop itself: Policy.eager_rollout.) The engine
     module, and qerl_kernels with it, is imported only for a CUDA model: a CPU job's first rollout paid ~0.3 s of
-    imports for nothing."""
+    imports for nothing. On the CPU the eager loop is also the faster one: forced onto the engine, a tiny training
+    job's RL steps took 1.5-2.8x as long and its evaluation 2.1-3.5x (docs/TINY_TIME.md says why)."""
     if not next(model.parameters()).is_cuda:
         return False
     from qerl.rl.engine import supports
