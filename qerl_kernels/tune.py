@@ -83,7 +83,8 @@ def main(argv=None) -> int:
     ap.add_argument("--path", default=None, choices=["swap", "tc", "deq"],
                     help="--profile: force this GEMM path (default: the dispatch's choice)")
     ap.add_argument("--profile", action="store_true", help="one tuned forward + backward call per shape/M, "
-                    "between cudaProfilerStart/Stop (for ncu --profile-from-start off)")
+                    "between cudaProfilerStart/Stop (for ncu --profile-from-start off); with --gluon the Gluon kernel "
+                    "at M <= 64, with --wgmma the wgmma kernel and bf16 cuBLAS at M > 16 too")
     ap.add_argument("--gluon", action="store_true", help="sweep GLUON_SWEEP for fp4_gluon.fp4_gemm_gluon instead")
     ap.add_argument("--gemv", action="store_true", help="sweep GEMV_SWEEP for fp4_gemv.fp4_gemm_gemv instead")
     ap.add_argument("--wgmma", action="store_true", help="sweep WGMMA_SWEEP for fp4_wgmma.fp4_gemm_wgmma instead")
@@ -269,19 +270,29 @@ def profile(args) -> int:
             g = torch.randn(m, n, device="cuda", dtype=dtype)
             path = args.path if m > 64 else None
             gluon = args.gluon and m <= 64
+            wgmma = args.wgmma and m > 16
             if gluon:
                 from qerl_kernels.fp4_gluon import fp4_gemm_gluon
+            if wgmma:  # the wgmma kernel beside bf16 cuBLAS on the dequantized weight (the ratio's baseline)
+                from qerl_kernels.fp4_wgmma import fp4_gemm_wgmma
+                wd = fp4_launch.fp4_gemm(torch.eye(k, device="cuda", dtype=dtype), p).t().contiguous()
             for _ in range(3):  # autotune + warm up
                 fp4_launch.fp4_gemm(x, p, path=path)
                 fp4_launch.fp4_gemm_t(g, p, path=path)
                 if gluon:
                     fp4_gemm_gluon(x, p)
+                if wgmma:
+                    fp4_gemm_wgmma(x, p)
+                    torch.nn.functional.linear(x, wd)
             torch.cuda.synchronize()
             torch.cuda.cudart().cudaProfilerStart()
             fp4_launch.fp4_gemm(x, p, path=path)
             fp4_launch.fp4_gemm_t(g, p, path=path)
             if gluon:
                 fp4_gemm_gluon(x, p)
+            if wgmma:
+                fp4_gemm_wgmma(x, p)
+                torch.nn.functional.linear(x, wd)
             torch.cuda.synchronize()
             torch.cuda.cudart().cudaProfilerStop()
             print(f"profiled {shape} M={m}", flush=True)
