@@ -157,7 +157,10 @@ if HAVE_GLUON:
         else parked as a partial (slot 0: the CTA's first tile, 1: its last) and, by the last CTA to arrive,
         summed in CTA order (deterministic), scaled and written; the tile's counter is then reset. `tile` is the
         tile's index in the stream-K iteration space, rn / rm its output rows of W and of x (the wgmma kernel's
-        tiles also have an M index: its rm are the M block's rows of x, masked against the whole M)."""
+        tiles also have an M index: its rm are the M block's rows of x, masked against the whole M). Returns the
+        tile's registers for the caller to carry on (the sum of the parts where this CTA reduced them: it is summed
+        in the accumulator's own registers, parked first, so a [BN, MP] fp32 tile is never held twice: at MP = 256
+        that is 128 registers a thread)."""
         if (tile * K_STEPS >= u0) & ((tile + 1) * K_STEPS <= u1):
             _store_tile(acc, os_ptr, bias_ptr, y_ptr, rn, rm, M, N, stride_ym, HAS_BIAS)
         else:
@@ -168,12 +171,14 @@ if HAVE_GLUON:
             first_cta = (tile * K_STEPS) // PER
             last_cta = ((tile + 1) * K_STEPS - 1) // PER
             if arrived == last_cta - first_cta:
-                tot = gl.zeros_like(acc)
-                for p in range(first_cta, last_cta + 1):
+                f_slot = first_cta * 2 + (tile != (first_cta * PER) // K_STEPS).to(gl.int32)
+                acc = gl.load(ws_ptr + f_slot * (BN * MP) + ws_tile, cache_modifier=".cg")
+                for p in range(first_cta + 1, last_cta + 1):
                     p_slot = p * 2 + (tile != (p * PER) // K_STEPS).to(gl.int32)
-                    tot += gl.load(ws_ptr + p_slot * (BN * MP) + ws_tile, cache_modifier=".cg")
-                _store_tile(tot, os_ptr, bias_ptr, y_ptr, rn, rm, M, N, stride_ym, HAS_BIAS)
+                    acc += gl.load(ws_ptr + p_slot * (BN * MP) + ws_tile, cache_modifier=".cg")
+                _store_tile(acc, os_ptr, bias_ptr, y_ptr, rn, rm, M, N, stride_ym, HAS_BIAS)
                 gl.atomic_xchg(cnt_ptr + tile, 0)
+        return acc
 
     @gluon.jit
     def _fp4_mma(x_ptr, os_ptr, bias_ptr, y_ptr, ws_ptr, cnt_ptr, w_bufs, s_bufs, ready, empty,

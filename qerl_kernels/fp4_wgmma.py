@@ -126,6 +126,19 @@ if HAVE_GLUON:
         return gl.reshape(b, [BN, 2 * n])
 
     @gluon.jit
+    def _quarter(t, p: gl.constexpr):
+        """Quarter p (0..3) of a chunk's words [BN, 16] or scales [BN, 4]: word / scale b = p of each lane quad,
+        i.e. columns 32p..32p + 31 of the chunk, as [BN, 4] (index c) or [BN, 1]; each thread keeps its own
+        registers (two `_half` splits)."""
+        h = _half(t, p // 2)                      # [BN, 8] (index 2c + b') or [BN, 2] (index b')
+        BN: gl.constexpr = h.shape[0]
+        n: gl.constexpr = h.shape[1] // 2
+        a, b = gl.split(gl.reshape(h, [BN, n, 2]))
+        if p % 2 == 0:
+            return a
+        return b
+
+    @gluon.jit
     def _mma_group(acc, a_prev, w, s, x_bufs, x_ready, x_empty, j, q: gl.constexpr, cont, a_l: gl.constexpr,
                    BN: gl.constexpr, KS: gl.constexpr, XSTAGES: gl.constexpr, BF16: gl.constexpr):
         """One wgmma group: decode KS columns (part q of chunk j's 128) into A registers, issue their wgmma on x
@@ -194,6 +207,13 @@ if HAVE_GLUON:
                     if KS == 128:
                         acc, a_prev = _mma_group(acc, a_prev, w, s, x_bufs, x_ready, x_empty, i * NCH + h, 0,
                                                  (it > k0) | (h > 0), a_l, BN, KS, XSTAGES, BF16)
+                    elif KS == 32:  # four groups a chunk: the smallest A tile (8 registers a thread), for MP = 256
+                        acc, a_prev = _mma_group(acc, a_prev, _quarter(w, 0), _quarter(s, 0), x_bufs, x_ready,
+                                                 x_empty, i * NCH + h, 0, (it > k0) | (h > 0), a_l, BN, KS, XSTAGES,
+                                                 BF16)
+                        for p in gl.static_range(1, 4):
+                            acc, a_prev = _mma_group(acc, a_prev, _quarter(w, p), _quarter(s, p), x_bufs, x_ready,
+                                                     x_empty, i * NCH + h, p, True, a_l, BN, KS, XSTAGES, BF16)
                     else:
                         acc, a_prev = _mma_group(acc, a_prev, _half(w, 0), _half(s, 0), x_bufs, x_ready, x_empty,
                                                  i * NCH + h, 0, (it > k0) | (h > 0), a_l, BN, KS, XSTAGES, BF16)
@@ -208,8 +228,8 @@ if HAVE_GLUON:
             rn = (tile // M_BLOCKS) * BN + rbn
             rmt = (tile % M_BLOCKS) * MP + rm
             ws_tile = gl.expand_dims(rn % BN, 1) * MP + gl.expand_dims(rmt % MP, 0)
-            _flush(acc, tile, u0, u1, t_first, PER, K_STEPS, os_ptr, bias_ptr, y_ptr, ws_ptr, cnt_ptr, rn, rmt,
-                   ws_tile, M, N, stride_ym, BN, MP, HAS_BIAS)
+            acc = _flush(acc, tile, u0, u1, t_first, PER, K_STEPS, os_ptr, bias_ptr, y_ptr, ws_ptr, cnt_ptr, rn,
+                         rmt, ws_tile, M, N, stride_ym, BN, MP, HAS_BIAS)
             # nothing is in flight now: the last A tile need not be held through the flush (its registers free)
             a_prev = gl.zeros([BN, KS], adt, a_l)
 
@@ -288,7 +308,7 @@ def launch_args(x: torch.Tensor, w: PreparedFP4, bias: torch.Tensor | None, y: t
     The one place that turns the knobs into a launch: fp4_gemm_wgmma launches what it returns and the offline
     compile check (gluon_compile.py) compiles it from CPU tensors of the same shapes and dtypes. Knobs: num_warps,
     consumer warps (4 or 8: one or two warpgroups, BN = 16 * num_warps weight rows per tile); max_mp, the largest
-    M block (a power of two, 16..256: wgmma's N); ks, the columns of one wgmma group (64 or 128: the decoded A
+    M block (a power of two, 16..256: wgmma's N); ks, the columns of one wgmma group (32, 64 or 128: the decoded A
     tile of a group, and of the one in flight beside it, is ks / 4 registers a thread); wstages / xstages, the
     depths of the weight and activation rings (default `default_stages`); load_regs, each producer warp's
     registers (24, the least: the consumers get 240 and the default build has no spills at M = 128; at 40 they get
@@ -298,10 +318,10 @@ def launch_args(x: torch.Tensor, w: PreparedFP4, bias: torch.Tensor | None, y: t
         ValueError: a knob, shape or layout the kernel does not support (the message names it).
     """
     m, k = x.shape
-    if (num_warps not in (4, 8) or max_mp not in (16, 32, 64, 128, 256) or ks not in (64, 128) or load_regs % 8
+    if (num_warps not in (4, 8) or max_mp not in (16, 32, 64, 128, 256) or ks not in (32, 64, 128) or load_regs % 8
             or not 24 <= load_regs <= 256):
         raise ValueError(f"fp4_gemm_wgmma: needs num_warps 4 or 8 (whole warpgroups), max_mp a power of two in "
-                         f"16..256, ks 64 or 128 and load_regs a multiple of 8 in 24..256; got num_warps={num_warps}, "
+                         f"16..256, ks 32, 64 or 128 and load_regs a multiple of 8 in 24..256; got num_warps={num_warps}, "
                          f"max_mp={max_mp}, ks={ks}, load_regs={load_regs}")
     bn = 16 * num_warps
     n_pad, k_pad = w.words.shape[0], w.words.shape[1] * 8

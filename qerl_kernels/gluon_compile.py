@@ -114,7 +114,9 @@ def wgmma_variants() -> list[Variant]:
             Variant("wgmma-test-k256-m1", 384, 256, 1, kernel="wgmma"),
             Variant("wgmma-w4-gateup-m64", *GATE_UP, 64, knobs=dict(num_warps=4), kernel="wgmma"),
             Variant("wgmma-w4-gateup-m256", *GATE_UP, 256, knobs=dict(num_warps=4), kernel="wgmma"),
-            Variant("wgmma-mp256-gateup-m256", *GATE_UP, 256, knobs=dict(max_mp=256), kernel="wgmma")]
+            Variant("wgmma-mp256-gateup-m256", *GATE_UP, 256, knobs=dict(max_mp=256), kernel="wgmma"),
+            Variant("wgmma-mp256-ks32-gateup-m256", *GATE_UP, 256, knobs=dict(max_mp=256, ks=32), kernel="wgmma"),
+            Variant("wgmma-ks32-gateup-m128", *GATE_UP, 128, knobs=dict(ks=32), kernel="wgmma")]
     # the rest of tune.WGMMA_SWEEP (gate/up group, M = 256), so the sweep's first GPU run finds them in the cache
     from qerl_kernels.tune import WGMMA_SWEEP
     named = {(8, 128, 64, None, None), (4, 128, 64, None, None), (8, 256, 64, None, None)}

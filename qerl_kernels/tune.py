@@ -47,7 +47,8 @@ GLUON_SWEEP = [  # BN, consumer warps, ring stages, CTAs per SM (fp4_gluon.fp4_g
 # cost against decoding each weight tile once per 128 rows of x); wgmma groups of 64 or 128 columns; shallow and
 # deep rings.
 WGMMA_SWEEP = [(8, 128, 64, None, None), (8, 128, 128, None, None), (4, 128, 64, None, None), (8, 64, 64, None, None),
-               (4, 256, 64, None, None), (8, 256, 64, None, None), (8, 128, 64, 3, 2), (4, 64, 64, 8, 4)]
+               (4, 256, 64, None, None), (8, 256, 64, None, None), (8, 128, 64, 3, 2), (4, 64, 64, 8, 4),
+               (8, 128, 32, None, None), (8, 256, 32, None, None)]
 
 
 # fp4_gemv.fp4_gemm_gemv's knobs: (BN, BW, num_warps, num_stages) per mode, each at 3 grid sizes (CTAs per SM the

@@ -82,9 +82,9 @@ def _launch(knobs, m=2, k=256, x=None):
 
 @needs_gluon
 @pytest.mark.parametrize("knobs", [dict(num_warps=2), dict(num_warps=12), dict(max_mp=100), dict(max_mp=512),
-                                   dict(ks=32), dict(load_regs=20), dict(load_regs=44), dict(wstages=1),
+                                   dict(ks=16), dict(load_regs=20), dict(load_regs=44), dict(wstages=1),
                                    dict(xstages=9), dict(wstages=8, xstages=8)],
-                         ids=["warps-2", "warps-12", "mp-100", "mp-512", "ks-32", "regs-20", "regs-44", "wstages-1",
+                         ids=["warps-2", "warps-12", "mp-100", "mp-512", "ks-16", "regs-20", "regs-44", "wstages-1",
                               "xstages-9", "smem-over-budget"])
 def test_launch_args_rejects_bad_knobs(knobs):
     m = 200 if "xstages" in knobs else 2      # 8 x stages of [128, 128] bf16 alone are 256 KiB
@@ -267,9 +267,9 @@ def test_gpu_group_bias_and_random_shapes(dtype):
         _check(prepared, ref_w, k, dtype, (3, 64, 129), torch.randn(n, device="cuda", dtype=dtype) if trial else None)
 
 
-@pytest.mark.parametrize("knobs", [dict(num_warps=4), dict(max_mp=256), dict(max_mp=64), dict(ks=128),
-                                   dict(wstages=2, xstages=2)],
-                         ids=["one-warpgroup", "mp256", "mp64", "ks128", "shallow-rings"])
+@pytest.mark.parametrize("knobs", [dict(num_warps=4), dict(max_mp=256), dict(max_mp=64), dict(ks=128), dict(ks=32),
+                                   dict(max_mp=256, ks=32), dict(wstages=2, xstages=2)],
+                         ids=["one-warpgroup", "mp256", "mp64", "ks128", "ks32", "mp256-ks32", "shallow-rings"])
 @pytest.mark.gpu
 @needs_hopper
 def test_gpu_knobs(knobs):
