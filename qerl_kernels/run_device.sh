@@ -100,7 +100,7 @@ if [ "${1:-}" = wgmma ]; then
   cp "$W/kernels.summary.md" "$W/kernels.csv" "$W/kernels.provenance.md" "$W/bench.log" "$OUT/" 2>/dev/null
   if [ "${TUNE_S:-60}" -gt 0 ]; then
     stamp "wgmma: knob sweep"
-    timeout "${TUNE_S:-60}" python3 -m qerl_kernels.tune --wgmma --shapes 37888x3584 --m 64 256 \
+    timeout "${TUNE_S:-60}" python3 -m qerl_kernels.tune --wgmma --shapes ${TUNE_SHAPES:-37888x3584} --m ${TUNE_MS:-64 256} \
       > "$W/tune-wgmma.log" 2>&1
     grep "wgmma best" "$W/tune-wgmma.log"
     cp "$W/tune-wgmma.log" "$OUT/"
