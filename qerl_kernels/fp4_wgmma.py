@@ -11,8 +11,9 @@ and decodes the next group while it runs.
 Shape of the kernel (y[M, N] = x[M, K] @ W[N, K]^T * out_scale (+ bias), computed as y^T = W @ x^T, "swap AB"):
 1. Tiles: BN weight rows (64 per consumer warpgroup) x MP activation rows (M padded to a power of two, 16..max_mp;
    M above `max_mp` is cut into M blocks of max_mp, the weight tile then decoded once per block). max_mp defaults to
-   128: at 256 the [64, 256] fp32 accumulator of a warpgroup (128 registers a thread) does not fit beside the
-   decode in the sm_90 build (spills). The (tile, k-step) iterations, tiles ordered weight-tile-major (the M blocks
+   128: at 256 the [64, 256] fp32 accumulator of a warpgroup (128 registers a thread) leaves the epilogue spilling
+   (280 bytes a thread, none in the main loop) and measured slower at M = 256 on an H100 (kernels.notes.md call
+   19; faster only on the gate/up group at 512). The (tile, k-step) iterations, tiles ordered weight-tile-major (the M blocks
    of one weight tile are neighbours, so its second read is an L2 hit), are cut into one contiguous range per CTA of
    a persistent grid of one CTA per SM (fp4_gluon.stream_k_split): every CTA streams the same weight bytes (+- one
    k-step) whatever the shape, and a tile cut between CTAs is reduced by the last to arrive, in CTA order
