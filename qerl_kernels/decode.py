@@ -4,7 +4,8 @@ Why: at rollout batch sizes the decode step of a 7B model is a few milliseconds,
 ops launches about 30 kernels per decoder layer (RMSNorm's reductions, RoPE's slices and concatenations, the cache
 writes, attention's score/softmax/PV passes, the SiLU, each LoRA product), each a few microseconds even inside a
 CUDA graph. These kernels make a layer a handful of launches; with the projections (qerl_kernels.fp4_gemm or cuBLAS) and
-the LoRA down-products (cuBLAS) a layer is 14 launches for NVFP4 and 19 for BF16 (qerl/rl/engine.py).
+the LoRA down-products (cuBLAS; at batch 1 the split kernel below) a layer is 16 launches for NVFP4 + LoRA and 20 for
+BF16 + LoRA, 12 and 16 at batch 1 (7B, H100 step trace: qerl/rl/engine.py).
 
     rmsnorm(h, w, eps, add=y)                    h += y (in place, if given); returns rmsnorm(h) * w
     rmsnorm_lora(h, w, eps, a)                   (x, t): x = rmsnorm(h) * w and the LoRA down-products t = x a^T of
