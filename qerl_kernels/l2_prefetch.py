@@ -8,7 +8,8 @@ CTAs issue megabytes of prefetches in microseconds and the lines arrive while ot
 
 The probe (`python -m qerl_kernels.l2_prefetch`, GPU) measures, per 7B weight at decode M = 1, the default 4-bit
 GEMM's time with L2 flushed first ("cold"), with the weight prefetched just before it and a pause for the lines to
-land ("prefetched"), and run twice in a row ("hot", where the weight fits in L2), plus the prefetch's own time.
+land ("prefetched"), and run twice in a row ("hot", where the weight fits in L2), plus the prefetch and pause's
+own time; every time from CUDA-graph replays (a GEMM's time = a sequence with it minus the same without it).
 """
 from __future__ import annotations
 
@@ -64,11 +65,37 @@ def l2_prefetch(t: torch.Tensor, *, ctas: int = 32) -> None:
     _l2_prefetch_kernel[(grid,)](base, n_lines, sink, PER=per, BLOCK=block, num_warps=8)
 
 
+def _graph_us(fn, reps: int) -> float:
+    """Mean time (us) of one replay of `fn` captured as a CUDA graph (after an eager warm-up), median of 5 rounds."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    g.replay()
+    torch.cuda.synchronize()
+    out = []
+    for _ in range(5):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        for _ in range(reps):
+            g.replay()
+        b.record()
+        b.synchronize()
+        out.append(a.elapsed_time(b) * 1e3 / reps)
+    return statistics.median(out)
+
+
 def _probe(shapes: dict, reps: int, pause_us: float) -> list[dict]:
+    """Per weight, CUDA-graph replays of sequences that start by flushing L2 (writing 256 MB); each GEMM time is the
+    difference between a sequence with it and the same sequence without it, so launch and flush costs cancel."""
     from qerl_kernels import fp4_launch, random_prepared
 
     dev = torch.device("cuda")
-    flush = torch.empty(256 * 2**20, dtype=torch.uint8, device=dev)  # 256 MB: more than any L2
+    flush = torch.empty(256 * 2**20, dtype=torch.uint8, device=dev)  # more than any L2
     cycles = int(pause_us * 1.7e3)  # ~1.7 GHz SM clock (H100 / H200 under load)
     rows = []
     for name, (n, k) in shapes.items():
@@ -76,30 +103,23 @@ def _probe(shapes: dict, reps: int, pause_us: float) -> list[dict]:
         x = torch.randn(1, k, device=dev, dtype=torch.bfloat16)
         for _ in range(3):
             fp4_launch.fp4_gemm(x, p)  # autotune / compile, dispatch choice
-        l2_prefetch(p.words)
-        torch.cuda.synchronize()
-        res = {}
-        for mode in ("cold", "prefetched", "hot", "prefetch alone"):
-            times = []
-            for _ in range(reps):
+
+        def pre():
+            l2_prefetch(p.words)
+            l2_prefetch(p.scales)
+
+        def seq(prefetch: bool, gemms: int):
+            def fn():
                 flush.zero_()
-                if mode == "prefetched":
-                    l2_prefetch(p.words)
-                    l2_prefetch(p.scales)
+                if prefetch:
+                    pre()
                     torch.cuda._sleep(cycles)
-                if mode == "hot":
+                for _ in range(gemms):
                     fp4_launch.fp4_gemm(x, p)
-                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                a.record()
-                if mode == "prefetch alone":
-                    l2_prefetch(p.words)
-                    l2_prefetch(p.scales)
-                else:
-                    fp4_launch.fp4_gemm(x, p)
-                b.record()
-                b.synchronize()
-                times.append(a.elapsed_time(b) * 1e3)
-            res[mode] = statistics.median(times)
+            return fn
+        t = {(pf, g): _graph_us(seq(pf, g), reps) for pf in (False, True) for g in (0, 1, 2)}
+        res = {"cold": t[False, 1] - t[False, 0], "prefetched": t[True, 1] - t[True, 0],
+               "hot": t[False, 2] - t[False, 1], "prefetch + pause": t[True, 0] - t[False, 0]}
         mb = (p.words.numel() * p.words.element_size() + p.scales.numel() * p.scales.element_size()) / 1e6
         row = dict(weight=name, N=n, K=k, MB=round(mb, 1), **{m: round(v, 1) for m, v in res.items()})
         print(row, flush=True)
@@ -119,9 +139,9 @@ def main(argv=None) -> None:
     rows = _probe(shapes, args.reps, args.pause_us)
     print(f"\nGPU: {torch.cuda.get_device_name()}, L2 {torch.cuda.get_device_properties(0).L2_cache_size >> 20} MiB, "
           f"M = 1, us (median of {args.reps})\n")
-    print("| weight | MB | cold | prefetched | hot | prefetch alone |\n|---|---|---|---|---|---|")
+    print("| weight | MB | cold | prefetched | hot | prefetch + pause |\n|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['weight']} | {r['MB']} | {r['cold']} | {r['prefetched']} | {r['hot']} | {r['prefetch alone']} |")
+        print(f"| {r['weight']} | {r['MB']} | {r['cold']} | {r['prefetched']} | {r['hot']} | {r['prefetch + pause']} |")
 
 
 if __name__ == "__main__":
