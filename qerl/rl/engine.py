@@ -77,7 +77,6 @@ import torch
 
 from qerl_kernels.decode import (LORA_SPLIT_MAX_ROWS, decode_attention, qkv_rope_cache, rmsnorm,
                                   rmsnorm_lora, sample_gumbel, sample_gumbel_pays, silu_mul)
-from qerl_kernels.l2_prefetch import l2_prefetch
 from qerl.rl.engine_groups import Group
 from qerl.rl.sampling import gumbel_sample
 
@@ -90,12 +89,6 @@ PREFILL_SCORES_BYTES = 2**28
 #: to ~940 tokens) held 17-25 GB per process, 1.41 GB per such tensor and several at once in the MLP, and ran out of
 #: memory beside 7 other jobs
 PREFILL_MLP_BYTES = 2**29
-#: a decode step prefetches a projection group's weights into L2 (qerl_kernels.l2_prefetch) when they are at least
-#: this many bytes (smaller ones cost a launch for little: their GEMM is latency-bound either way) ...
-PREFETCH_MIN_BYTES = 2**22
-#: ... and at most this share of the GPU's L2 (H100, 50 MB: the 7B NVFP4 q/k/v, o and down groups, 9-38 MB, ran
-#: 11.6 -> 9.6, 13.4 -> 11.7 and 27.5 -> 23.3 us at M = 1 from L2; the 76 MB gate/up group 32.5 -> 35.7)
-PREFETCH_L2_SHARE = 0.8
 
 
 @dataclass
@@ -140,16 +133,13 @@ class DecodeEngine:
         fuse: the fused step (grouped projections, LoRA through the kernels); False calls every module.
         kernels: "auto", "triton" or "torch" (see the module docstring).
         copy_dense_qkv: keep a concatenated copy of BF16 q/k/v weights (one GEMM instead of three).
-        prefetch: in a decode step, prefetch the next projection group's frozen weights into L2 on a side stream
-            while the kernels before it run (groups of PREFETCH_MIN_BYTES up to PREFETCH_L2_SHARE of the L2; default:
-            the Triton decode step on CUDA). A cache hint only: the outputs are the same bits either way.
 
     Raises:
         ValueError: a model layout the engine does not run (see `supports`), or an unknown `kernels` value.
     """
 
     def __init__(self, model, batch: int, max_len: int, *, bucket: int = 512, graphs: bool | None = None,
-                 fuse: bool = True, kernels: str = "auto", copy_dense_qkv: bool = True, prefetch: bool | None = None):
+                 fuse: bool = True, kernels: str = "auto", copy_dense_qkv: bool = True):
         if not supports(model):
             raise ValueError("DecodeEngine runs Qwen2/Llama-family causal LMs (model.model.layers with self_attn "
                              f"q/k/v/o and mlp gate/up/down); got {type(_unwrap(model)).__name__}")
@@ -171,9 +161,6 @@ class DecodeEngine:
             kernels = "triton" if (fuse and self.device.type == "cuda" and self.head_dim >= 32 and
                                    self.dtype in (torch.float16, torch.bfloat16)) else "torch"
         self.use_triton = kernels == "triton"
-        self.prefetch = bool(self.use_triton if prefetch is None else prefetch) and self.device.type == "cuda"
-        self._side = torch.cuda.Stream(device=self.device) if self.prefetch else None
-        self._l2 = torch.cuda.get_device_properties(self.device).L2_cache_size if self.prefetch else 0
         shape = (len(self.layers), batch, self.kv_heads, max_len, self.head_dim)
         self.k_cache = torch.zeros(shape, dtype=self.dtype, device=self.device)
         self.v_cache = torch.zeros(shape, dtype=self.dtype, device=self.device)
@@ -219,45 +206,23 @@ class DecodeEngine:
         tri = self.use_triton and hidden.shape[1] == 1
         kt = dict(use_triton=tri)
         n_layers = len(self.layers)
-        pf = self._prefetch if (tri and self.prefetch) else (lambda group: None)
         x, t = self._norm(hidden, self._norms[0][0], self._groups[0][0], tri)
         for i in range(n_layers):
             qkv, o_proj, gate_up, down = self._groups[i]
             (q, k, v), t, bias = qkv.project(x, t)
-            pf(o_proj)  # lands while q/k/v + RoPE and the attention run
             q = qkv_rope_cache(q, k, v, t, qkv.lora_b if t is not None else None, bias, self.cos, self.sin, pos,
                                slot, self.k_cache[i, rows], self.v_cache[i, rows], **kt)
             a = attend(i, q)
             hidden = o_proj.residual(a, hidden)
-            pf(gate_up)
             x, t = self._norm(hidden, self._norms[i][1], gate_up, tri)
             (g, u), t, _ = gate_up.project(x, t)
-            pf(down)  # while the SiLU-mul and the LoRA down-products run
             m = silu_mul(g, u, t, gate_up.lora_b if t is not None else None, **kt)
             hidden = down.residual(m, hidden)
             if i + 1 < n_layers:
-                pf(self._groups[i + 1][0])  # the next layer's q/k/v, while the norm runs
                 x, t = self._norm(hidden, self._norms[i + 1][0], self._groups[i + 1][0], tri)
             else:
                 x = _rmsnorm(hidden, self._final_norm, None, tri)
-        if tri and self.prefetch:
-            torch.cuda.current_stream().wait_stream(self._side)  # join the side stream (a captured graph must)
         return x
-
-    def _prefetch(self, group: Group) -> None:
-        """Prefetch `group`'s frozen weights into L2 on the side stream, after what the current stream has queued
-        (so the prefetch does not compete with the GEMM before it): groups of PREFETCH_MIN_BYTES up to
-        PREFETCH_L2_SHARE of the L2 (a larger one would evict itself: the 7B NVFP4 gate/up group, 76 MB, was
-        slower prefetched on an H100, kernels.notes.md calls 24-25)."""
-        ts = [t for t in group.weight_tensors() if t.is_contiguous()]
-        nbytes = sum(t.numel() * t.element_size() for t in ts)
-        if not PREFETCH_MIN_BYTES <= nbytes <= PREFETCH_L2_SHARE * self._l2:
-            return
-        side = self._side
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for t in ts:
-                l2_prefetch(t)
 
     def _norm(self, hidden: torch.Tensor, norm, group: Group, tri: bool):
         """(x, t): the normed input of `group` and, where one kernel computes both (the Triton decode step, LoRA

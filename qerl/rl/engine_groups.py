@@ -153,15 +153,6 @@ class Group:
             row += n
         return False
 
-    def weight_tensors(self) -> list:
-        """The frozen base tensors this group's product reads (4-bit words and scales, or BF16 weights); [] for
-        groups that call modules."""
-        if self.kind == "fp4":
-            return [self.w.words, self.w.scales]
-        if self.kind == "dense":
-            return [self.w] if self.w is not None else [b.weight for b in self.bases]
-        return []
-
     # ---- the products -----------------------------------------------------------------------------------------
     def lora_t(self, x: torch.Tensor) -> torch.Tensor | None:
         """x A_cat^T [..., R * members] (None without adapters or for kind "call"): with `split_lora` (the engine's

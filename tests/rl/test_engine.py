@@ -192,30 +192,6 @@ def test_cuda_graphs_and_grouping_match_eager(method):
         assert err.mean() < 0.02 and err.max() < 0.15, (err.mean(), err.max(), (a.tokens == b.tokens).float().mean())
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="the L2 prefetch runs on a GPU")
-@pytest.mark.parametrize("method", ["lora", "qerl"])
-def test_l2_prefetch_changes_no_bit(method, monkeypatch):
-    """The decode step's L2 prefetch (a side stream joined back, inside the captured graphs) is a cache hint: every
-    group prefetched (size floor lifted), batch 1 and 2, the same tokens, log-probs and entropies bit for bit."""
-    import qerl.rl.engine as engine_mod
-    from qerl.profiling.build import build_random_model
-    monkeypatch.setattr(engine_mod, "PREFETCH_MIN_BYTES", 0)
-    model = build_random_model("0.5B", method, rank=8, layers=2, device="cuda")
-    for batch in (1, 2):
-        ids = torch.randint(0, 1000, (batch, 40), device="cuda")
-        attn = torch.ones_like(ids)
-        off = DecodeEngine(model, batch=batch, max_len=72, bucket=16, prefetch=False)
-        on = DecodeEngine(model, batch=batch, max_len=72, bucket=16)
-        assert on.prefetch and not off.prefetch
-        kw = dict(max_new_tokens=24, temperature=1.0, force_length=True)
-        torch.manual_seed(5)
-        a = off.generate(ids, attn, **kw)
-        torch.manual_seed(5)
-        b = on.generate(ids, attn, **kw)
-        assert torch.equal(a.tokens, b.tokens) and torch.equal(a.logp, b.logp) and torch.equal(a.entropy, b.entropy)
-
-
 def test_sample_through_the_engine_matches_the_eager_loop(setup):
     """Greedy decoding: the same texts, lengths, EOS/stop-string ends and masks through both paths of `sample`."""
     from qerl.rl.rollout import sample
