@@ -6,6 +6,10 @@ If the next GEMM's weight is already in L2 when it starts, its loads hit L2 inst
 PTX `prefetch.global.L2::evict_last` for every 128-byte line of a tensor: no data comes back to registers, so a few
 CTAs issue megabytes of prefetches in microseconds and the lines arrive while other kernels run (on a side stream).
 
+Measured (H100, kernels.notes.md calls 24-26): an L2-resident weight makes the 7B q/k/v, o and down launches at M = 1
+~15 % faster (they are latency-bound: 9.6-11.7 us even from L2), but the decode engine prefetching them on a side
+stream during the step was slower (4,095 -> 4,476 us a step at batch 1) and was reverted: this module is the probe.
+
 The probe (`python -m qerl_kernels.l2_prefetch`, GPU) measures, per 7B weight at decode M = 1, the default 4-bit
 GEMM's time with L2 flushed first ("cold"), with the weight prefetched just before it and a pause for the lines to
 land ("prefetched"), and run twice in a row ("hot", where the weight fits in L2), plus the prefetch and pause's
