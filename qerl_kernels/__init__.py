@@ -16,13 +16,16 @@ Public API (CUDA tensors run the Triton kernels, CPU tensors the torch reference
     concat_prepared([p_q, p_k, p_v]) -> group                  several weights of one K as one launch
     fp4_prepared_linear(x, p, bias) / fp4_linear_grouped(x, group, bias) / group_bias(group, biases)
     fp4_linear_fused(x, w, bias, lora=(t, B), residual=h)       inference: base + LoRA + residual in one launch
-    decode.*            the fused decode-step kernels (RMSNorm, RoPE + KV write, split-K attention, SiLU-mul)
+    decode.*            the fused decode-step kernels (RMSNorm, the split LoRA down-products with or without the
+                        norm, RoPE + KV write, split-K attention, SiLU-mul, the sampler)
+    l2_prefetch.l2_prefetch(t)                                PTX L2 prefetch of a tensor (a probe: calls 24-26)
     nvfp4.* / mxfp4.*   per-format ops (torch.ops.qerl_kernels.*), prepare() for the kernel layout
     reference.*         the plain-torch specification, taken from qerl.formats (the format spec)
 How the kernels work: layout.py (the load-time weight layout and its torch references), fp4_decoder.py (the
 E2M1 decoder), fp4_triton.py (the Triton kernels), fp4_tuning.py (their autotuning), fp4_launch.py (launchers and
 dispatch by M), fp4_gluon.py (the Gluon kernel and its launcher), fp4_wgmma.py (the wgmma kernel), fp4_gemv.py (the
-skinny-M kernel); bench.py for how they are measured, kernels.notes.md for what each GPU call measured.
+skinny-M kernel); bench.py for how they are measured (bench_lora.py for the decode step's LoRA down-products),
+kernels.notes.md for what each GPU call measured.
 """
 from __future__ import annotations
 
