@@ -13,8 +13,9 @@ Shape of the kernel (y[M, N] = x[M, K] @ W[N, K]^T * out_scale (+ bias), compute
    M above `max_mp` is cut into M blocks of max_mp, the weight tile then decoded once per block). max_mp defaults to
    128: at 256 the [64, 256] fp32 accumulator of a warpgroup (128 registers a thread) leaves the epilogue spilling
    (280 bytes a thread, none in the main loop) and measured slower at M = 256 on an H100 (kernels.notes.md call
-   19; faster only on the gate/up group at 512). The (tile, k-step) iterations, tiles ordered weight-tile-major (the M blocks
-   of one weight tile are neighbours, so its second read is an L2 hit), are cut into one contiguous range per CTA of
+   19; faster only on the gate/up group at 512). The (tile, k-step) iterations, tiles ordered weight-tile-major
+   (the M blocks of one weight tile are neighbours, so its second read is an L2 hit), are cut into one contiguous
+   range per CTA of
    a persistent grid of one CTA per SM (fp4_gluon.stream_k_split): every CTA streams the same weight bytes (+- one
    k-step) whatever the shape, and a tile cut between CTAs is reduced by the last to arrive, in CTA order
    (deterministic; fp4_gluon._flush).
@@ -67,7 +68,8 @@ if HAVE_GLUON:
 
     from qerl_kernels.fp4_gluon import _decode, _flush, _fp4_load, _ring, _scale_layout, _tma_load
 
-__all__ = ["MAX_M", "MAX_PARTS", "SMEM_BUDGET", "fp4_gemm_wgmma", "wgmma_plan", "launch_args", "default_stages", "smem_bytes"]
+__all__ = ["MAX_M", "MAX_PARTS", "SMEM_BUDGET", "fp4_gemm_wgmma", "wgmma_plan", "launch_args", "default_stages",
+           "smem_bytes"]
 
 MAX_M = 4096          # M blocks of max_mp each; above ~512 dequantize + cuBLAS is the better path (fp4_launch)
 # Stream-K: most CTAs one output tile is cut between. H200 call 6 (kernels.notes.md): with one k-step per CTA the
@@ -140,13 +142,16 @@ if HAVE_GLUON:
         return b
 
     @gluon.jit
-    def _mma_group(acc, a_prev, w, s, x_bufs, x_ready, x_empty, j, q: gl.constexpr, cont, a_l: gl.constexpr,
-                   BN: gl.constexpr, KS: gl.constexpr, XSTAGES: gl.constexpr, BF16: gl.constexpr):
+    def _mma_group(acc, a_prev, a_prev2, w, s, x_bufs, x_ready, x_empty, j, q: gl.constexpr, cont, free_prev,
+                   a_l: gl.constexpr, BN: gl.constexpr, KS: gl.constexpr, XSTAGES: gl.constexpr, BF16: gl.constexpr,
+                   OUT: gl.constexpr):
         """One wgmma group: decode KS columns (part q of chunk j's 128) into A registers, issue their wgmma on x
-        slot j, retire the previous group's wgmma (wait until one is in flight). `cont`: the previous group of this
-        CTA belongs to the same tile: the wgmma accumulates onto acc (else it starts from zero: use_acc), and if the
-        previous group ended its chunk, that chunk's x slot is freed here (one at a tile's end is freed there).
-        Returns (acc, this group's A)."""
+        slot j, then wait until at most OUT wgmmas are in flight (OUT 1: the previous group's is retired; OUT 2: the
+        one before it, so two run while the next group decodes). `cont`: the previous group of this CTA belongs to
+        the same tile: the wgmma accumulates onto acc (else it starts from zero: use_acc). The previous chunk's x
+        slot is freed once its last group is retired: with OUT 1 here at q = 0 (if `cont`), with OUT 2 at q = 1 (if
+        `free_prev`, this chunk's first group continued a tile); one at a tile's end is freed there. The A tiles
+        still in flight are kept alive through `deps`. Returns (acc, this group's A, the A to carry as a_prev2)."""
         a = gl.convert_layout(_decode(w, s, BN, BF16, KS // 32), a_l, assert_trivial=True)
         slot, phase = _ring(j, XSTAGES)
         if q == 0:
@@ -158,18 +163,28 @@ if HAVE_GLUON:
         # then only ever written by wgmma inside the loop, so ptxas need not insert a full wait at the loop's back
         # edge (with zeros written there it did: "warpgroup.wait is injected", C7517, losing the overlap)
         acc = warpgroup_mma(a, xt.permute((1, 0)), acc, use_acc=cont, is_async=True)
-        # the previous group's wgmma is complete after this wait; its A registers are kept alive until here (deps)
-        acc, a_prev = warpgroup_mma_wait(num_outstanding=1, deps=[acc, a_prev])
-        if q == 0:
-            if cont:
-                mbarrier.arrive(x_empty.index((j + XSTAGES - 1) % XSTAGES), count=1)
-        return acc, a
+        if OUT == 1:
+            # the previous group's wgmma is complete after this wait; its A registers are kept alive until here
+            acc, a_prev = warpgroup_mma_wait(num_outstanding=1, deps=[acc, a_prev])
+            if q == 0:
+                if cont:
+                    mbarrier.arrive(x_empty.index((j + XSTAGES - 1) % XSTAGES), count=1)
+            keep = a_prev2
+        else:
+            # the group before the previous one is complete; the previous group's A stays alive (carried)
+            acc, a_prev, a_prev2 = warpgroup_mma_wait(num_outstanding=2, deps=[acc, a_prev, a_prev2])
+            if q == 1:
+                if free_prev:
+                    mbarrier.arrive(x_empty.index((j + XSTAGES - 1) % XSTAGES), count=1)
+            keep = a_prev
+        return acc, a, keep
 
     @gluon.jit
     def _wgmma_consumer(x_bufs, w_bufs, s_bufs, x_ready, x_empty, w_ready, w_empty, os_ptr, bias_ptr, y_ptr, ws_ptr,
                         cnt_ptr, M, N, TOTAL, PER, K_STEPS, M_BLOCKS, stride_ym,
                         BN: gl.constexpr, MP: gl.constexpr, WSTAGES: gl.constexpr, XSTAGES: gl.constexpr,
-                        BF16: gl.constexpr, HAS_BIAS: gl.constexpr, NUM_WARPS: gl.constexpr, KS: gl.constexpr):
+                        BF16: gl.constexpr, HAS_BIAS: gl.constexpr, NUM_WARPS: gl.constexpr, KS: gl.constexpr,
+                        OUT: gl.constexpr):
         """Consumer warpgroups: decode + async wgmma per chunk, accumulate the tile in fp32, flush at tile ends."""
         mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NUM_WARPS, 1],
                                                       instr_shape=[16, MP, 16])
@@ -185,6 +200,7 @@ if HAVE_GLUON:
         rm = gl.arange(0, MP, layout=gl.SliceLayout(0, mma))
         acc = gl.zeros([BN, MP], gl.float32, mma)
         a_prev = gl.zeros([BN, KS], adt, a_l)
+        a_prev2 = gl.zeros([BN, KS], adt, a_l)  # OUT 2 only (with OUT 1 passed through unchanged, folded away)
         # outer loop over this CTA's tiles, inner over the tile's k-steps in its range: the accumulator is then
         # carried through the inner loop written only by wgmma, and waited for and flushed between the loops (a
         # flush under a condition inside one flat loop made the compiler copy in-flight accumulator registers at the
@@ -205,22 +221,29 @@ if HAVE_GLUON:
                         fence_async_shared()        # order the shared reads before the producer's next TMA write
                         mbarrier.arrive(w_empty.index(slot), count=1)
                     # a group continues the tile's accumulation unless it is the tile's first in this CTA
+                    cont = (it > k0) | (h > 0)
                     if KS == 128:
-                        acc, a_prev = _mma_group(acc, a_prev, w, s, x_bufs, x_ready, x_empty, i * NCH + h, 0,
-                                                 (it > k0) | (h > 0), a_l, BN, KS, XSTAGES, BF16)
+                        acc, a_prev, a_prev2 = _mma_group(acc, a_prev, a_prev2, w, s, x_bufs, x_ready, x_empty,
+                                                          i * NCH + h, 0, cont, cont, a_l, BN, KS, XSTAGES, BF16, OUT)
                     elif KS == 32:  # four groups a chunk: the smallest A tile (8 registers a thread), for MP = 256
-                        acc, a_prev = _mma_group(acc, a_prev, _quarter(w, 0), _quarter(s, 0), x_bufs, x_ready,
-                                                 x_empty, i * NCH + h, 0, (it > k0) | (h > 0), a_l, BN, KS, XSTAGES,
-                                                 BF16)
+                        acc, a_prev, a_prev2 = _mma_group(acc, a_prev, a_prev2, _quarter(w, 0), _quarter(s, 0),
+                                                          x_bufs, x_ready, x_empty, i * NCH + h, 0, cont, cont, a_l,
+                                                          BN, KS, XSTAGES, BF16, OUT)
                         for p in gl.static_range(1, 4):
-                            acc, a_prev = _mma_group(acc, a_prev, _quarter(w, p), _quarter(s, p), x_bufs, x_ready,
-                                                     x_empty, i * NCH + h, p, True, a_l, BN, KS, XSTAGES, BF16)
+                            acc, a_prev, a_prev2 = _mma_group(acc, a_prev, a_prev2, _quarter(w, p), _quarter(s, p),
+                                                              x_bufs, x_ready, x_empty, i * NCH + h, p, True, cont,
+                                                              a_l, BN, KS, XSTAGES, BF16, OUT)
                     else:
-                        acc, a_prev = _mma_group(acc, a_prev, _half(w, 0), _half(s, 0), x_bufs, x_ready, x_empty,
-                                                 i * NCH + h, 0, (it > k0) | (h > 0), a_l, BN, KS, XSTAGES, BF16)
-                        acc, a_prev = _mma_group(acc, a_prev, _half(w, 1), _half(s, 1), x_bufs, x_ready, x_empty,
-                                                 i * NCH + h, 1, True, a_l, BN, KS, XSTAGES, BF16)
-            acc, a_prev = warpgroup_mma_wait(num_outstanding=0, deps=[acc, a_prev])
+                        acc, a_prev, a_prev2 = _mma_group(acc, a_prev, a_prev2, _half(w, 0), _half(s, 0), x_bufs,
+                                                          x_ready, x_empty, i * NCH + h, 0, cont, cont, a_l, BN, KS,
+                                                          XSTAGES, BF16, OUT)
+                        acc, a_prev, a_prev2 = _mma_group(acc, a_prev, a_prev2, _half(w, 1), _half(s, 1), x_bufs,
+                                                          x_ready, x_empty, i * NCH + h, 1, True, cont, a_l, BN, KS,
+                                                          XSTAGES, BF16, OUT)
+            if OUT == 1:
+                acc, a_prev = warpgroup_mma_wait(num_outstanding=0, deps=[acc, a_prev])
+            else:
+                acc, a_prev, a_prev2 = warpgroup_mma_wait(num_outstanding=0, deps=[acc, a_prev, a_prev2])
             # the tile's last chunk's x slot (its last group is retired now); the others were freed in _mma_group
             mbarrier.arrive(x_empty.index(((k1 - 1 - u0) * NCH + NCH - 1) % XSTAGES), count=1)
             # the tile's rows of W and of x, and its partial's offsets in the workspace ([BN, MP] int32), from the
@@ -231,15 +254,17 @@ if HAVE_GLUON:
             ws_tile = gl.expand_dims(rn % BN, 1) * MP + gl.expand_dims(rmt % MP, 0)
             acc = _flush(acc, tile, u0, u1, t_first, PER, K_STEPS, os_ptr, bias_ptr, y_ptr, ws_ptr, cnt_ptr, rn,
                          rmt, ws_tile, M, N, stride_ym, BN, MP, HAS_BIAS)
-            # nothing is in flight now: the last A tile need not be held through the flush (its registers free)
+            # nothing is in flight now: the last A tiles need not be held through the flush (their registers free)
             a_prev = gl.zeros([BN, KS], adt, a_l)
+            if OUT == 2:
+                a_prev2 = gl.zeros([BN, KS], adt, a_l)
 
     @gluon.jit
     def _fp4_gemm_wgmma(w_desc, s_desc, x_desc, os_ptr, bias_ptr, y_ptr, ws_ptr, cnt_ptr,
                         M, N, TOTAL, PER, K_STEPS, M_BLOCKS, stride_ym,
                         BN: gl.constexpr, MP: gl.constexpr, WSTAGES: gl.constexpr, XSTAGES: gl.constexpr,
                         BF16: gl.constexpr, HAS_BIAS: gl.constexpr, NUM_WARPS: gl.constexpr, KS: gl.constexpr,
-                        LOAD_REGS: gl.constexpr):
+                        LOAD_REGS: gl.constexpr, OUT: gl.constexpr = 1):
         w_bufs = gl.allocate_shared_memory(gl.int32, [WSTAGES, BN, _BK // 8], w_desc.layout)
         s_bufs = gl.allocate_shared_memory(gl.int16, [WSTAGES, BN, _BK // 32], s_desc.layout)
         x_bufs = gl.allocate_shared_memory(x_desc.dtype, [XSTAGES, MP, 128], x_desc.layout)
@@ -256,7 +281,7 @@ if HAVE_GLUON:
         gl.warp_specialize([
             (_wgmma_consumer, (x_bufs, w_bufs, s_bufs, x_ready, x_empty, w_ready, w_empty, os_ptr, bias_ptr, y_ptr,
                                ws_ptr, cnt_ptr, M, N, TOTAL, PER, K_STEPS, M_BLOCKS, stride_ym,
-                               BN, MP, WSTAGES, XSTAGES, BF16, HAS_BIAS, NUM_WARPS, KS)),
+                               BN, MP, WSTAGES, XSTAGES, BF16, HAS_BIAS, NUM_WARPS, KS, OUT)),
             (_fp4_load, (w_desc, s_desc, w_bufs, s_bufs, w_ready, w_empty, TOTAL, PER, K_STEPS, M_BLOCKS, BN, WSTAGES)),
             (_load_x, (x_desc, x_bufs, x_ready, x_empty, TOTAL, PER, K_STEPS, M_BLOCKS, MP, XSTAGES)),
         ], [1, 1], [LOAD_REGS, LOAD_REGS])
@@ -303,7 +328,7 @@ def wgmma_plan(n_pad: int, k_pad: int, m: int, sms: int, bn: int = 128, max_mp: 
 
 def launch_args(x: torch.Tensor, w: PreparedFP4, bias: torch.Tensor | None, y: torch.Tensor, sms: int, *,
                 num_warps: int = 8, max_mp: int = 128, ks: int = 64, wstages: int | None = None,
-                xstages: int | None = None, load_regs: int = 24) -> tuple[int, tuple, dict]:
+                xstages: int | None = None, load_regs: int = 24, outstanding: int = 1) -> tuple[int, tuple, dict]:
     """(grid, positional arguments, meta-parameters) of one `_fp4_gemm_wgmma` launch computing y = x @ W^T (+ bias).
 
     The one place that turns the knobs into a launch: fp4_gemm_wgmma launches what it returns and the offline
@@ -313,17 +338,19 @@ def launch_args(x: torch.Tensor, w: PreparedFP4, bias: torch.Tensor | None, y: t
     tile of a group, and of the one in flight beside it, is ks / 4 registers a thread); wstages / xstages, the
     depths of the weight and activation rings (default `default_stages`); load_regs, each producer warp's
     registers (24, the least: the consumers get 240 and the default build has no spills at M = 128; at 40 they get
-    232 and spill in the epilogue).
+    232 and spill in the epilogue); outstanding, the wgmmas a warpgroup keeps in flight while it decodes the next
+    group (1, or 2 with ks <= 64: one more A tile held, the x slot freed a group later).
 
     Raises:
         ValueError: a knob, shape or layout the kernel does not support (the message names it).
     """
     m, k = x.shape
     if (num_warps not in (4, 8) or max_mp not in (16, 32, 64, 128, 256) or ks not in (32, 64, 128) or load_regs % 8
-            or not 24 <= load_regs <= 256):
+            or not 24 <= load_regs <= 256 or outstanding not in (1, 2) or (outstanding == 2 and ks == 128)):
         raise ValueError(f"fp4_gemm_wgmma: needs num_warps 4 or 8 (whole warpgroups), max_mp a power of two in "
-                         f"16..256, ks 32, 64 or 128 and load_regs a multiple of 8 in 24..256; got num_warps={num_warps}, "
-                         f"max_mp={max_mp}, ks={ks}, load_regs={load_regs}")
+                         f"16..256, ks 32, 64 or 128, load_regs a multiple of 8 in 24..256 and outstanding 1 or 2 "
+                         f"(2 with ks <= 64); got num_warps={num_warps}, max_mp={max_mp}, ks={ks}, "
+                         f"load_regs={load_regs}, outstanding={outstanding}")
     bn = 16 * num_warps
     n_pad, k_pad = w.words.shape[0], w.words.shape[1] * 8
     plan = wgmma_plan(n_pad, k_pad, m, sms, bn, max_mp)
@@ -352,7 +379,8 @@ def launch_args(x: torch.Tensor, w: PreparedFP4, bias: torch.Tensor | None, y: t
     args = (w_desc, s_desc, x_desc, os_row, bias if bias is not None else os_row, y, ws, cnt,
             m, w.n, plan["TOTAL"], plan["PER"], plan["K_STEPS"], plan["M_BLOCKS"], y.stride(0))
     meta = dict(BN=bn, MP=mp, WSTAGES=wstages, XSTAGES=xstages, BF16=bf16, HAS_BIAS=bias is not None,
-                NUM_WARPS=num_warps, KS=ks, LOAD_REGS=load_regs, num_warps=num_warps, maxnreg=_max_regs(num_warps))
+                NUM_WARPS=num_warps, KS=ks, LOAD_REGS=load_regs, OUT=outstanding, num_warps=num_warps,
+                maxnreg=_max_regs(num_warps))
     return plan["grid"], args, meta
 
 

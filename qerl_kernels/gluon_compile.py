@@ -116,16 +116,22 @@ def wgmma_variants() -> list[Variant]:
             Variant("wgmma-w4-gateup-m256", *GATE_UP, 256, knobs=dict(num_warps=4), kernel="wgmma"),
             Variant("wgmma-mp256-gateup-m256", *GATE_UP, 256, knobs=dict(max_mp=256), kernel="wgmma"),
             Variant("wgmma-mp256-ks32-gateup-m256", *GATE_UP, 256, knobs=dict(max_mp=256, ks=32), kernel="wgmma"),
-            Variant("wgmma-ks32-gateup-m128", *GATE_UP, 128, knobs=dict(ks=32), kernel="wgmma")]
+            Variant("wgmma-ks32-gateup-m128", *GATE_UP, 128, knobs=dict(ks=32), kernel="wgmma"),
+            Variant("wgmma-out2-gateup-m256", *GATE_UP, 256, knobs=dict(outstanding=2), kernel="wgmma"),
+            Variant("wgmma-out2-ks32-gateup-m256", *GATE_UP, 256, knobs=dict(outstanding=2, ks=32), kernel="wgmma"),
+            Variant("wgmma-out2-ks32-down-m256", *DOWN, 256, knobs=dict(outstanding=2, ks=32), kernel="wgmma")]
     # the rest of tune.WGMMA_SWEEP (gate/up group, M = 256), so the sweep's first GPU run finds them in the cache
     from qerl_kernels.tune import WGMMA_SWEEP
-    named = {(8, 128, 64, None, None), (4, 128, 64, None, None), (8, 256, 64, None, None)}
-    for nw, mp, ks, ws, xs in WGMMA_SWEEP:
-        if (nw, mp, ks, ws, xs) not in named:
+    named = {(8, 128, 64, None, None, 1), (4, 128, 64, None, None, 1), (8, 256, 64, None, None, 1),
+             (8, 128, 64, None, None, 2), (8, 128, 32, None, None, 2)}
+    for nw, mp, ks, ws, xs, o in WGMMA_SWEEP:
+        if (nw, mp, ks, ws, xs, o) not in named:
             knobs = {k: v for k, v in dict(num_warps=nw, max_mp=mp, ks=ks, wstages=ws, xstages=xs).items()
                      if v is not None}
-            out.append(Variant(f"wgmma-tune-{nw}-{mp}-{ks}-{ws or 'd'}-{xs or 'd'}-gateup-m256", *GATE_UP, 256,
-                               knobs=knobs, kernel="wgmma"))
+            if o != 1:
+                knobs["outstanding"] = o
+            tag = f"{nw}-{mp}-{ks}-{ws or 'd'}-{xs or 'd'}" + ("-o2" if o == 2 else "")
+            out.append(Variant(f"wgmma-tune-{tag}-gateup-m256", *GATE_UP, 256, knobs=knobs, kernel="wgmma"))
     return out
 
 

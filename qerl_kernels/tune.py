@@ -12,7 +12,8 @@ Run:  python -m qerl_kernels.tune --shapes 18944x3584 3584x3584 --m 1 16 64
       python -m qerl_kernels.tune --gluon --shapes 37888x3584 3584x18944 --m 1 16   # the Gluon kernel's sweep
           (GLUON_SWEEP: rows per tile with warps, ring stages, CTAs per SM; --profile --gluon adds one Gluon call)
       python -m qerl_kernels.tune --wgmma --shapes 37888x3584 3584x18944 --m 64 256   # the wgmma kernel's sweep
-          (WGMMA_SWEEP: consumer warps, largest M block, ring depths; beside the default path and cuBLAS bf16)
+          (WGMMA_SWEEP: consumer warps, largest M block, group columns, ring depths, wgmmas in flight; beside the
+          default path and cuBLAS bf16)
       python -m qerl_kernels.tune --gemv --shapes 18944x3584 3584x18944 --m 1 16   # the skinny-M kernel's sweep
           (GEMV_SWEEP: mode, BN, BW, warps, stages, CTAs per SM; beside the default path and cuBLAS bf16, each
           timed on rotating weight copies as in the benchmark; prints the best knobs per shape and M)
@@ -46,9 +47,10 @@ GLUON_SWEEP = [  # BN, consumer warps, ring stages, CTAs per SM (fp4_gluon.fp4_g
 # (BN 128) or one (BN 64); M blocks of 64 / 128 / 256 (256 spills in the sm_90 build: timed to see what the spills
 # cost against decoding each weight tile once per 128 rows of x); wgmma groups of 64 or 128 columns; shallow and
 # deep rings.
-WGMMA_SWEEP = [(8, 128, 64, None, None), (8, 128, 128, None, None), (4, 128, 64, None, None), (8, 64, 64, None, None),
-               (4, 256, 64, None, None), (8, 256, 64, None, None), (8, 128, 64, 3, 2), (4, 64, 64, 8, 4),
-               (8, 128, 32, None, None), (8, 256, 32, None, None)]
+WGMMA_SWEEP = [(8, 128, 64, None, None, 1), (8, 128, 128, None, None, 1), (4, 128, 64, None, None, 1),
+               (8, 64, 64, None, None, 1), (4, 256, 64, None, None, 1), (8, 256, 64, None, None, 1),
+               (8, 128, 64, 3, 2, 1), (4, 64, 64, 8, 4, 1), (8, 128, 32, None, None, 1), (8, 256, 32, None, None, 1),
+               (8, 128, 64, None, None, 2), (8, 128, 32, None, None, 2), (4, 128, 64, None, None, 2)]
 
 
 # fp4_gemv.fp4_gemm_gemv's knobs: (BN, BW, num_warps, num_stages) per mode, each at 3 grid sizes (CTAs per SM the
@@ -221,16 +223,17 @@ def sweep_wgmma(args) -> int:
     from qerl_kernels.fp4_wgmma import fp4_gemm_wgmma
     for shape, m, x, p, copies, ref, t_bf, t_def in _sweep_cases(args):
         best = []
-        for nw, mp, ks, ws, xs in WGMMA_SWEEP:
-            kw = dict(num_warps=nw, max_mp=mp, ks=ks, wstages=ws, xstages=xs)
+        for nw, mp, ks, ws, xs, out in WGMMA_SWEEP:
+            kw = dict(num_warps=nw, max_mp=mp, ks=ks, wstages=ws, xstages=xs, outstanding=out)
             if (res := _time_knobs(fp4_gemm_wgmma, x, p, copies, ref, kw, f"wgmma {shape} M={m}")) is None:
                 continue
             t, err = res
-            best.append((t, nw, mp, ks, ws, xs))
-            print(f"wgmma {shape} M={m} warps={nw} max_mp={mp} ks={ks} stages={ws}/{xs}: {t * 1e3:7.1f} us "
+            best.append((t, nw, mp, ks, ws, xs, out))
+            print(f"wgmma {shape} M={m} warps={nw} max_mp={mp} ks={ks} stages={ws}/{xs} outstanding={out}: "
+                  f"{t * 1e3:7.1f} us "
                   f"{2 * m * p.n * p.k / t / 1e9:6.0f} TFLOP/s {p.nbytes / t / 1e6:6.0f} GB/s x{t_bf / t:.2f} bf16 "
                   f"x{t_def / t:.2f} default err {err:.1e}", flush=True)
-        _print_best(f"wgmma best {shape} M={m} (warps, max_mp, ks, wstages, xstages)", best,
+        _print_best(f"wgmma best {shape} M={m} (warps, max_mp, ks, wstages, xstages, outstanding)", best,
                     f" | default {t_def * 1e3:.1f}us bf16 {t_bf * 1e3:.1f}us")
     return 0
 

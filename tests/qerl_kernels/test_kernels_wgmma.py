@@ -83,9 +83,10 @@ def _launch(knobs, m=2, k=256, x=None):
 @needs_gluon
 @pytest.mark.parametrize("knobs", [dict(num_warps=2), dict(num_warps=12), dict(max_mp=100), dict(max_mp=512),
                                    dict(ks=16), dict(load_regs=20), dict(load_regs=44), dict(wstages=1),
-                                   dict(xstages=9), dict(wstages=8, xstages=8)],
+                                   dict(xstages=9), dict(wstages=8, xstages=8), dict(outstanding=3),
+                                   dict(outstanding=2, ks=128)],
                          ids=["warps-2", "warps-12", "mp-100", "mp-512", "ks-16", "regs-20", "regs-44", "wstages-1",
-                              "xstages-9", "smem-over-budget"])
+                              "xstages-9", "smem-over-budget", "outstanding-3", "outstanding-2-ks128"])
 def test_launch_args_rejects_bad_knobs(knobs):
     m = 200 if "xstages" in knobs else 2      # 8 x stages of [128, 128] bf16 alone are 256 KiB
     with pytest.raises(ValueError, match="fp4_gemm_wgmma"):
@@ -268,8 +269,10 @@ def test_gpu_group_bias_and_random_shapes(dtype):
 
 
 @pytest.mark.parametrize("knobs", [dict(num_warps=4), dict(max_mp=256), dict(max_mp=64), dict(ks=128), dict(ks=32),
-                                   dict(max_mp=256, ks=32), dict(wstages=2, xstages=2)],
-                         ids=["one-warpgroup", "mp256", "mp64", "ks128", "ks32", "mp256-ks32", "shallow-rings"])
+                                   dict(max_mp=256, ks=32), dict(wstages=2, xstages=2), dict(outstanding=2),
+                                   dict(outstanding=2, ks=32), dict(outstanding=2, num_warps=4, xstages=2)],
+                         ids=["one-warpgroup", "mp256", "mp64", "ks128", "ks32", "mp256-ks32", "shallow-rings",
+                              "out2", "out2-ks32", "out2-one-warpgroup-2-xstages"])
 @pytest.mark.gpu
 @needs_hopper
 def test_gpu_knobs(knobs):
