@@ -128,6 +128,15 @@ def time_calls(fns, target_ms: float = 40.0, max_reps: int = 50) -> tuple[float,
     return times[len(times) // 2] / len(fns), mode
 
 
+def time_graph(fn) -> float:
+    """Microseconds of one replay of `fn` captured as a CUDA graph (`time_calls`), for probes of what a decode step
+    replays (qerl_kernels.bench_lora, qerl_kernels.l2_prefetch). Raises RuntimeError if `fn` cannot be captured."""
+    ms, mode = time_calls([fn])
+    if mode != "graph":
+        raise RuntimeError("time_graph: the op could not be captured in a CUDA graph")
+    return ms * 1e3
+
+
 def copies_for(nbytes: int, l2: int, cap: int = 256) -> int:
     """Weight copies so that one pass over them is at least 2.5x the L2 cache."""
     return int(min(cap, max(2, math.ceil(2.5 * l2 / max(nbytes, 1)))))

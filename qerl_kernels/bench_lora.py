@@ -14,45 +14,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 
 import torch
 
 from qerl_kernels import decode
+from qerl_kernels.bench import time_graph
 
-__all__ = ["SHAPES", "time_graph", "bench", "main"]
+__all__ = ["SHAPES", "bench", "main"]
 
 #: hidden size, intermediate size, stacked LoRA ranks (q/k/v: 3 x r, gate/up: 2 x r, o and down: r), layers
 SHAPES = {
     "7B": dict(hidden=3584, inter=18944, r=32, layers=28),
     "SmolLM2-135M": dict(hidden=576, inter=1536, r=32, layers=30),
 }
-
-
-def time_graph(fn, reps: int = 20, rounds: int = 5) -> float:
-    """Median over `rounds` of the mean wall time (us) of one replay of `fn` captured as a CUDA graph (warmed up
-    eagerly first: compilation, workspace growth)."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        fn()
-        fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    graph.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(rounds):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(reps):
-            graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / reps)
-    return statistics.median(times)
 
 
 def _ops(shape: dict) -> dict:

@@ -18,7 +18,6 @@ own time; every time from CUDA-graph replays (a GEMM's time = a sequence with it
 from __future__ import annotations
 
 import argparse
-import statistics
 
 import torch
 
@@ -69,34 +68,11 @@ def l2_prefetch(t: torch.Tensor, *, ctas: int = 32) -> None:
     _l2_prefetch_kernel[(grid,)](base, n_lines, sink, PER=per, BLOCK=block, num_warps=8)
 
 
-def _graph_us(fn, reps: int) -> float:
-    """Mean time (us) of one replay of `fn` captured as a CUDA graph (after an eager warm-up), median of 5 rounds."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
-    g.replay()
-    torch.cuda.synchronize()
-    out = []
-    for _ in range(5):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        for _ in range(reps):
-            g.replay()
-        b.record()
-        b.synchronize()
-        out.append(a.elapsed_time(b) * 1e3 / reps)
-    return statistics.median(out)
-
-
-def _probe(shapes: dict, reps: int, pause_us: float) -> list[dict]:
+def _probe(shapes: dict, pause_us: float) -> list[dict]:
     """Per weight, CUDA-graph replays of sequences that start by flushing L2 (writing 256 MB); each GEMM time is the
     difference between a sequence with it and the same sequence without it, so launch and flush costs cancel."""
     from qerl_kernels import fp4_launch, random_prepared
+    from qerl_kernels.bench import time_graph
 
     dev = torch.device("cuda")
     flush = torch.empty(256 * 2**20, dtype=torch.uint8, device=dev)  # more than any L2
@@ -121,7 +97,7 @@ def _probe(shapes: dict, reps: int, pause_us: float) -> list[dict]:
                 for _ in range(gemms):
                     fp4_launch.fp4_gemm(x, p)
             return fn
-        t = {(pf, g): _graph_us(seq(pf, g), reps) for pf in (False, True) for g in (0, 1, 2)}
+        t = {(pf, g): time_graph(seq(pf, g)) for pf in (False, True) for g in (0, 1, 2)}
         res = {"cold": t[False, 1] - t[False, 0], "prefetched": t[True, 1] - t[True, 0],
                "hot": t[False, 2] - t[False, 1], "prefetch + pause": t[True, 0] - t[False, 0]}
         mb = (p.words.numel() * p.words.element_size() + p.scales.numel() * p.scales.element_size()) / 1e6
@@ -133,16 +109,15 @@ def _probe(shapes: dict, reps: int, pause_us: float) -> list[dict]:
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--pause-us", type=float, default=30.0, help="pause after the prefetch (the lines land)")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         raise SystemExit("l2_prefetch: needs a CUDA GPU")
     shapes = {"q/k/v group": (4608, 3584), "o_proj": (3584, 3584), "down_proj": (3584, 18944),
               "gate/up group": (37888, 3584)}
-    rows = _probe(shapes, args.reps, args.pause_us)
+    rows = _probe(shapes, args.pause_us)
     print(f"\nGPU: {torch.cuda.get_device_name()}, L2 {torch.cuda.get_device_properties(0).L2_cache_size >> 20} MiB, "
-          f"M = 1, us (median of {args.reps})\n")
+          "M = 1, us (CUDA-graph replays, bench.time_graph)\n")
     print("| weight | MB | cold | prefetched | hot | prefetch + pause |\n|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['weight']} | {r['MB']} | {r['cold']} | {r['prefetched']} | {r['hot']} | {r['prefetch + pause']} |")
