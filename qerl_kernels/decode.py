@@ -147,8 +147,8 @@ if HAVE_TRITON:
     def _rmsnorm_kernel(h_ptr, y_ptr, w_ptr, x_ptr, H, stride_h, stride_y, stride_x, eps,
                         HAS_ADD: tl.constexpr, BH: tl.constexpr, NB: tl.constexpr, PDL: tl.constexpr = False):
         """One program per row: h += y (rounded to h's dtype, written back), x = bf16(h * rstd) * w."""
-        pdl.wait(PDL)  # qerl_kernels.pdl: before any read; then the next kernel may launch
         pdl.launch_dependents(PDL)
+        pdl.wait(PDL)  # qerl_kernels.pdl: before any read
         row = tl.program_id(0).to(tl.int64)
         ss = tl.zeros([BH], dtype=tl.float32)
         for c in range(NB):
@@ -208,13 +208,13 @@ if HAVE_TRITON:
         (deterministic; RED partials a load, the loads unrolled) and writes t, then resets the row block's arrival
         counter (as the stream-K GEMMs' tiles do). PDL (qerl_kernels.pdl): the program's chunk of a (PF_LINES lines of
         LINE elements a row) is prefetched into L2 before waiting for the previous kernel."""
+        pdl.launch_dependents(PDL)
         if PDL:  # this program's chunk of a (step-invariant) into L2 while the previous kernel ends
             pr = tl.arange(0, RP)
             pc = tl.program_id(1) * (ITERS * BK) + tl.arange(0, PF_LINES) * LINE
             pdl.prefetch_l2(a_ptr + pr[:, None] * stride_a + pc[None, :], (pr < RT)[:, None] & (pc < H)[None, :],
                             cnt_ptr)
         pdl.wait(PDL)
-        pdl.launch_dependents(PDL)
         pid_m = tl.program_id(0)
         pid_s = tl.program_id(1)
         rows = pid_m * BM + tl.arange(0, BM)
@@ -277,8 +277,8 @@ if HAVE_TRITON:
         """Program per row: logZ of logits * inv_t (online max and sum); with TOP_P the nucleus (below) and its own
         logZ; then Gumbel-max over log p + g with g from Philox uniforms keyed by (seed + step * B + row, vocabulary
         index), the tokens outside the nucleus at -inf; log p of the winner and the entropy."""
-        pdl.wait(PDL)  # qerl_kernels.pdl: before any read; then the next kernel may launch
         pdl.launch_dependents(PDL)
+        pdl.wait(PDL)  # qerl_kernels.pdl: before any read
         row = tl.program_id(0)
         base = l_ptr + row.to(tl.int64) * stride_l
         m = tl.full([BV], -float("inf"), dtype=tl.float32)
@@ -407,8 +407,8 @@ if HAVE_TRITON:
             HAS_BIAS: tl.constexpr, HAS_LORA: tl.constexpr, IEEE: tl.constexpr, PDL: tl.constexpr = False):
         """Program (row block, head j): j < HEADS a query head (rotated, written to qo), j < HEADS + KVH a key head
         (rotated, written to the cache slot), else a value head (written to the cache slot)."""
-        pdl.wait(PDL)  # qerl_kernels.pdl: before any read; then the next kernel may launch
         pdl.launch_dependents(PDL)
+        pdl.wait(PDL)  # qerl_kernels.pdl: before any read
         j = tl.program_id(1)
         rows = tl.program_id(0) * BM + tl.arange(0, BM)
         m_ok = rows < M
@@ -446,8 +446,8 @@ if HAVE_TRITON:
         of left padding before it are not read; masked, they add nothing, so the result is the same bit for bit);
         online softmax; writes the unnormalised partial
         output and (max, sum), or with one split the normalised output itself (no combine kernel)."""
-        pdl.wait(PDL)  # qerl_kernels.pdl: before any read; then the next kernel may launch
         pdl.launch_dependents(PDL)
+        pdl.wait(PDL)  # qerl_kernels.pdl: before any read
         b = tl.program_id(0)
         h = tl.program_id(1)
         s = tl.program_id(2)
@@ -500,8 +500,8 @@ if HAVE_TRITON:
     def _attn_combine_kernel(acc_ptr, ml_ptr, o_ptr, KVH: tl.constexpr, G: tl.constexpr, GP: tl.constexpr,
                              D: tl.constexpr, NSPLIT: tl.constexpr, NSP: tl.constexpr, PDL: tl.constexpr = False):
         """Program (row b, head): o = sum_s exp(m_s - M) acc_s / sum_s exp(m_s - M) l_s."""
-        pdl.wait(PDL)  # qerl_kernels.pdl: before any read; then the next kernel may launch
         pdl.launch_dependents(PDL)
+        pdl.wait(PDL)  # qerl_kernels.pdl: before any read
         b = tl.program_id(0)
         head = tl.program_id(1)
         h = head // G
@@ -522,8 +522,8 @@ if HAVE_TRITON:
                          BM: tl.constexpr, BC: tl.constexpr, R: tl.constexpr, HAS_LORA: tl.constexpr,
                          IEEE: tl.constexpr, PDL: tl.constexpr = False):
         """Program (row block, column block): silu(gate + t_g B_g^T) * (up + t_u B_u^T), float32, rounded once."""
-        pdl.wait(PDL)  # qerl_kernels.pdl: before any read; then the next kernel may launch
         pdl.launch_dependents(PDL)
+        pdl.wait(PDL)  # qerl_kernels.pdl: before any read
         rows = tl.program_id(0) * BM + tl.arange(0, BM)
         cols = tl.program_id(1) * BC + tl.arange(0, BC)
         ok = (rows < M)[:, None] & (cols < INTER)[None, :]

@@ -159,6 +159,7 @@ if HAVE_TRITON:
         so that the split is no compile-time constant) equal runs of k-steps of BW words (8 * BW columns). Result
         tile [BN, MP] (fp32, before the per-row factor) -> y or the workspace. RED: partials per reduction load.
         PDL (qerl_kernels.pdl): FMA mode loads its first k-step's weights before waiting for the previous kernel."""
+        pdl.launch_dependents(PDL)
         pid_n = tl.program_id(0)
         pid_s = tl.program_id(1)
         SPLIT = tl.num_programs(1)
@@ -179,7 +180,6 @@ if HAVE_TRITON:
             m_ok = rbm[None, :] < M
             tile = tl.zeros([BN, MP], dtype=tl.float32)
             pdl.wait(PDL)
-            pdl.launch_dependents(PDL)
             for st in range(st0, st1):
                 w0 = st * BW
                 if EVEN_K:
@@ -214,7 +214,6 @@ if HAVE_TRITON:
             wq = tl.load(w_ptrs + st0 * BW, mask=k_ok, other=0)
             sc = tl.load(s_ptrs + st0 * BW // 4, mask=k_ok, other=0)
             pdl.wait(PDL)  # the activations, workspace and counters are the previous kernels'
-            pdl.launch_dependents(PDL)
             for st in range(st0, st1):
                 w0 = st * BW
                 k_ok = (rw + w0 + BW < lim)[None, :]

@@ -72,6 +72,7 @@ if HAVE_TRITON:
         """y[M, N] = x[M, K] @ W[N, K]^T * out_scale (+ bias) (+ t @ B^T) (+ residual), computed as y^T tiles
         [BN, BM] = W_tile @ x^T. PDL (qerl_kernels.pdl): the first PF_LINES 128-byte lines of each row of the CTA's
         first tile are prefetched into L2 before waiting for the previous kernel."""
+        pdl.launch_dependents(PDL)
         pid = tl.program_id(0)
         tiles_m = tl.cdiv(M, BM)
         tiles_n = tl.cdiv(N, BN)
@@ -102,7 +103,6 @@ if HAVE_TRITON:
             pdl.prefetch_l2(w_ptr + rn0[:, None] * stride_wn + wc[None, :], (rn0 < N)[:, None] & (wc < w_hi)[None, :],
                             cnt_ptr)
         pdl.wait(PDL)
-        pdl.launch_dependents(PDL)
         for t in range(t_first, t_last + 1):
             ks0 = tl.maximum(u0 - t * k_steps, 0)
             ks1 = tl.minimum(u1 - t * k_steps, k_steps)
