@@ -49,8 +49,6 @@ if HAVE_TRITON:
     import triton
     import triton.language as tl
 
-    from qerl_kernels import pdl
-
 __all__ = ["sample_gumbel", "sample_gumbel_pays", "rmsnorm", "rmsnorm_reference", "rmsnorm_lora",
            "rmsnorm_lora_reference", "LORA_SPLIT_MAX_ROWS", "LORA_SPLITS", "lora_block",
            "lora_down", "lora_splits", "qkv_rope_cache", "qkv_rope_cache_reference", "decode_attention",
@@ -145,10 +143,8 @@ def silu_mul_reference(gate, up, t, lora_b):
 if HAVE_TRITON:
     @triton.jit
     def _rmsnorm_kernel(h_ptr, y_ptr, w_ptr, x_ptr, H, stride_h, stride_y, stride_x, eps,
-                        HAS_ADD: tl.constexpr, BH: tl.constexpr, NB: tl.constexpr, PDL: tl.constexpr = False):
+                        HAS_ADD: tl.constexpr, BH: tl.constexpr, NB: tl.constexpr):
         """One program per row: h += y (rounded to h's dtype, written back), x = bf16(h * rstd) * w."""
-        pdl.launch_dependents(PDL)
-        pdl.wait(PDL)  # qerl_kernels.pdl: before any read
         row = tl.program_id(0).to(tl.int64)
         ss = tl.zeros([BH], dtype=tl.float32)
         for c in range(NB):
@@ -197,8 +193,7 @@ if HAVE_TRITON:
     def _lora_down_kernel(h_ptr, w_ptr, a_ptr, x_ptr, t_ptr, ws_ptr, cnt_ptr, M, H, RT, stride_h, stride_a, stride_x,
                           stride_t, eps, NORM: tl.constexpr, BM: tl.constexpr, BK: tl.constexpr, ITERS: tl.constexpr,
                           NSPLIT: tl.constexpr, RP: tl.constexpr, BMR: tl.constexpr, RED: tl.constexpr,
-                          HP: tl.constexpr, IEEE: tl.constexpr, PDL: tl.constexpr = False,
-                          PF_LINES: tl.constexpr = 1, LINE: tl.constexpr = 64):
+                          HP: tl.constexpr, IEEE: tl.constexpr):
         """Program (row block of BM, split of ITERS * BK columns): t = x a^T over the split's columns (a: [RT, H], the
         stacked LoRA A factors). NORM: h is the residual stream and x = bf16(h * rstd) * w is computed and written
         (rstd over the whole row, which every split of a row block computes itself: for one row with one whole-row
@@ -206,15 +201,7 @@ if HAVE_TRITON:
         decode step's launch is latency-bound). With one split t is written directly; with several the fp32 partials
         of the row block's BMR real rows are parked in ws and its last program to arrive sums them in split order
         (deterministic; RED partials a load, the loads unrolled) and writes t, then resets the row block's arrival
-        counter (as the stream-K GEMMs' tiles do). PDL (qerl_kernels.pdl): the program's chunk of a (PF_LINES lines of
-        LINE elements a row) is prefetched into L2 before waiting for the previous kernel."""
-        pdl.launch_dependents(PDL)
-        if PDL:  # this program's chunk of a (step-invariant) into L2 while the previous kernel ends
-            pr = tl.arange(0, RP)
-            pc = tl.program_id(1) * (ITERS * BK) + tl.arange(0, PF_LINES) * LINE
-            pdl.prefetch_l2(a_ptr + pr[:, None] * stride_a + pc[None, :], (pr < RT)[:, None] & (pc < H)[None, :],
-                            cnt_ptr)
-        pdl.wait(PDL)
+        counter (as the stream-K GEMMs' tiles do)."""
         pid_m = tl.program_id(0)
         pid_s = tl.program_id(1)
         rows = pid_m * BM + tl.arange(0, BM)
@@ -273,12 +260,10 @@ if HAVE_TRITON:
 
     @triton.jit
     def _sample_gumbel_kernel(l_ptr, stride_l, V, inv_t, top_p, seed_ptr, step_ptr, tok_ptr, logp_ptr, ent_ptr, B,
-                              BV: tl.constexpr, TOP_P: tl.constexpr, ITERS: tl.constexpr, PDL: tl.constexpr = False):
+                              BV: tl.constexpr, TOP_P: tl.constexpr, ITERS: tl.constexpr):
         """Program per row: logZ of logits * inv_t (online max and sum); with TOP_P the nucleus (below) and its own
         logZ; then Gumbel-max over log p + g with g from Philox uniforms keyed by (seed + step * B + row, vocabulary
         index), the tokens outside the nucleus at -inf; log p of the winner and the entropy."""
-        pdl.launch_dependents(PDL)
-        pdl.wait(PDL)  # qerl_kernels.pdl: before any read
         row = tl.program_id(0)
         base = l_ptr + row.to(tl.int64) * stride_l
         m = tl.full([BV], -float("inf"), dtype=tl.float32)
@@ -404,11 +389,9 @@ if HAVE_TRITON:
             stride_q, stride_k, stride_v, stride_t, stride_cs, stride_cb, stride_ch, stride_cs2,
             # meta
             HEADS: tl.constexpr, KVH: tl.constexpr, D: tl.constexpr, BM: tl.constexpr, R: tl.constexpr,
-            HAS_BIAS: tl.constexpr, HAS_LORA: tl.constexpr, IEEE: tl.constexpr, PDL: tl.constexpr = False):
+            HAS_BIAS: tl.constexpr, HAS_LORA: tl.constexpr, IEEE: tl.constexpr):
         """Program (row block, head j): j < HEADS a query head (rotated, written to qo), j < HEADS + KVH a key head
         (rotated, written to the cache slot), else a value head (written to the cache slot)."""
-        pdl.launch_dependents(PDL)
-        pdl.wait(PDL)  # qerl_kernels.pdl: before any read
         j = tl.program_id(1)
         rows = tl.program_id(0) * BM + tl.arange(0, BM)
         m_ok = rows < M
@@ -440,14 +423,12 @@ if HAVE_TRITON:
             stride_cb, stride_ch, stride_cs, stride_valid,
             # meta
             KVH: tl.constexpr, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr, BS: tl.constexpr,
-            NSPLIT: tl.constexpr, IEEE: tl.constexpr, HAS_FIRST: tl.constexpr, PDL: tl.constexpr = False):
+            NSPLIT: tl.constexpr, IEEE: tl.constexpr, HAS_FIRST: tl.constexpr):
         """Program (row b, kv head h, split s): the G query heads of kv head h against keys [s*CHUNK, (s+1)*CHUNK)
         up to the current slot, from the key block holding the row's first valid slot (HAS_FIRST: the whole blocks
         of left padding before it are not read; masked, they add nothing, so the result is the same bit for bit);
         online softmax; writes the unnormalised partial
         output and (max, sum), or with one split the normalised output itself (no combine kernel)."""
-        pdl.launch_dependents(PDL)
-        pdl.wait(PDL)  # qerl_kernels.pdl: before any read
         b = tl.program_id(0)
         h = tl.program_id(1)
         s = tl.program_id(2)
@@ -498,10 +479,8 @@ if HAVE_TRITON:
 
     @triton.jit
     def _attn_combine_kernel(acc_ptr, ml_ptr, o_ptr, KVH: tl.constexpr, G: tl.constexpr, GP: tl.constexpr,
-                             D: tl.constexpr, NSPLIT: tl.constexpr, NSP: tl.constexpr, PDL: tl.constexpr = False):
+                             D: tl.constexpr, NSPLIT: tl.constexpr, NSP: tl.constexpr):
         """Program (row b, head): o = sum_s exp(m_s - M) acc_s / sum_s exp(m_s - M) l_s."""
-        pdl.launch_dependents(PDL)
-        pdl.wait(PDL)  # qerl_kernels.pdl: before any read
         b = tl.program_id(0)
         head = tl.program_id(1)
         h = head // G
@@ -520,10 +499,8 @@ if HAVE_TRITON:
     @triton.jit
     def _silu_mul_kernel(g_ptr, u_ptr, t_ptr, b_ptr, o_ptr, M, INTER, stride_g, stride_u, stride_t, stride_o,
                          BM: tl.constexpr, BC: tl.constexpr, R: tl.constexpr, HAS_LORA: tl.constexpr,
-                         IEEE: tl.constexpr, PDL: tl.constexpr = False):
+                         IEEE: tl.constexpr):
         """Program (row block, column block): silu(gate + t_g B_g^T) * (up + t_u B_u^T), float32, rounded once."""
-        pdl.launch_dependents(PDL)
-        pdl.wait(PDL)  # qerl_kernels.pdl: before any read
         rows = tl.program_id(0) * BM + tl.arange(0, BM)
         cols = tl.program_id(1) * BC + tl.arange(0, BC)
         ok = (rows < M)[:, None] & (cols < INTER)[None, :]
@@ -576,7 +553,7 @@ def rmsnorm(h: torch.Tensor, weight: torch.Tensor, eps: float, add: torch.Tensor
     bh = min(1024, triton.next_power_of_2(hidden))
     _rmsnorm_kernel[(h2.shape[0],)](h2, y2, weight, out, hidden, h2.stride(0), y2.stride(0), out.stride(0),
                                     float(eps), HAS_ADD=add is not None, BH=bh, NB=triton.cdiv(hidden, bh),
-                                    num_warps=4, **pdl.launch_kwargs(h2.device))
+                                    num_warps=4)
     return out.view(h.shape)
 
 
@@ -630,13 +607,10 @@ def _lora_down_launch(h2: torch.Tensor, weight: torch.Tensor | None, a: torch.Te
     row_blocks = triton.cdiv(m, bm)
     ws, cnt = _workspace(h2.device, row_blocks * n_split * bmr * rp, row_blocks)
     red = min(triton.next_power_of_2(n_split), max(1, 4096 // (bmr * rp)))
-    line = 128 // a.element_size()  # elements of a in one 128-byte line (the PDL prefetch)
     _lora_down_kernel[(row_blocks, n_split)](
         h2, weight if norm else a, a, x, t, ws, cnt, m, hidden, rt, h2.stride(0), a.stride(0), x.stride(0),
         t.stride(0), float(eps), NORM=norm, BM=bm, BK=lora_block(rt), ITERS=iters, NSPLIT=n_split, RP=rp, BMR=bmr,
-        RED=red, HP=triton.next_power_of_2(hidden) if norm else 16, IEEE=_ieee(h2), num_warps=4,
-        PF_LINES=triton.next_power_of_2(triton.cdiv(iters * lora_block(rt), line)), LINE=line,
-        **pdl.launch_kwargs(h2.device))
+        RED=red, HP=triton.next_power_of_2(hidden) if norm else 16, IEEE=_ieee(h2), num_warps=4)
     return (x if norm else None), t
 
 
@@ -719,7 +693,7 @@ def qkv_rope_cache(q, k, v, t, lora_b, bias, cos, sin, pos, slot, k_cache, v_cac
         q2.stride(0), k2.stride(0), v2.stride(0), t2.stride(0), cos.stride(0), k_cache.stride(0),
         k_cache.stride(1), k_cache.stride(2),
         HEADS=heads, KVH=kvh, D=d, BM=bm, R=r, HAS_BIAS=bias is not None, HAS_LORA=t is not None,
-        IEEE=_ieee(q), num_warps=4, **pdl.launch_kwargs(q.device))
+        IEEE=_ieee(q), num_warps=4)
     return out
 
 
@@ -769,11 +743,10 @@ def decode_attention(q, k_cache, v_cache, valid, slot, span: int, scale: float, 
     _attn_split_kernel[(bsz, kvh, ns)](
         qc, k_cache, v_cache, valid_i8, slot, slot if first is None else first, acc, ml, out, span, chunk,
         float(scale), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), valid_i8.stride(0),
-        KVH=kvh, G=g, GP=gp, D=d, BS=bs, NSPLIT=ns, IEEE=_ieee(q), HAS_FIRST=first is not None, num_warps=4,
-        **pdl.launch_kwargs(q.device))
+        KVH=kvh, G=g, GP=gp, D=d, BS=bs, NSPLIT=ns, IEEE=_ieee(q), HAS_FIRST=first is not None, num_warps=4)
     if ns > 1:
         _attn_combine_kernel[(bsz, heads)](acc, ml, out, KVH=kvh, G=g, GP=gp, D=d, NSPLIT=ns,
-                                           NSP=triton.next_power_of_2(ns), num_warps=2, **pdl.launch_kwargs(q.device))
+                                           NSP=triton.next_power_of_2(ns), num_warps=2)
     return out
 
 
@@ -801,8 +774,7 @@ def silu_mul(gate, up, t, lora_b, *, use_triton: bool = False):
     bm, bc = _row_block(m), 128
     _silu_mul_kernel[(triton.cdiv(m, bm), triton.cdiv(inter, bc))](
         g2, u2, t2, lora_b if lora_b is not None else g2, out, m, inter, g2.stride(0), u2.stride(0), t2.stride(0),
-        out.stride(0), BM=bm, BC=bc, R=r, HAS_LORA=t is not None, IEEE=_ieee(gate), num_warps=4,
-        **pdl.launch_kwargs(g2.device))
+        out.stride(0), BM=bm, BC=bc, R=r, HAS_LORA=t is not None, IEEE=_ieee(gate), num_warps=4)
     return out.view(gate.shape)
 
 
@@ -841,5 +813,5 @@ def sample_gumbel(logits: torch.Tensor, temperature: float, seed: torch.Tensor, 
         raise ValueError(f"sample_gumbel: top_p must be in (0, 1], got {top_p}")
     _sample_gumbel_kernel[(bsz,)](logits, logits.stride(0), vocab, 1.0 / float(temperature), float(top_p), seed, step,
                                   tok, logp, ent, bsz, BV=min(4096, triton.next_power_of_2(vocab)),
-                                  TOP_P=top_p < 1.0, ITERS=32, num_warps=8, **pdl.launch_kwargs(logits.device))
+                                  TOP_P=top_p < 1.0, ITERS=32, num_warps=8)
     return tok, logp, ent

@@ -55,7 +55,6 @@ if HAVE_TRITON:
     import triton
     import triton.language as tl
 
-    from qerl_kernels import pdl
     from qerl_kernels.fp4_decoder import _decode_tile, _decode_words
     from qerl_kernels.fp4_launch import _check_2d, _num_sms, _use_asm, _workspace
 
@@ -153,13 +152,10 @@ if HAVE_TRITON:
             stride_xm, stride_x32, stride_wn, stride_sn, stride_ym, stride_os,
             # meta
             SCALE_KIND: tl.constexpr, BF16: tl.constexpr, HAS_BIAS: tl.constexpr, USE_ASM: tl.constexpr,
-            DOT: tl.constexpr, MP: tl.constexpr, BN: tl.constexpr, BW: tl.constexpr, EVEN_K: tl.constexpr,
-            RED: tl.constexpr = 16, PDL: tl.constexpr = False):
+            DOT: tl.constexpr, MP: tl.constexpr, BN: tl.constexpr, BW: tl.constexpr, EVEN_K: tl.constexpr):
         """Program (pid_n, pid_s): rows pid_n * BN + [0, BN), the pid_s-th of SPLIT (the grid's second dimension,
         so that the split is no compile-time constant) equal runs of k-steps of BW words (8 * BW columns). Result
-        tile [BN, MP] (fp32, before the per-row factor) -> y or the workspace. RED: partials per reduction load.
-        PDL (qerl_kernels.pdl): FMA mode loads its first k-step's weights before waiting for the previous kernel."""
-        pdl.launch_dependents(PDL)
+        tile [BN, MP] (fp32, before the per-row factor) -> y or the workspace."""
         pid_n = tl.program_id(0)
         pid_s = tl.program_id(1)
         SPLIT = tl.num_programs(1)
@@ -179,7 +175,6 @@ if HAVE_TRITON:
             x_ptrs = x_ptr + rbm[None, :] * stride_xm + rk[:, None]
             m_ok = rbm[None, :] < M
             tile = tl.zeros([BN, MP], dtype=tl.float32)
-            pdl.wait(PDL)
             for st in range(st0, st1):
                 w0 = st * BW
                 if EVEN_K:
@@ -213,7 +208,6 @@ if HAVE_TRITON:
             k_ok = (rw + st0 * BW < lim)[None, :]
             wq = tl.load(w_ptrs + st0 * BW, mask=k_ok, other=0)
             sc = tl.load(s_ptrs + st0 * BW // 4, mask=k_ok, other=0)
-            pdl.wait(PDL)  # the activations, workspace and counters are the previous kernels'
             for st in range(st0, st1):
                 w0 = st * BW
                 k_ok = (rw + w0 + BW < lim)[None, :]
@@ -250,13 +244,9 @@ if HAVE_TRITON:
             tl.debug_barrier()  # every thread's store precedes the one arrival (release is cumulative)
             arrived = tl.atomic_add(cnt_ptr + pid_n, 1, sem="acq_rel", scope="gpu")
             if arrived == SPLIT - 1:
-                # RED partials a load (one L2 latency per RED parts, not per part)
                 tot = tl.zeros([BN, MP], dtype=tl.float32)
-                for p0 in range(0, SPLIT, RED):
-                    rp = p0 + tl.arange(0, RED)
-                    part = tl.load(ws_ptr + (pid_n * SPLIT + rp)[:, None, None] * (BN * MP) + ws_tile[None, :, :],
-                                   mask=(rp < SPLIT)[:, None, None], other=0.0, cache_modifier=".cg")
-                    tot += tl.sum(part, axis=0)
+                for s in range(0, SPLIT):
+                    tot += tl.load(ws_ptr + (pid_n * SPLIT + s) * (BN * MP) + ws_tile, cache_modifier=".cg")
                 _gemv_store(tot, rn, rbm, os_row, bias_ptr, y_ptr, M, N, stride_ym, HAS_BIAS)
                 tl.atomic_xchg(cnt_ptr + pid_n, 0)
 
@@ -354,7 +344,7 @@ def fp4_gemm_gemv(x: torch.Tensor, w: PreparedFP4, bias: torch.Tensor | None = N
         return y
     n_sm = 2 if interpret_mode() else _num_sms(x.device.index or 0)
     grid, args, meta = launch_args(x, w, bias, y, n_sm, config)
-    _fp4_gemv[grid](*args, **meta, **pdl.launch_kwargs(x.device))
+    _fp4_gemv[grid](*args, **meta)
     return y
 
 
@@ -395,8 +385,7 @@ def launch_args(x: torch.Tensor, w: PreparedFP4, bias: torch.Tensor | None, y: t
             x.stride(0), x32.stride(0), w.words.stride(0), w.scales.stride(0), y.stride(0), w.out_scales.stride(0))
     meta = dict(SCALE_KIND=w.scale_kind, BF16=x.dtype == torch.bfloat16, HAS_BIAS=bias is not None,
                 USE_ASM=_use_asm(interpret_mode()), DOT=dot, MP=mp, BN=bn, BW=bw,
-                EVEN_K=w.k == kww * 8 and kww % bw == 0, RED=min(16, max(1, 4096 // (bn * mp))),
-                num_warps=int(cfg.get("num_warps", 4)),
+                EVEN_K=w.k == kww * 8 and kww % bw == 0, num_warps=int(cfg.get("num_warps", 4)),
                 num_stages=int(cfg.get("num_stages", 1)))
     return (blocks, split), args, meta
 
@@ -411,7 +400,6 @@ def compile_variants() -> dict[str, tuple]:
     shapes at M = 1, 2, 4, 8, 16, plus fp16 + MXFP4 + bias and the ragged-K case (K = 400)."""
     out = {f"gate-m{m}": (18944, 3584, m, 0, True, False, None) for m in (1, 2, 4, 8, 16)}
     out.update({f"down-m{m}": (3584, 18944, m, 0, True, False, None) for m in (1, 16)})
-    out.update({f"{v}-pdl": out[v] for v in ("gate-m1", "gate-m16")})  # with qerl_kernels.pdl's wait and launch
     out.update({"mx-fp16-bias-m1": (18944, 3584, 1, 1, False, True, None),
                 "mx-fp16-bias-m16": (18944, 3584, 16, 1, False, True, None),
                 "ragged-m3": (200, 400, 3, 0, True, True, None)})
@@ -440,8 +428,6 @@ def compile_variant(name: str, arch: int = 90) -> dict:
     target = GPUTarget("cuda", arch, 32)
     backend = make_backend(target)
     kwargs = dict(meta, USE_ASM=True, debug=False)
-    if name.endswith("-pdl"):
-        kwargs.update(PDL=True, launch_pdl=True)
     for key in ("instrumentation_mode", "fpsan_homomorphic_casts"):
         if hasattr(knobs.compilation, key):
             kwargs[key] = getattr(knobs.compilation, key)

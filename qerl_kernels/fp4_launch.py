@@ -40,7 +40,6 @@ from qerl_kernels.layout import PreparedFP4, interpret_mode
 if HAVE_TRITON:
     import triton
 
-    from qerl_kernels import pdl
     from qerl_kernels.fp4_triton import _fp4_dequant, _fp4_gemm, _fp4_gemm_t, _fp4_gemm_tc
     from qerl_kernels.fp4_tuning import _fp4_gemm_t_tuned, _fp4_gemm_tc_tuned, _fp4_gemm_tuned
 
@@ -195,7 +194,6 @@ def fp4_gemm(x: torch.Tensor, w, bias: torch.Tensor | None = None, *, config: di
 
     if config is not None:
         meta["EVEN_K"] = w.k % config["BK"] == 0
-    meta.update(pdl.launch_kwargs(x.device))
     _launch(_fp4_gemm, _fp4_gemm_tuned, grid, args, meta, config)
     return y
 

@@ -32,7 +32,6 @@ if HAVE_TRITON:
     import triton
     import triton.language as tl
 
-    from qerl_kernels import pdl
     from qerl_kernels.fp4_decoder import _decode_tile
 
     @triton.jit
@@ -68,11 +67,9 @@ if HAVE_TRITON:
             SCALE_KIND: tl.constexpr, BF16: tl.constexpr, HAS_BIAS: tl.constexpr, USE_ASM: tl.constexpr,
             STREAM_K: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
             CPS: tl.constexpr, EVEN_K: tl.constexpr, HAS_LORA: tl.constexpr,
-            R: tl.constexpr, HAS_RES: tl.constexpr, PDL: tl.constexpr = False, PF_LINES: tl.constexpr = 8):
+            R: tl.constexpr, HAS_RES: tl.constexpr):
         """y[M, N] = x[M, K] @ W[N, K]^T * out_scale (+ bias) (+ t @ B^T) (+ residual), computed as y^T tiles
-        [BN, BM] = W_tile @ x^T. PDL (qerl_kernels.pdl): the first PF_LINES 128-byte lines of each row of the CTA's
-        first tile are prefetched into L2 before waiting for the previous kernel."""
-        pdl.launch_dependents(PDL)
+        [BN, BM] = W_tile @ x^T."""
         pid = tl.program_id(0)
         tiles_m = tl.cdiv(M, BM)
         tiles_n = tl.cdiv(N, BN)
@@ -93,16 +90,6 @@ if HAVE_TRITON:
         rs = tl.arange(0, BK // 32)
         rk = tl.arange(0, BK)
         RED: tl.constexpr = max(1, 4096 // (BN * BM))  # partial tiles per reduction load (<= 32 fp32 regs)
-        if PDL:  # the first tile's weight lines into L2 while the previous kernel ends (weights: step-invariant)
-            in_g = GROUP_M * tiles_n
-            gm = tl.minimum(tiles_m - (t_first // in_g) * GROUP_M, GROUP_M)
-            rn0 = ((t_first % in_g) // gm) * BN + rbn
-            w_lo = tl.maximum(u0 - t_first * k_steps, 0) * (BK // 8)
-            w_hi = tl.minimum(u1 - t_first * k_steps, k_steps) * (BK // 8)
-            wc = w_lo + tl.arange(0, PF_LINES) * 32  # 32 words a line
-            pdl.prefetch_l2(w_ptr + rn0[:, None] * stride_wn + wc[None, :], (rn0 < N)[:, None] & (wc < w_hi)[None, :],
-                            cnt_ptr)
-        pdl.wait(PDL)
         for t in range(t_first, t_last + 1):
             ks0 = tl.maximum(u0 - t * k_steps, 0)
             ks1 = tl.minimum(u1 - t * k_steps, k_steps)

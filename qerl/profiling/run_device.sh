@@ -3,8 +3,7 @@
 # AdamW of the paper config; jsonschema, jsonschema-specifications, referencing, rpds-py and attrs, which `qerl profile` needs
 # to read the training settings of --config, default config/paper.yaml), compile the kernels in
 # parallel, optionally run the engine's GPU tests (TESTS=1) and the decode-step trace (TRACE=1: qerl.profiling.
-# step_trace, the current engine against .whl/engine_before.py when present; TRACE_PDL="0 1" traces with
-# QERL_PDL=0 and =1, qerl_kernels.pdl), the LoRA down-product benchmark
+# step_trace, the current engine against .whl/engine_before.py when present), the LoRA down-product benchmark
 # (LORA_BENCH=1: qerl_kernels.bench_lora, rows $LORA_ROWS), then `qerl profile` into $W/prof
 # (rollout.csv, e2e.csv, memory.csv, rollout_hf.csv; the machine's description in env.txt; the log in log.txt).
 # Resumes from PREV (a folder of earlier CSVs and dispatch.json, e.g. the last call's) when given. Everything is
@@ -34,8 +33,8 @@ done
 [ -n "$PREWARM" ] && python3 -m qerl_kernels.bench --prewarm "$PREWARM" --prewarm-only 2>&1 | tail -3
 if [ -n "$TESTS" ]; then
   timeout "${TESTS_S:-200}" python3 -m pytest tests/rl/test_engine.py tests/qerl_kernels/test_decode.py \
-    tests/qerl_kernels/test_kernels_fused.py tests/qerl_kernels/test_fp4_gemv.py -q -rfE -n "${TESTS_WORKERS:-4}" \
-    -k "cuda or triton or aqn or epilogue or decode or lora or pdl or gemv" 2>&1 \
+    tests/qerl_kernels/test_kernels_fused.py -q -rfE -n "${TESTS_WORKERS:-4}" \
+    -k "cuda or triton or aqn or epilogue or decode or lora" 2>&1 \
     | tee "$W/pytest-engine.log" | tail -12
 fi
 if [ -n "$LORA_BENCH" ]; then  # the LoRA down-products: split kernel vs norm + cuBLAS (qerl_kernels.bench_lora)
@@ -44,13 +43,9 @@ if [ -n "$LORA_BENCH" ]; then  # the LoRA down-products: split kernel vs norm + 
 fi
 if [ -n "$TRACE" ]; then
   EF=""; [ -f .whl/engine_before.py ] && EF="--engine-file .whl/engine_before.py --engine-name before"
-  for P in ${TRACE_PDL:-default}; do  # TRACE_PDL="0 1": one trace with programmatic dependent launch off, one on
-    SUF=""; [ "$P" != default ] && SUF="-pdl$P"
-    ( [ "$P" != default ] && export QERL_PDL=$P
-      timeout "${TRACE_S:-240}" python3 -m qerl.profiling.step_trace --arch "${TRACE_ARCH:-7B}" --methods lora qerl \
-        --batches ${TRACE_BATCHES:-1 64} --span 1024 $EF --out "$W/trace$SUF.json" --md "$W/trace$SUF.md" 2>&1 \
-        | grep -v Warn | grep -E "^\| |^# " | head -30 )
-  done
+  timeout "${TRACE_S:-240}" python3 -m qerl.profiling.step_trace --arch "${TRACE_ARCH:-7B}" --methods lora qerl \
+    --batches ${TRACE_BATCHES:-1 64} --span 1024 $EF --out "$W/trace.json" --md "$W/trace.md" 2>&1 \
+    | grep -v Warn | grep -E "^\| |^# " | head -30
 fi
 timeout "${PROF_S:-420}" python3 -m qerl.cli profile --archs ${ARCHS:-7B} --budget-s "${BUDGET:-300}" --out "$W/prof" "$@" 2>&1 \
   | tee "$W/prof/log.txt" | grep -v Warning | grep -E "tokens_per_s|# |budget" | cut -c1-200 | tail -60

@@ -192,31 +192,6 @@ def test_cuda_graphs_and_grouping_match_eager(method):
         assert err.mean() < 0.02 and err.max() < 0.15, (err.mean(), err.max(), (a.tokens == b.tokens).float().mean())
 
 
-@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] < 9,
-                    reason="programmatic dependent launch needs a Hopper-or-later GPU")
-@pytest.mark.parametrize("batch", [1, 3])
-def test_pdl_changes_no_bits(batch, monkeypatch):
-    """qerl_kernels.pdl: the graph-replayed decode step with and without programmatic dependent launch gives the
-    same tokens and log-probs bit for bit (the skinny-M kernel forced on, so that it runs too); batch 1 takes the
-    split LoRA kernel, 3 the norm + cuBLAS path."""
-    from qerl.profiling.build import build_random_model
-    from qerl_kernels import pdl
-    if not pdl.HAVE_GDC:
-        pytest.skip("this Triton has no griddepcontrol ops")
-    monkeypatch.setenv("QERL_FP4_GEMV", "1")
-    model = build_random_model("0.5B", "qerl", rank=8, layers=2, device="cuda")
-    ids = torch.randint(0, 1000, (batch, 24), device="cuda")
-    attn = torch.ones_like(ids)
-    outs = []
-    for flag in ("0", "1"):
-        monkeypatch.setenv("QERL_PDL", flag)
-        assert pdl.enabled(ids.device) == (flag == "1")
-        eng = DecodeEngine(model, batch=batch, max_len=64, bucket=16, graphs=True, fuse=True)
-        outs.append(eng.generate(ids, attn, max_new_tokens=24, temperature=0.0, force_length=True))
-    a, b = outs
-    assert torch.equal(a.tokens, b.tokens) and torch.equal(a.logp, b.logp)
-
-
 def test_sample_through_the_engine_matches_the_eager_loop(setup):
     """Greedy decoding: the same texts, lengths, EOS/stop-string ends and masks through both paths of `sample`."""
     from qerl.rl.rollout import sample
