@@ -23,7 +23,8 @@ bytes in flight:
    (out_scales: the NVFP4 global scale or the MXFP4 re-bias, times the decoder's power of two) once per output.
 4. Split-K partials are reduced deterministically: each CTA stores its [BN, MP] fp32 partial in a workspace,
    an arrival counter per row block (gpu-scope acq_rel atomic) elects the last CTA, which sums the SPLIT partials
-   in slice order, applies the factor and the bias and writes y; the counter resets itself. SPLIT = 1 writes y
+   in a fixed order (up to 16 parts a load: one L2 round trip, where a part per load cost SPLIT of them), applies
+   the factor and the bias and writes y; the counter resets itself. SPLIT = 1 writes y
    directly. Same result bit for bit from run to run.
 
 Supports: NVFP4 and MXFP4 PreparedFP4 weights (single weights and `concat_prepared` groups, whose rows carry their
@@ -152,10 +153,11 @@ if HAVE_TRITON:
             stride_xm, stride_x32, stride_wn, stride_sn, stride_ym, stride_os,
             # meta
             SCALE_KIND: tl.constexpr, BF16: tl.constexpr, HAS_BIAS: tl.constexpr, USE_ASM: tl.constexpr,
-            DOT: tl.constexpr, MP: tl.constexpr, BN: tl.constexpr, BW: tl.constexpr, EVEN_K: tl.constexpr):
+            DOT: tl.constexpr, MP: tl.constexpr, BN: tl.constexpr, BW: tl.constexpr, EVEN_K: tl.constexpr,
+            RED: tl.constexpr = 16):
         """Program (pid_n, pid_s): rows pid_n * BN + [0, BN), the pid_s-th of SPLIT (the grid's second dimension,
         so that the split is no compile-time constant) equal runs of k-steps of BW words (8 * BW columns). Result
-        tile [BN, MP] (fp32, before the per-row factor) -> y or the workspace."""
+        tile [BN, MP] (fp32, before the per-row factor) -> y or the workspace. RED: partials per reduction load."""
         pid_n = tl.program_id(0)
         pid_s = tl.program_id(1)
         SPLIT = tl.num_programs(1)
@@ -238,15 +240,19 @@ if HAVE_TRITON:
         if SPLIT == 1:
             _gemv_store(tile, rn, rbm, os_row, bias_ptr, y_ptr, M, N, stride_ym, HAS_BIAS)
         else:
-            # park the partial; the last of the SPLIT programs of this row block sums them in slice order
+            # park the partial; the last of the SPLIT programs of this row block sums them in a fixed order
             ws_tile = tl.arange(0, BN)[:, None] * MP + rbm[None, :]
             tl.store(ws_ptr + (pid_n * SPLIT + pid_s) * (BN * MP) + ws_tile, tile)
             tl.debug_barrier()  # every thread's store precedes the one arrival (release is cumulative)
             arrived = tl.atomic_add(cnt_ptr + pid_n, 1, sem="acq_rel", scope="gpu")
             if arrived == SPLIT - 1:
+                # RED partials a load, so the sum costs one L2 latency per RED parts, not one per part
                 tot = tl.zeros([BN, MP], dtype=tl.float32)
-                for s in range(0, SPLIT):
-                    tot += tl.load(ws_ptr + (pid_n * SPLIT + s) * (BN * MP) + ws_tile, cache_modifier=".cg")
+                for p0 in range(0, SPLIT, RED):
+                    rp = p0 + tl.arange(0, RED)
+                    part = tl.load(ws_ptr + (pid_n * SPLIT + rp)[:, None, None] * (BN * MP) + ws_tile[None, :, :],
+                                   mask=(rp < SPLIT)[:, None, None], other=0.0, cache_modifier=".cg")
+                    tot += tl.sum(part, axis=0)
                 _gemv_store(tot, rn, rbm, os_row, bias_ptr, y_ptr, M, N, stride_ym, HAS_BIAS)
                 tl.atomic_xchg(cnt_ptr + pid_n, 0)
 
@@ -385,7 +391,8 @@ def launch_args(x: torch.Tensor, w: PreparedFP4, bias: torch.Tensor | None, y: t
             x.stride(0), x32.stride(0), w.words.stride(0), w.scales.stride(0), y.stride(0), w.out_scales.stride(0))
     meta = dict(SCALE_KIND=w.scale_kind, BF16=x.dtype == torch.bfloat16, HAS_BIAS=bias is not None,
                 USE_ASM=_use_asm(interpret_mode()), DOT=dot, MP=mp, BN=bn, BW=bw,
-                EVEN_K=w.k == kww * 8 and kww % bw == 0, num_warps=int(cfg.get("num_warps", 4)),
+                EVEN_K=w.k == kww * 8 and kww % bw == 0, RED=min(16, max(1, 4096 // (bn * mp))),
+                num_warps=int(cfg.get("num_warps", 4)),
                 num_stages=int(cfg.get("num_stages", 1)))
     return (blocks, split), args, meta
 

@@ -33,8 +33,8 @@ done
 [ -n "$PREWARM" ] && python3 -m qerl_kernels.bench --prewarm "$PREWARM" --prewarm-only 2>&1 | tail -3
 if [ -n "$TESTS" ]; then
   timeout "${TESTS_S:-200}" python3 -m pytest tests/rl/test_engine.py tests/qerl_kernels/test_decode.py \
-    tests/qerl_kernels/test_kernels_fused.py -q -rfE -n "${TESTS_WORKERS:-4}" \
-    -k "cuda or triton or aqn or epilogue or decode or lora" 2>&1 \
+    tests/qerl_kernels/test_kernels_fused.py tests/qerl_kernels/test_fp4_gemv.py -q -rfE -n "${TESTS_WORKERS:-4}" \
+    -k "cuda or triton or aqn or epilogue or decode or lora or gemv" 2>&1 \
     | tee "$W/pytest-engine.log" | tail -12
 fi
 if [ -n "$LORA_BENCH" ]; then  # the LoRA down-products: split kernel vs norm + cuBLAS (qerl_kernels.bench_lora)
