@@ -1,5 +1,6 @@
 """The decode step's LoRA down-products on a GPU: the split kernel (qerl_kernels.decode.rmsnorm_lora, lora_down)
-against what it replaces (the norm kernel followed by cuBLAS, or cuBLAS alone), timed as CUDA-graph replays.
+against what it replaces (the norm kernel followed by cuBLAS, or cuBLAS alone), and down's fused with the MLP
+activation (decode.silu_mul_lora) against silu_mul + lora_down, timed as CUDA-graph replays.
 
 Why: at small decode batches cuBLAS runs t = x A^T (A: [R, hidden], a few hundred KB to ~1 MB) as a split-K GEMV and a
 reduction, two launches of ~4-5 us and ~1.5 us (H200, results/measured/h200/step_trace.run9.md: 112 + 112 launches
@@ -30,10 +31,34 @@ SHAPES = {
 
 
 def _ops(shape: dict) -> dict:
-    """{op: (layers' inputs, K, RT)}: the four LoRA down-products of a decoder layer."""
+    """{op: (K, RT, kind)}: the four LoRA down-products of a decoder layer (kind "norm": after the norm, "plain":
+    alone), and down's again fused with the MLP activation (kind "silu": decode.silu_mul_lora against silu_mul +
+    lora_down, the engine's batch-1 path before it)."""
     h, inter, r = shape["hidden"], shape["inter"], shape["r"]
-    return {"norm + q/k/v": (h, 3 * r, True), "o": (h, r, False), "norm + gate/up": (h, 2 * r, True),
-            "down": (inter, r, False)}
+    return {"norm + q/k/v": (h, 3 * r, "norm"), "o": (h, r, "plain"), "norm + gate/up": (h, 2 * r, "norm"),
+            "down": (inter, r, "plain"), "silu + down": (inter, r, "silu")}
+
+
+def _silu_op(k: int, rt: int, r: int, n_layers: int, rows: int, dev, g, dtype):
+    """(replaced, fused(n), reference, result) of the "silu + down" op: per layer gate/up outputs, their LoRA
+    t and B (rank r), and down's A."""
+    y = [torch.randn(rows, 2 * k, device=dev, generator=g).to(dtype) for _ in range(n_layers)]
+    t = [torch.randn(rows, 2 * r, device=dev, generator=g).to(dtype) for _ in range(n_layers)]
+    b = [0.02 * torch.randn(2 * k, r, device=dev, generator=g).to(dtype) for _ in range(n_layers)]
+    a = [0.02 * torch.randn(rt, k, device=dev, generator=g).to(dtype) for _ in range(n_layers)]
+
+    def base():
+        for i in range(n_layers):
+            m = decode.silu_mul(y[i][:, :k], y[i][:, k:], t[i], b[i], use_triton=True)
+            decode.lora_down(m, a[i], use_triton=True)
+
+    def fused(n=None):
+        for i in range(n_layers):
+            decode.silu_mul_lora(y[i][:, :k], y[i][:, k:], t[i], b[i], a[i], use_triton=True, splits=n)
+    ref = decode.lora_down(decode.silu_mul(y[0][:, :k], y[0][:, k:], t[0], b[0], use_triton=True), a[0],
+                           use_triton=True)
+    got = decode.silu_mul_lora(y[0][:, :k], y[0][:, k:], t[0], b[0], a[0], use_triton=True)[1]
+    return base, fused, ref, got
 
 
 def bench(model: str, rows_list, splits_list, dtype=torch.bfloat16) -> list[dict]:
@@ -44,12 +69,15 @@ def bench(model: str, rows_list, splits_list, dtype=torch.bfloat16) -> list[dict
     n_layers = shape["layers"]
     g = torch.Generator(device=dev).manual_seed(0)
     out = []
-    for op, (k, rt, norm) in _ops(shape).items():
+    for op, (k, rt, kind) in _ops(shape).items():
+        norm = kind == "norm"
         a = [0.02 * torch.randn(rt, k, device=dev, generator=g).to(dtype) for _ in range(n_layers)]
         w = [1 + 0.1 * torch.randn(k, device=dev, generator=g).to(dtype) for _ in range(n_layers)]
         for rows in rows_list:
             x = [torch.randn(rows, k, device=dev, generator=g).to(dtype) for _ in range(n_layers)]
-            if norm:
+            if kind == "silu":
+                base, split, ref, got = _silu_op(k, rt, shape["r"], n_layers, rows, dev, g, dtype)
+            elif norm:
                 def base(x=x):
                     for i in range(n_layers):
                         xn = decode.rmsnorm(x[i], w[i], 1e-6, use_triton=True)
@@ -59,24 +87,26 @@ def bench(model: str, rows_list, splits_list, dtype=torch.bfloat16) -> list[dict
                     for i in range(n_layers):
                         torch.nn.functional.linear(x[i], a[i])
 
-            def split(n=None, x=x):
-                for i in range(n_layers):
-                    if norm:
-                        decode.rmsnorm_lora(x[i], w[i], 1e-6, a[i], use_triton=True, splits=n)
-                    else:
-                        decode.lora_down(x[i], a[i], use_triton=True, splits=n)
+            if kind != "silu":
+                def split(n=None, x=x):
+                    for i in range(n_layers):
+                        if norm:
+                            decode.rmsnorm_lora(x[i], w[i], 1e-6, a[i], use_triton=True, splits=n)
+                        else:
+                            decode.lora_down(x[i], a[i], use_triton=True, splits=n)
             # the split kernel's result against the replaced path (bf16 rounding of one product)
             if norm:
                 ref = torch.nn.functional.linear(decode.rmsnorm(x[0], w[0], 1e-6, use_triton=True), a[0])
                 got = decode.rmsnorm_lora(x[0], w[0], 1e-6, a[0], use_triton=True)[1]
-            else:
+            elif kind == "plain":
                 ref, got = torch.nn.functional.linear(x[0], a[0]), decode.lora_down(x[0], a[0], use_triton=True)
             err = float((got.float() - ref.float()).norm() / ref.float().norm().clamp_min(1e-30))
             # bf16 rounding stays near 1e-3 (calls 15-17: 0 to 5.3e-4): a wrong kernel's timing is no measurement
             if not err < 1e-2:
                 raise RuntimeError(f"bench_lora: the split kernel disagrees with the replaced path on {model} {op} "
                                    f"at {rows} rows: relative error {err:.2e}")
-            variants = [("norm + cuBLAS" if norm else "cuBLAS", base), ("split", split)]
+            replaced = {"norm": "norm + cuBLAS", "plain": "cuBLAS", "silu": "silu_mul + lora_down"}[kind]
+            variants = [(replaced, base), ("split", split)]
             variants += [(f"split/{n}", lambda n=n: split(n)) for n in splits_list]
             for name, fn in variants:
                 us = time_graph(fn) / n_layers
@@ -98,7 +128,7 @@ def markdown(rows: list[dict]) -> str:
                   "|---|---|" + "---|" * (len(variants) + 2)]
         for op, rows_n in dict.fromkeys((r["op"], r["rows"]) for r in sub):
             cell = {r["variant"]: r for r in sub if r["op"] == op and r["rows"] == rows_n}
-            base = next(r for r in cell.values() if r["variant"] in ("cuBLAS", "norm + cuBLAS"))["us"]
+            base = next(iter(cell.values()))["us"]  # the replaced path, timed first
             sp = cell["split"]["us"]
             lines.append(f"| {op} | {rows_n} | " + " | ".join(
                 f"{cell[v]['us']:.2f}" if v in cell else "-" for v in variants)

@@ -52,7 +52,8 @@ if HAVE_TRITON:
 __all__ = ["sample_gumbel", "sample_gumbel_pays", "rmsnorm", "rmsnorm_reference", "rmsnorm_lora",
            "rmsnorm_lora_reference", "LORA_SPLIT_MAX_ROWS", "LORA_SPLITS", "lora_block",
            "lora_down", "lora_splits", "qkv_rope_cache", "qkv_rope_cache_reference", "decode_attention",
-           "decode_attention_reference", "attention_splits", "silu_mul", "silu_mul_reference", "lora_rank_pad"]
+           "decode_attention_reference", "attention_splits", "silu_mul", "silu_mul_reference", "silu_mul_lora",
+           "SILU_LORA_SPLITS", "lora_rank_pad"]
 
 
 def lora_rank_pad(r: int) -> int:
@@ -167,9 +168,31 @@ if HAVE_TRITON:
             tl.store(x_ptr + row * stride_x + cols, (xn * w).to(x_ptr.dtype.element_ty), mask=ok)
 
     @triton.jit
+    def _silu_cols(g, u_ptr, tg_ptr, b_ptr, rows64, r_ok, cols, c_ok, ok, H, stride_u, stride_tg,
+                   R: tl.constexpr, HAS_TG: tl.constexpr, IEEE: tl.constexpr):
+        """silu(g + t_g B_g^T) * (u + t_u B_u^T) in float32 for these columns (g loaded; silu_mul's arithmetic)."""
+        g = g.to(tl.float32)
+        u = tl.load(u_ptr + rows64[:, None] * stride_u + cols[None, :], mask=ok, other=0.0).to(tl.float32)
+        if HAS_TG:
+            rr = tl.arange(0, R)
+            tg = tl.load(tg_ptr + rows64[:, None] * stride_tg + rr[None, :], mask=r_ok[:, None], other=0.0)
+            tu = tl.load(tg_ptr + rows64[:, None] * stride_tg + R + rr[None, :], mask=r_ok[:, None], other=0.0)
+            bg = tl.load(b_ptr + cols[None, :] * R + rr[:, None], mask=c_ok[None, :], other=0.0)         # [R, BK]
+            bu = tl.load(b_ptr + (H + cols)[None, :] * R + rr[:, None], mask=c_ok[None, :], other=0.0)
+            if IEEE:
+                g += tl.dot(tg.to(tl.float32), bg.to(tl.float32), input_precision="ieee")
+                u += tl.dot(tu.to(tl.float32), bu.to(tl.float32), input_precision="ieee")
+            else:
+                g += tl.dot(tg, bg)
+                u += tl.dot(tu, bu)
+        return g / (1.0 + tl.exp(-g)) * u
+
+    @triton.jit
     def _lora_step(acc, k0, h_ptr, w_ptr, a_ptr, x_ptr, rows64, r_ok, rstd, rc, rc_ok, H, stride_h, stride_a,
-                   stride_x, NORM: tl.constexpr, BK: tl.constexpr, IEEE: tl.constexpr):
-        """acc + x[:, k0:k0 + BK] a^T[k0:k0 + BK]; NORM: x = bf16(h * rstd) * w of these columns, written out."""
+                   stride_x, u_ptr, tg_ptr, b_ptr, stride_u, stride_tg, NORM: tl.constexpr, SILU: tl.constexpr,
+                   R: tl.constexpr, HAS_TG: tl.constexpr, BK: tl.constexpr, IEEE: tl.constexpr):
+        """acc + x[:, k0:k0 + BK] a^T[k0:k0 + BK]; NORM: x = bf16(h * rstd) * w of these columns, SILU: x = the MLP
+        activation of gate h and up u (`_silu_cols`), either written out; else x = h."""
         cols = k0 + tl.arange(0, BK)
         c_ok = cols < H
         ok = r_ok[:, None] & c_ok[None, :]
@@ -178,6 +201,10 @@ if HAVE_TRITON:
             xn = (h.to(tl.float32) * rstd[:, None]).to(x_ptr.dtype.element_ty).to(tl.float32)
             w = tl.load(w_ptr + cols, mask=c_ok, other=0.0).to(tl.float32)
             x = (xn * w[None, :]).to(x_ptr.dtype.element_ty)
+            tl.store(x_ptr + rows64[:, None] * stride_x + cols[None, :], x, mask=ok)
+        elif SILU:
+            x = _silu_cols(h, u_ptr, tg_ptr, b_ptr, rows64, r_ok, cols, c_ok, ok, H, stride_u, stride_tg, R,
+                           HAS_TG, IEEE).to(x_ptr.dtype.element_ty)
             tl.store(x_ptr + rows64[:, None] * stride_x + cols[None, :], x, mask=ok)
         else:
             x = h
@@ -191,13 +218,16 @@ if HAVE_TRITON:
 
     @triton.jit
     def _lora_down_kernel(h_ptr, w_ptr, a_ptr, x_ptr, t_ptr, ws_ptr, cnt_ptr, M, H, RT, stride_h, stride_a, stride_x,
-                          stride_t, eps, NORM: tl.constexpr, BM: tl.constexpr, BK: tl.constexpr, ITERS: tl.constexpr,
-                          NSPLIT: tl.constexpr, RP: tl.constexpr, BMR: tl.constexpr, RED: tl.constexpr,
-                          HP: tl.constexpr, IEEE: tl.constexpr):
+                          stride_t, eps, u_ptr, tg_ptr, b_ptr, stride_u, stride_tg, NORM: tl.constexpr,
+                          BM: tl.constexpr, BK: tl.constexpr, ITERS: tl.constexpr, NSPLIT: tl.constexpr,
+                          RP: tl.constexpr, BMR: tl.constexpr, RED: tl.constexpr, HP: tl.constexpr, IEEE: tl.constexpr,
+                          SILU: tl.constexpr = False, R: tl.constexpr = 16, HAS_TG: tl.constexpr = False):
         """Program (row block of BM, split of ITERS * BK columns): t = x a^T over the split's columns (a: [RT, H], the
         stacked LoRA A factors). NORM: h is the residual stream and x = bf16(h * rstd) * w is computed and written
         (rstd over the whole row, which every split of a row block computes itself: for one row with one whole-row
-        load); else x = h. Up to 4 steps a program the loop is unrolled, so its loads are in flight together (a
+        load); SILU: h is the gate projection, u_ptr the up projection and x = silu(h + t_g B_g^T) * (u + t_u B_u^T)
+        (HAS_TG: with the gate/up LoRA update, t_g | t_u at tg_ptr, B_g over B_u at b_ptr, rank R) is computed and
+        written, as silu_mul does; else x = h. Up to 4 steps a program the loop is unrolled, so its loads are in flight together (a
         decode step's launch is latency-bound). With one split t is written directly; with several the fp32 partials
         of the row block's BMR real rows are parked in ws and its last program to arrive sums them in split order
         (deterministic; RED partials a load, the loads unrolled) and writes t, then resets the row block's arrival
@@ -228,11 +258,13 @@ if HAVE_TRITON:
         if ITERS <= 4:
             for i in tl.static_range(ITERS):
                 acc = _lora_step(acc, k_lo + i * BK, h_ptr, w_ptr, a_ptr, x_ptr, rows64, r_ok, rstd, rc, rc_ok, H,
-                                 stride_h, stride_a, stride_x, NORM, BK, IEEE)
+                                 stride_h, stride_a, stride_x, u_ptr, tg_ptr, b_ptr, stride_u, stride_tg, NORM, SILU,
+                                 R, HAS_TG, BK, IEEE)
         else:
             for k0 in range(k_lo, k_lo + ITERS * BK, BK):
                 acc = _lora_step(acc, k0, h_ptr, w_ptr, a_ptr, x_ptr, rows64, r_ok, rstd, rc, rc_ok, H,
-                                 stride_h, stride_a, stride_x, NORM, BK, IEEE)
+                                 stride_h, stride_a, stride_x, u_ptr, tg_ptr, b_ptr, stride_u, stride_tg, NORM, SILU,
+                                 R, HAS_TG, BK, IEEE)
         if NSPLIT == 1:
             tl.store(t_ptr + rows64[:, None] * stride_t + rc[None, :], acc.to(t_ptr.dtype.element_ty),
                      mask=r_ok[:, None] & rc_ok[None, :])
@@ -591,15 +623,18 @@ def lora_splits(hidden: int, rt: int, splits: int | None = None) -> tuple[int, i
 
 
 def _lora_down_launch(h2: torch.Tensor, weight: torch.Tensor | None, a: torch.Tensor, eps: float,
-                      splits: int | None) -> tuple[torch.Tensor | None, torch.Tensor]:
-    """One _lora_down_kernel launch over rows h2 [M, H]: (x, t) with NORM (weight given), (None, t) without."""
+                      splits: int | None, silu: tuple | None = None) -> tuple[torch.Tensor | None, torch.Tensor]:
+    """One _lora_down_kernel launch over rows h2 [M, H]: (x, t) with NORM (weight given) or SILU (silu = (up [M, H],
+    t_gu [M, 2R] or None, B_gu [2H, R] or None), h2 the gate), (None, t) without either."""
     from qerl_kernels.fp4_launch import _workspace  # the stream-K workspace and counters the GEMMs use too
 
     m, hidden = h2.shape
     rt = a.shape[0]
     norm = weight is not None
-    x = torch.empty_like(h2) if norm else h2
+    x = torch.empty_like(h2) if norm or silu is not None else h2
     t = torch.empty(m, rt, dtype=h2.dtype, device=h2.device)
+    u2, tg, bgu = silu if silu is not None else (h2, None, None)
+    has_tg = tg is not None
     iters, n_split = lora_splits(hidden, rt, splits)
     bm = _row_block(m) if n_split > 1 else 16  # one split: a program per 16 rows (more programs at large M)
     bmr = min(bm, triton.next_power_of_2(m))
@@ -609,9 +644,11 @@ def _lora_down_launch(h2: torch.Tensor, weight: torch.Tensor | None, a: torch.Te
     red = min(triton.next_power_of_2(n_split), max(1, 4096 // (bmr * rp)))
     _lora_down_kernel[(row_blocks, n_split)](
         h2, weight if norm else a, a, x, t, ws, cnt, m, hidden, rt, h2.stride(0), a.stride(0), x.stride(0),
-        t.stride(0), float(eps), NORM=norm, BM=bm, BK=lora_block(rt), ITERS=iters, NSPLIT=n_split, RP=rp, BMR=bmr,
-        RED=red, HP=triton.next_power_of_2(hidden) if norm else 16, IEEE=_ieee(h2), num_warps=4)
-    return (x if norm else None), t
+        t.stride(0), float(eps), u2, tg if has_tg else h2, bgu if has_tg else h2, u2.stride(0),
+        tg.stride(0) if has_tg else 0, NORM=norm, BM=bm, BK=lora_block(rt), ITERS=iters, NSPLIT=n_split, RP=rp,
+        BMR=bmr, RED=red, HP=triton.next_power_of_2(hidden) if norm else 16, IEEE=_ieee(h2), SILU=silu is not None,
+        R=bgu.shape[1] if has_tg else 16, HAS_TG=has_tg, num_warps=4)
+    return (x if norm or silu is not None else None), t
 
 
 def rmsnorm_lora(h: torch.Tensor, weight: torch.Tensor, eps: float, a: torch.Tensor, *,
@@ -776,6 +813,33 @@ def silu_mul(gate, up, t, lora_b, *, use_triton: bool = False):
         g2, u2, t2, lora_b if lora_b is not None else g2, out, m, inter, g2.stride(0), u2.stride(0), t2.stride(0),
         out.stride(0), BM=bm, BC=bc, R=r, HAS_LORA=t is not None, IEEE=_ieee(gate), num_warps=4)
     return out.view(gate.shape)
+
+
+#: programs per row block of silu_mul_lora (the split kernel's SILU mode): more than LORA_SPLITS, because each
+#: program also reads its columns' gate/up LoRA up-weights (B_g, B_u: 4 R bytes a column) beside its chunk of A
+SILU_LORA_SPLITS = 128
+
+
+def silu_mul_lora(gate, up, t, lora_b, a, *, use_triton: bool = False, splits: int | None = None):
+    """(m, t_d): m = silu_mul(gate, up, t, lora_b) and t_d = m a^T (a: [RT, I], the down projection's LoRA A), in
+    one launch of the split kernel (SILU mode) where silu_mul and lora_down are two; `splits`: programs per row
+    block (default SILU_LORA_SPLITS). The reference: silu_mul_reference, then torch.nn.functional.linear.
+
+    Raises:
+        ValueError: shape mismatch (names the shapes).
+    """
+    if gate.shape != up.shape or a.dim() != 2 or a.shape[-1] != gate.shape[-1]:
+        raise ValueError(f"silu_mul_lora: gate {tuple(gate.shape)}, up {tuple(up.shape)}, a {tuple(a.shape)} do not "
+                         f"match (a must be [RT, {gate.shape[-1]}])")
+    if not use_triton:
+        m = silu_mul_reference(gate, up, t, lora_b)
+        return m, torch.nn.functional.linear(m, a)
+    inter = gate.shape[-1]
+    g2, u2 = gate.reshape(-1, inter), up.reshape(-1, inter)
+    t2 = t.reshape(g2.shape[0], -1) if t is not None else None
+    m, td = _lora_down_launch(g2, None, a, 0.0, SILU_LORA_SPLITS if splits is None else splits,
+                              silu=(u2, t2, lora_b if t is not None else None))
+    return m.view(gate.shape), td.view(*gate.shape[:-1], a.shape[0])
 
 
 def sample_gumbel_pays(batch: int, vocab: int, top_p: float = 1.0) -> bool:

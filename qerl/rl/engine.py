@@ -27,7 +27,8 @@ One decoder layer of the decode step (batch B, one token per row), kernels in br
                                                              else cuBLAS; NVFP4: one fp4_gemm with LoRA and
                                                              residual in its epilogue; BF16: addmm_ into h + addmm_]
     x = rmsnorm(h); t = x A_gu^T; y = x W_gu^T              [as above; BF16: gate and up as two cuBLAS GEMMs]
-    m = silu(y_g + t_g B_g^T) * (y_u + t_u B_u^T)           [qerl_kernels.decode.silu_mul]
+    m = silu(y_g + t_g B_g^T) * (y_u + t_u B_u^T)           [qerl_kernels.decode.silu_mul; at batch 1 with the
+                                                             down-products m A_d^T (silu_mul_lora: one launch)]
     h = h + m W_d^T + (m A_d^T) B_d^T                       [as o]
 Measured on an H200 (results/measured/h200/step_trace.run9.md, 7B): 16 kernels per layer for NVFP4 + LoRA and 21
 for BF16 + LoRA (cuBLAS adds a split-K reduction to the skinny LoRA products; the BF16 addmm copies its input), against
@@ -76,7 +77,7 @@ from dataclasses import dataclass
 import torch
 
 from qerl_kernels.decode import (LORA_SPLIT_MAX_ROWS, decode_attention, qkv_rope_cache, rmsnorm,
-                                  rmsnorm_lora, sample_gumbel, sample_gumbel_pays, silu_mul)
+                                  rmsnorm_lora, sample_gumbel, sample_gumbel_pays, silu_mul, silu_mul_lora)
 from qerl.rl.engine_groups import Group
 from qerl.rl.sampling import gumbel_sample
 
@@ -216,8 +217,13 @@ class DecodeEngine:
             hidden = o_proj.residual(a, hidden)
             x, t = self._norm(hidden, self._norms[i][1], gate_up, tri)
             (g, u), t, _ = gate_up.project(x, t)
-            m = silu_mul(g, u, t, gate_up.lora_b if t is not None else None, **kt)
-            hidden = down.residual(m, hidden)
+            lb = gate_up.lora_b if t is not None else None
+            if tri and down.splits_lora(g):  # the activation and down's LoRA down-product in one launch
+                m, td = silu_mul_lora(g, u, t, lb, down.a_cat, use_triton=True)
+                hidden = down.residual(m, hidden, t=td)
+            else:
+                m = silu_mul(g, u, t, lb, **kt)
+                hidden = down.residual(m, hidden)
             if i + 1 < n_layers:
                 x, t = self._norm(hidden, self._norms[i + 1][0], self._groups[i + 1][0], tri)
             else:

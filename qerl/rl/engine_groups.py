@@ -160,9 +160,15 @@ class Group:
         cuBLAS (whose skinny GEMM is a split-K pass and a reduction)."""
         if self.a_cat is None or self.kind == "call":
             return None
-        if self.split_lora and x.numel() // x.shape[-1] <= LORA_SPLIT_MAX_ROWS:
+        if self.splits_lora(x):
             return lora_down(x, self.a_cat, use_triton=True)
         return F.linear(x, self.a_cat)
+
+    def splits_lora(self, x: torch.Tensor) -> bool:
+        """Whether this group's LoRA down-products of input x are the split kernel's (qerl_kernels.decode.lora_down,
+        or fused into the kernel producing x): adapters, `split_lora` and at most LORA_SPLIT_MAX_ROWS rows."""
+        return self.a_cat is not None and self.kind != "call" and self.split_lora and \
+            x.numel() // x.shape[-1] <= LORA_SPLIT_MAX_ROWS
 
     def project(self, x: torch.Tensor, t: torch.Tensor | None = None):
         """(member outputs without their LoRA update, t, bias still to add or None); `t`: x A_cat^T if the caller
@@ -180,13 +186,14 @@ class Group:
             return [F.linear(x, b.weight, b.bias) for b in self.bases], t, None
         return [b(x) for b in self.bases], t, None
 
-    def residual(self, x: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
-        """h + module(x) (a single member: o_proj or down_proj), LoRA included. `h` may be overwritten with the result
+    def residual(self, x: torch.Tensor, h: torch.Tensor, t: torch.Tensor | None = None) -> torch.Tensor:
+        """h + module(x) (a single member: o_proj or down_proj), LoRA included; `t`: x A_cat^T if the caller computed
+        it already (the engine's fused activation), else computed here. `h` may be overwritten with the result
         (the engine never reads the residual stream it hands in again): a dense base then adds into it in place,
         without the copy of h an out-of-place addmm launches (one kernel fewer per layer and group)."""
         if self.kind == "call":
             return h + self.mods[0](x)
-        t = self.lora_t(x)
+        t = self.lora_t(x) if t is None else t
         lora = None if t is None else (t, self.lora_b)
         if self.kind == "fp4":
             return fp4_linear_fused(x, self.w, self.bias, lora=lora, residual=h)

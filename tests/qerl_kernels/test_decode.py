@@ -177,6 +177,32 @@ def test_lora_down(dtype, rows, hidden, rt, splits):
         decode.lora_down(x, a[:, 1:])
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("rows,inter,rt,lora,splits", [(1, 600, 32, True, None), (1, 200, 16, False, None),
+                                                       (3, 330, 32, True, 3), (1, 600, 32, True, 1)],
+                         ids=["one-row", "no-gate-up-lora", "ragged-rows", "one-split"])
+def test_silu_mul_lora(dtype, rows, inter, rt, lora, splits):
+    """The MLP activation and the down projection's LoRA down-product in one kernel equal silu_mul's output (the same
+    bits on a GPU) and m a^T (summed over other splits than lora_down's); run twice, the same bits."""
+    g = torch.Generator().manual_seed(inter + rows)
+    r = 16
+    y = torch.randn(rows, 1, 2 * inter, generator=g).to(DEV, dtype)  # gate and up as views of one output
+    t = torch.randn(rows, 1, 2 * r, generator=g).to(DEV, dtype) if lora else None
+    lb = (0.3 * torch.randn(2 * inter, r, generator=g)).to(DEV, dtype) if lora else None
+    a = (0.2 * torch.randn(rt, inter, generator=g)).to(DEV, dtype)
+    gate, up = y[..., :inter], y[..., inter:]
+    ref_m, ref_t = decode.silu_mul_lora(gate, up, t, lb, a)
+    m, td = decode.silu_mul_lora(gate, up, t, lb, a, use_triton=True, splits=splits)
+    assert m.shape == (rows, 1, inter) and td.shape == (rows, 1, rt)
+    assert rel_error(m, ref_m) < _tol(dtype) and rel_error(td, ref_t) < _tol(dtype)
+    if DEV == "cuda":  # the interpreter's float32 dots may round differently from the two-kernel path
+        assert torch.equal(m, decode.silu_mul(gate, up, t, lb, use_triton=True))
+    m2, td2 = decode.silu_mul_lora(gate, up, t, lb, a, use_triton=True, splits=splits)
+    assert torch.equal(m2, m) and torch.equal(td2, td)
+    with pytest.raises(ValueError, match="silu_mul_lora"):
+        decode.silu_mul_lora(gate, up, t, lb, a[:, 1:])
+
+
 def test_lora_splits():
     """Programs of whole steps of lora_block(RT) columns (a^T chunks of ~16 KB) covering the hidden size, about
     LORA_SPLITS of them."""

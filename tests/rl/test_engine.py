@@ -277,12 +277,14 @@ def _kernel_model(variant: str):
 
 
 @pytest.mark.triton_device
-@pytest.mark.parametrize("variant,batch", [("plain", 2), ("lora", 2), ("nvfp4+lora", 2), ("nvfp4+lora", 1)],
-                         ids=["plain", "lora", "nvfp4+lora", "nvfp4+lora-batch1"])
+@pytest.mark.parametrize("variant,batch", [("plain", 2), ("lora", 2), ("nvfp4+lora", 2), ("nvfp4+lora", 1),
+                                           ("lora", 1)],
+                         ids=["plain", "lora", "nvfp4+lora", "nvfp4+lora-batch1", "lora-batch1"])
 def test_triton_decode_kernels_match_the_torch_step(variant, batch):
     """The fused decode kernels (qerl_kernels.decode; Triton's interpreter on CPU) inside the engine give the torch
     references' tokens and log-probs, and the teacher-forced forward's log-probs (at batch 1 with the LoRA
-    down-products of the split kernel: qerl_kernels.decode.LORA_SPLIT_MAX_ROWS)."""
+    down-products of the split kernel: qerl_kernels.decode.LORA_SPLIT_MAX_ROWS; down's fused with the activation,
+    silu_mul_lora)."""
     model, ids, attn = _kernel_model(variant)
     ids, attn = ids[:batch], attn[:batch]
     ref = DecodeEngine(model, batch=batch, max_len=ids.shape[1] + 10, bucket=8, kernels="torch", graphs=False)
