@@ -5,7 +5,7 @@ ops launches about 30 kernels per decoder layer (RMSNorm's reductions, RoPE's sl
 writes, attention's score/softmax/PV passes, the SiLU, each LoRA product), each a few microseconds even inside a
 CUDA graph. These kernels make a layer a handful of launches; with the projections (qerl_kernels.fp4_gemm or cuBLAS) and
 the LoRA down-products (cuBLAS; at batch 1 the split kernel below) a layer is 16 launches for NVFP4 + LoRA and 20 for
-BF16 + LoRA, 12 and 16 at batch 1 (7B, H100 step trace: qerl/rl/engine.py).
+BF16 + LoRA, 11 and 15 at batch 1 (7B, H100 step trace: qerl/rl/engine.py).
 
     rmsnorm(h, w, eps, add=y)                    h += y (in place, if given); returns rmsnorm(h) * w
     rmsnorm_lora(h, w, eps, a)                   (x, t): x = rmsnorm(h) * w and the LoRA down-products t = x a^T of
@@ -21,6 +21,8 @@ BF16 + LoRA, 12 and 16 at batch 1 (7B, H100 step trace: qerl/rl/engine.py).
         one query per row and head against the cache slots [0, slot] (valid ones, plus the slot itself),
         split over the keys (flash-decoding: partial softmax per split, then a combine); returns [B, heads * d]
     silu_mul(gate, up, t, lora_b)               silu(gate + t_g B_g^T) * (up + t_u B_u^T)
+    silu_mul_lora(gate, up, t, lora_b, a)       (m, t_d): m = silu_mul(...) and down's LoRA down-products t_d = m a^T,
+                                                one launch of the split kernel (where silu_mul and lora_down are two)
     sample_gumbel(logits, temperature, seed, step, top_p)
                                                 one token per row from softmax(logits / T) by Gumbel-max, with its
                                                 log-prob and the distribution's entropy: two passes over each row's
@@ -816,7 +818,9 @@ def silu_mul(gate, up, t, lora_b, *, use_triton: bool = False):
 
 
 #: programs per row block of silu_mul_lora (the split kernel's SILU mode): more than LORA_SPLITS, because each
-#: program also reads its columns' gate/up LoRA up-weights (B_g, B_u: 4 R bytes a column) beside its chunk of A
+#: program also reads its columns' gate/up LoRA up-weights (B_g, B_u: 4 R bytes a column) beside its chunk of A. Per
+#: 7B layer at 1 row on an H100 (kernels.notes.md call 34): 8.31 us at 128, 12.20 at 64, 16.62 at 32, against 10.78
+#: for silu_mul + lora_down
 SILU_LORA_SPLITS = 128
 
 

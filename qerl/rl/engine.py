@@ -49,7 +49,8 @@ which a later per-launch measurement found slower than the norm kernel + cuBLAS
 (qerl_kernels.decode.LORA_SPLIT_MAX_ROWS: SmolLM2-135M's norm + q/k/v 7.7-7.9 vs 4.5-4.8 us at 8-256 rows, H100).
 At batch 1 the LoRA down-products of every group are one split kernel each, fused with the norm for q/k/v and
 gate/up (7B, H100, kernels.notes.md call 16: 16 -> 12 kernels a layer, a graph-replayed step 4,451 -> 4,058 us for
-NVFP4 + LoRA and 7,268 -> 6,920 us for BF16 + LoRA).
+NVFP4 + LoRA and 7,268 -> 6,920 us for BF16 + LoRA) and with the MLP activation for down (silu_mul_lora; call 34:
+12 -> 11 a layer, 4,127 -> 4,052 us and 7,049 -> 6,971 us).
 Layers the fused path cannot read (merged or DoRA adapters, several active adapters, bitsandbytes bases unless marked
 for a dequantized decode: config model.nf4_decode, baselines.nf4.mark_decode_dequantized) are called
 as modules, with their LoRA applied by the same kernels where it can be.
