@@ -170,15 +170,16 @@ if HAVE_TRITON:
             tl.store(x_ptr + row * stride_x + cols, (xn * w).to(x_ptr.dtype.element_ty), mask=ok)
 
     @triton.jit
-    def _silu_cols(g, u_ptr, tg_ptr, b_ptr, rows64, r_ok, cols, c_ok, ok, H, stride_u, stride_tg,
+    def _silu_cols(g, u_ptr, tg_ptr, b_ptr, rows, r_ok, cols, c_ok, ok, H, stride_u, stride_tg,
                    R: tl.constexpr, HAS_TG: tl.constexpr, IEEE: tl.constexpr):
-        """silu(g + t_g B_g^T) * (u + t_u B_u^T) in float32 for these columns (g loaded; silu_mul's arithmetic)."""
+        """silu(g + t_g B_g^T) * (u + t_u B_u^T) in float32 for these columns (g loaded): the arithmetic of
+        _silu_mul_kernel and of the split kernel's SILU mode, so both give the same bits."""
         g = g.to(tl.float32)
-        u = tl.load(u_ptr + rows64[:, None] * stride_u + cols[None, :], mask=ok, other=0.0).to(tl.float32)
+        u = tl.load(u_ptr + rows[:, None] * stride_u + cols[None, :], mask=ok, other=0.0).to(tl.float32)
         if HAS_TG:
             rr = tl.arange(0, R)
-            tg = tl.load(tg_ptr + rows64[:, None] * stride_tg + rr[None, :], mask=r_ok[:, None], other=0.0)
-            tu = tl.load(tg_ptr + rows64[:, None] * stride_tg + R + rr[None, :], mask=r_ok[:, None], other=0.0)
+            tg = tl.load(tg_ptr + rows[:, None] * stride_tg + rr[None, :], mask=r_ok[:, None], other=0.0)
+            tu = tl.load(tg_ptr + rows[:, None] * stride_tg + R + rr[None, :], mask=r_ok[:, None], other=0.0)
             bg = tl.load(b_ptr + cols[None, :] * R + rr[:, None], mask=c_ok[None, :], other=0.0)         # [R, BK]
             bu = tl.load(b_ptr + (H + cols)[None, :] * R + rr[:, None], mask=c_ok[None, :], other=0.0)
             if IEEE:
@@ -537,23 +538,12 @@ if HAVE_TRITON:
         """Program (row block, column block): silu(gate + t_g B_g^T) * (up + t_u B_u^T), float32, rounded once."""
         rows = tl.program_id(0) * BM + tl.arange(0, BM)
         cols = tl.program_id(1) * BC + tl.arange(0, BC)
-        ok = (rows < M)[:, None] & (cols < INTER)[None, :]
-        g = tl.load(g_ptr + rows[:, None] * stride_g + cols[None, :], mask=ok, other=0.0).to(tl.float32)
-        u = tl.load(u_ptr + rows[:, None] * stride_u + cols[None, :], mask=ok, other=0.0).to(tl.float32)
-        if HAS_LORA:
-            rr = tl.arange(0, R)
-            c_ok = (cols < INTER)[None, :]
-            tg = tl.load(t_ptr + rows[:, None] * stride_t + rr[None, :], mask=(rows < M)[:, None], other=0.0)
-            tu = tl.load(t_ptr + rows[:, None] * stride_t + R + rr[None, :], mask=(rows < M)[:, None], other=0.0)
-            bg = tl.load(b_ptr + cols[None, :] * R + rr[:, None], mask=c_ok, other=0.0)              # [R, BC]
-            bu = tl.load(b_ptr + (INTER + cols)[None, :] * R + rr[:, None], mask=c_ok, other=0.0)
-            if IEEE:
-                g += tl.dot(tg.to(tl.float32), bg.to(tl.float32), input_precision="ieee")
-                u += tl.dot(tu.to(tl.float32), bu.to(tl.float32), input_precision="ieee")
-            else:
-                g += tl.dot(tg, bg)
-                u += tl.dot(tu, bu)
-        out = g / (1.0 + tl.exp(-g)) * u
+        r_ok = rows < M
+        c_ok = cols < INTER
+        ok = r_ok[:, None] & c_ok[None, :]
+        g = tl.load(g_ptr + rows[:, None] * stride_g + cols[None, :], mask=ok, other=0.0)
+        out = _silu_cols(g, u_ptr, t_ptr, b_ptr, rows, r_ok, cols, c_ok, ok, INTER, stride_u, stride_t, R, HAS_LORA,
+                         IEEE)
         tl.store(o_ptr + rows[:, None] * stride_o + cols[None, :], out.to(o_ptr.dtype.element_ty), mask=ok)
 
 
