@@ -230,11 +230,11 @@ if HAVE_TRITON:
         (rstd over the whole row, which every split of a row block computes itself: for one row with one whole-row
         load); SILU: h is the gate projection, u_ptr the up projection and x = silu(h + t_g B_g^T) * (u + t_u B_u^T)
         (HAS_TG: with the gate/up LoRA update, t_g | t_u at tg_ptr, B_g over B_u at b_ptr, rank R) is computed and
-        written, as silu_mul does; else x = h. Up to 4 steps a program the loop is unrolled, so its loads are in flight together (a
-        decode step's launch is latency-bound). With one split t is written directly; with several the fp32 partials
-        of the row block's BMR real rows are parked in ws and its last program to arrive sums them in split order
-        (deterministic; RED partials a load, the loads unrolled) and writes t, then resets the row block's arrival
-        counter (as the stream-K GEMMs' tiles do)."""
+        written, as silu_mul does; else x = h. Up to 4 steps a program the loop is unrolled, so its loads are in
+        flight together (a decode step's launch is latency-bound). With one split t is written directly; with several
+        the fp32 partials of the row block's BMR real rows are parked in ws and its last program to arrive sums them
+        in split order (deterministic; RED partials a load, the loads unrolled) and writes t, then resets the row
+        block's arrival counter (as the stream-K GEMMs' tiles do)."""
         pid_m = tl.program_id(0)
         pid_s = tl.program_id(1)
         rows = pid_m * BM + tl.arange(0, BM)

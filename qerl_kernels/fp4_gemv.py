@@ -24,8 +24,8 @@ bytes in flight:
 4. Split-K partials are reduced deterministically: each CTA stores its [BN, MP] fp32 partial in a workspace,
    an arrival counter per row block (gpu-scope acq_rel atomic) elects the last CTA, which sums the SPLIT partials
    in a fixed order (up to 16 parts a load: one L2 round trip, where a part per load cost SPLIT of them), applies
-   the factor and the bias and writes y; the counter resets itself. SPLIT = 1 writes y
-   directly. Same result bit for bit from run to run.
+   the factor and the bias and writes y; the counter resets itself. SPLIT = 1 writes y directly. Same result bit
+   for bit from run to run.
 
 Supports: NVFP4 and MXFP4 PreparedFP4 weights (single weights and `concat_prepared` groups, whose rows carry their
 own factors), fp16 / bf16 activations, bias. Not supported (fp4_launch.fp4_gemm keeps the stream-K kernel for
