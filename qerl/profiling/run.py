@@ -190,18 +190,24 @@ def profile(cfg: dict, out: str | Path, *, archs: list[str], methods: list[str],
         `budget_s` ran out first (rerun to resume).
 
     Raises:
-        ValueError: no CUDA device.
+        ValueError: no CUDA device; the GRPO step's optimizer unavailable (adamw8bit without bitsandbytes) when
+            `e2e_batches` asks for it, before anything is measured.
     """
     from qerl.contract.methods import get_method
     from qerl.profiling.archs import ARCHS
     from qerl.profiling.build import random_base
     from qerl.profiling.e2e import RandomPromptTokenizer, default_task, e2e_timing, profile_settings
-    from qerl.rl.settings import build_run_policy
+    from qerl.rl.settings import build_run_policy, check_optimizer
 
     os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+    task = task or default_task(cfg)
+    for method in methods if e2e_batches else ():  # the GRPO step builds its optimizer after every rollout: check now
+        try:
+            check_optimizer(profile_settings(cfg, task, method, rank=32, batch=e2e_batches[0], completion=completion))
+        except RuntimeError as exc:
+            raise ValueError(f"{exc} in --config, or time rollouts only: --e2e-batches with no values") from exc
     if not torch.cuda.is_available():
         raise ValueError("qerl profile measures GPU throughput and memory, and no CUDA device is visible")
-    task = task or default_task(cfg)
     out = Path(out)
     rollout, e2e, memory, hf = (_Csv(out, spec) for spec in (ROLLOUT, E2E, MEMORY, ROLLOUT_HF))
     start = time.perf_counter()

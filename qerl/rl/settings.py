@@ -24,8 +24,8 @@ from qerl.contract.variants import parse_variant
 from qerl.policy import AqnSpec, LoraSpec, Policy, build_policy
 from qerl.policy.formats import torch_dtype
 
-__all__ = ["RunSettings", "resolve_settings", "lora_spec", "aqn_spec", "build_run_policy", "make_optimizer",
-           "lr_schedule"]
+__all__ = ["RunSettings", "resolve_settings", "lora_spec", "aqn_spec", "build_run_policy", "check_optimizer",
+           "make_optimizer", "lr_schedule"]
 
 
 @dataclass(frozen=True)
@@ -181,6 +181,32 @@ def build_run_policy(s: RunSettings, base, *, quantized: str | Path | None = Non
     return policy
 
 
+def _no_adamw8bit(exc: Exception) -> RuntimeError:
+    return RuntimeError(f"train.optimizer = adamw8bit, but bitsandbytes' AdamW8bit is unavailable here ({exc}); set "
+                        "train.optimizer: adamw")
+
+
+def _adamw8bit():
+    """bitsandbytes' AdamW8bit class, or RuntimeError naming the fix."""
+    try:
+        import bitsandbytes as bnb
+
+        return bnb.optim.AdamW8bit
+    except Exception as exc:  # noqa: BLE001 - report whatever bitsandbytes raised
+        raise _no_adamw8bit(exc) from exc
+
+
+def check_optimizer(s: RunSettings) -> None:
+    """Fail now, naming the fix, where `make_optimizer` would fail later (adamw8bit without bitsandbytes): for a job
+    that builds its optimizer only after minutes of other work (qerl profile's GRPO step, after its rollouts).
+
+    Raises:
+        RuntimeError: adamw8bit where bitsandbytes' AdamW8bit is unavailable.
+    """
+    if s.optimizer == "adamw8bit":
+        _adamw8bit()
+
+
 def make_optimizer(params: list, s: RunSettings) -> torch.optim.Optimizer:
     """The run's optimizer over `params`: AdamW (betas 0.9 / 0.99), or bitsandbytes' 8-bit AdamW (the paper's).
 
@@ -188,13 +214,11 @@ def make_optimizer(params: list, s: RunSettings) -> torch.optim.Optimizer:
         RuntimeError: adamw8bit where bitsandbytes' AdamW8bit is unavailable.
     """
     if s.optimizer == "adamw8bit":
+        cls = _adamw8bit()
         try:
-            import bitsandbytes as bnb
-
-            return bnb.optim.AdamW8bit(params, lr=s.lr, weight_decay=s.weight_decay)
+            return cls(params, lr=s.lr, weight_decay=s.weight_decay)
         except Exception as exc:  # noqa: BLE001 - report whatever bitsandbytes raised
-            raise RuntimeError(f"train.optimizer = adamw8bit, but bitsandbytes' AdamW8bit is unavailable here "
-                               f"({exc}); set train.optimizer: adamw") from exc
+            raise _no_adamw8bit(exc) from exc
     return torch.optim.AdamW(params, lr=s.lr, weight_decay=s.weight_decay, betas=(0.9, 0.99))
 
 

@@ -40,6 +40,24 @@ def test_settings_are_the_runs_at_the_profile_shape(cfg):
         default_task({"train": {"tasks": {"d": {"algorithm": "dapo"}}}})
 
 
+def test_profile_fails_first_without_the_grpo_steps_optimizer(tmp_path, monkeypatch):
+    """config/paper.yaml's 8-bit AdamW without bitsandbytes: `qerl profile` with GRPO-step batches stops before it
+    measures anything (the step builds its optimizer after every rollout), naming both fixes; rollouts alone pass
+    that check (and then need a GPU)."""
+    import sys
+
+    from qerl.profiling.run import profile
+    monkeypatch.setitem(sys.modules, "bitsandbytes", None)  # `import bitsandbytes` raises ImportError
+    paper = load_config(CONFIG.parent / "paper.yaml", check_data=False)
+    kw = dict(archs=["3B"], methods=["qerl"], ranks=[32], batches=[1], full_batches=[])
+    with pytest.raises(ValueError, match="adamw8bit.*--e2e-batches with no values"):
+        profile(paper, tmp_path, e2e_batches=[2], **kw)
+    assert not list(tmp_path.iterdir())  # nothing written
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="no CUDA device"):
+            profile(paper, tmp_path, e2e_batches=[], **kw)
+
+
 def test_random_rewards_are_seeded_draws():
     a, b = RandomRewards(1), RandomRewards(1)
     first = [r.reward for r in a(["", ""] * 8, ["0"] * 16)]
