@@ -39,13 +39,13 @@ def _ops(shape: dict) -> dict:
             "down": (inter, r, "plain"), "silu + down": (inter, r, "silu")}
 
 
-def _silu_op(k: int, rt: int, r: int, n_layers: int, rows: int, dev, g, dtype):
-    """(replaced, fused(n), reference, result) of the "silu + down" op: per layer gate/up outputs, their LoRA
-    t and B (rank r), and down's A."""
+def _silu_op(a: list, r: int, rows: int, dev, g, dtype):
+    """(replaced, fused(n), reference, result) of the "silu + down" op over the layers' down LoRA A factors `a`
+    ([RT, K] each): per layer gate/up outputs and their LoRA t and B (rank r)."""
+    n_layers, k = len(a), a[0].shape[1]
     y = [torch.randn(rows, 2 * k, device=dev, generator=g).to(dtype) for _ in range(n_layers)]
     t = [torch.randn(rows, 2 * r, device=dev, generator=g).to(dtype) for _ in range(n_layers)]
     b = [0.02 * torch.randn(2 * k, r, device=dev, generator=g).to(dtype) for _ in range(n_layers)]
-    a = [0.02 * torch.randn(rt, k, device=dev, generator=g).to(dtype) for _ in range(n_layers)]
 
     def base():
         for i in range(n_layers):
@@ -76,7 +76,7 @@ def bench(model: str, rows_list, splits_list, dtype=torch.bfloat16) -> list[dict
         for rows in rows_list:
             x = [torch.randn(rows, k, device=dev, generator=g).to(dtype) for _ in range(n_layers)]
             if kind == "silu":
-                base, split, ref, got = _silu_op(k, rt, shape["r"], n_layers, rows, dev, g, dtype)
+                base, split, ref, got = _silu_op(a, shape["r"], rows, dev, g, dtype)
             elif norm:
                 def base(x=x):
                     for i in range(n_layers):

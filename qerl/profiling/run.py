@@ -203,7 +203,8 @@ def profile(cfg: dict, out: str | Path, *, archs: list[str], methods: list[str],
     task = task or default_task(cfg)
     for method in methods if e2e_batches else ():  # the GRPO step builds its optimizer after every rollout: check now
         try:
-            check_optimizer(profile_settings(cfg, task, method, rank=32, batch=e2e_batches[0], completion=completion))
+            check_optimizer(profile_settings(cfg, task, method, rank=ranks[0], batch=e2e_batches[0],
+                                            completion=completion))
         except RuntimeError as exc:
             raise ValueError(f"{exc} in --config, or time rollouts only: --e2e-batches with no values") from exc
     if not torch.cuda.is_available():

@@ -77,8 +77,8 @@ from dataclasses import dataclass
 
 import torch
 
-from qerl_kernels.decode import (LORA_SPLIT_MAX_ROWS, decode_attention, qkv_rope_cache, rmsnorm,
-                                  rmsnorm_lora, sample_gumbel, sample_gumbel_pays, silu_mul, silu_mul_lora)
+from qerl_kernels.decode import (decode_attention, qkv_rope_cache, rmsnorm, rmsnorm_lora, sample_gumbel,
+                                  sample_gumbel_pays, silu_mul, silu_mul_lora)
 from qerl.rl.engine_groups import Group
 from qerl.rl.sampling import gumbel_sample
 
@@ -232,11 +232,10 @@ class DecodeEngine:
         return x
 
     def _norm(self, hidden: torch.Tensor, norm, group: Group, tri: bool):
-        """(x, t): the normed input of `group` and, where one kernel computes both (the Triton decode step, LoRA
-        adapters, at most qerl_kernels.decode.LORA_SPLIT_MAX_ROWS rows), its LoRA down-products; else t None (the
-        group computes them)."""
-        if tri and group.a_cat is not None and group.kind != "call" and \
-                hidden.numel() // hidden.shape[-1] <= LORA_SPLIT_MAX_ROWS:
+        """(x, t): the normed input of `group` and, where one kernel computes both (the Triton decode step and
+        `Group.splits_lora`: LoRA adapters, at most qerl_kernels.decode.LORA_SPLIT_MAX_ROWS rows), its LoRA
+        down-products; else t None (the group computes them)."""
+        if tri and group.splits_lora(hidden):
             return rmsnorm_lora(hidden, norm.weight, _eps(norm), group.a_cat, use_triton=True)
         return _rmsnorm(hidden, norm, None, tri), None
 
