@@ -279,7 +279,7 @@ def profile(args) -> int:
                 from qerl_kernels.fp4_gluon import fp4_gemm_gluon
             if wgmma:  # the wgmma kernel beside bf16 cuBLAS on the dequantized weight (the ratio's baseline)
                 from qerl_kernels.fp4_wgmma import fp4_gemm_wgmma
-                wd = fp4_launch.fp4_gemm(torch.eye(k, device="cuda", dtype=dtype), p).t().contiguous()
+                wd = fp4_launch.fp4_dequantize(p, dtype)
             for _ in range(3):  # autotune + warm up
                 fp4_launch.fp4_gemm(x, p, path=path)
                 fp4_launch.fp4_gemm_t(g, p, path=path)
