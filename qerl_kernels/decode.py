@@ -51,8 +51,6 @@ if HAVE_TRITON:
     import triton
     import triton.language as tl
 
-    from qerl_kernels.l2_prefetch import _prefetch_share
-
 __all__ = ["sample_gumbel", "sample_gumbel_pays", "rmsnorm", "rmsnorm_reference", "rmsnorm_lora",
            "rmsnorm_lora_reference", "LORA_SPLIT_MAX_ROWS", "LORA_SPLITS", "lora_block",
            "lora_down", "lora_splits", "qkv_rope_cache", "qkv_rope_cache_reference", "decode_attention",
@@ -226,8 +224,7 @@ if HAVE_TRITON:
                           stride_t, eps, u_ptr, tg_ptr, b_ptr, stride_u, stride_tg, NORM: tl.constexpr,
                           BM: tl.constexpr, BK: tl.constexpr, ITERS: tl.constexpr, NSPLIT: tl.constexpr,
                           RP: tl.constexpr, BMR: tl.constexpr, RED: tl.constexpr, HP: tl.constexpr, IEEE: tl.constexpr,
-                          SILU: tl.constexpr = False, R: tl.constexpr = 16, HAS_TG: tl.constexpr = False,
-                          pf_a=None, pf_na=0, pf_b=None, pf_nb=0, pf_sink=None, HAS_PF: tl.constexpr = False):
+                          SILU: tl.constexpr = False, R: tl.constexpr = 16, HAS_TG: tl.constexpr = False):
         """Program (row block of BM, split of ITERS * BK columns): t = x a^T over the split's columns (a: [RT, H], the
         stacked LoRA A factors). NORM: h is the residual stream and x = bf16(h * rstd) * w is computed and written
         (rstd over the whole row, which every split of a row block computes itself: for one row with one whole-row
@@ -237,14 +234,9 @@ if HAVE_TRITON:
         flight together (a decode step's launch is latency-bound). With one split t is written directly; with several
         the fp32 partials of the row block's BMR real rows are parked in ws and its last program to arrive sums them
         in split order (deterministic; RED partials a load, the loads unrolled) and writes t, then resets the row
-        block's arrival counter (as the stream-K GEMMs' tiles do). HAS_PF: first, the programs prefetch the two
-        regions pf_a / pf_b (pf_na / pf_nb lines) into L2 between them (the next GEMM's weights: `_prefetch_share`)."""
+        block's arrival counter (as the stream-K GEMMs' tiles do)."""
         pid_m = tl.program_id(0)
         pid_s = tl.program_id(1)
-        if HAS_PF:
-            pf_part = pid_m * NSPLIT + pid_s
-            _prefetch_share(pf_a, pf_na, pf_part, tl.num_programs(0) * NSPLIT, pf_sink, 128)
-            _prefetch_share(pf_b, pf_nb, pf_part, tl.num_programs(0) * NSPLIT, pf_sink, 128)
         rows = pid_m * BM + tl.arange(0, BM)
         r_ok = rows < M
         rows64 = rows.to(tl.int64)
@@ -466,21 +458,15 @@ if HAVE_TRITON:
             stride_cb, stride_ch, stride_cs, stride_valid,
             # meta
             KVH: tl.constexpr, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr, BS: tl.constexpr,
-            NSPLIT: tl.constexpr, IEEE: tl.constexpr, HAS_FIRST: tl.constexpr,
-            pf_a=None, pf_na=0, pf_b=None, pf_nb=0, pf_sink=None, HAS_PF: tl.constexpr = False):
+            NSPLIT: tl.constexpr, IEEE: tl.constexpr, HAS_FIRST: tl.constexpr):
         """Program (row b, kv head h, split s): the G query heads of kv head h against keys [s*CHUNK, (s+1)*CHUNK)
         up to the current slot, from the key block holding the row's first valid slot (HAS_FIRST: the whole blocks
         of left padding before it are not read; masked, they add nothing, so the result is the same bit for bit);
         online softmax; writes the unnormalised partial
-        output and (max, sum), or with one split the normalised output itself (no combine kernel). HAS_PF: first,
-        the programs prefetch pf_a / pf_b into L2 between them, as _lora_down_kernel does."""
+        output and (max, sum), or with one split the normalised output itself (no combine kernel)."""
         b = tl.program_id(0)
         h = tl.program_id(1)
         s = tl.program_id(2)
-        if HAS_PF:
-            pf_part = (b * KVH + h) * NSPLIT + s
-            _prefetch_share(pf_a, pf_na, pf_part, tl.num_programs(0) * KVH * NSPLIT, pf_sink, 128)
-            _prefetch_share(pf_b, pf_nb, pf_part, tl.num_programs(0) * KVH * NSPLIT, pf_sink, 128)
         slot = tl.load(slot_ptr)
         gi = tl.arange(0, GP)
         dd = tl.arange(0, D)
@@ -629,13 +615,10 @@ def lora_splits(hidden: int, rt: int, splits: int | None = None) -> tuple[int, i
 
 
 def _lora_down_launch(h2: torch.Tensor, weight: torch.Tensor | None, a: torch.Tensor, eps: float,
-                      splits: int | None, silu: tuple | None = None,
-                      prefetch=None) -> tuple[torch.Tensor | None, torch.Tensor]:
+                      splits: int | None, silu: tuple | None = None) -> tuple[torch.Tensor | None, torch.Tensor]:
     """One _lora_down_kernel launch over rows h2 [M, H]: (x, t) with NORM (weight given) or SILU (silu = (up [M, H],
-    t_gu [M, 2R] or None, B_gu [2H, R] or None), h2 the gate), (None, t) without either; `prefetch`: up to two
-    tensors the programs prefetch into L2 as they start (l2_prefetch.kernel_args)."""
+    t_gu [M, 2R] or None, B_gu [2H, R] or None), h2 the gate), (None, t) without either."""
     from qerl_kernels.fp4_launch import _workspace  # the stream-K workspace and counters the GEMMs use too
-    from qerl_kernels.l2_prefetch import kernel_args
 
     m, hidden = h2.shape
     rt = a.shape[0]
@@ -656,21 +639,14 @@ def _lora_down_launch(h2: torch.Tensor, weight: torch.Tensor | None, a: torch.Te
         t.stride(0), float(eps), u2, tg if has_tg else h2, bgu if has_tg else h2, u2.stride(0),
         tg.stride(0) if has_tg else 0, NORM=norm, BM=bm, BK=lora_block(rt), ITERS=iters, NSPLIT=n_split, RP=rp,
         BMR=bmr, RED=red, HP=triton.next_power_of_2(hidden) if norm else 16, IEEE=_ieee(h2), SILU=silu is not None,
-        R=bgu.shape[1] if has_tg else 16, HAS_TG=has_tg, **_pf_kwargs(kernel_args(prefetch, h2)), num_warps=4)
+        R=bgu.shape[1] if has_tg else 16, HAS_TG=has_tg, num_warps=4)
     return (x if norm or silu is not None else None), t
 
 
-def _pf_kwargs(args: tuple) -> dict:
-    """l2_prefetch.kernel_args as the decode kernels' keyword arguments."""
-    return dict(zip(("pf_a", "pf_na", "pf_b", "pf_nb", "pf_sink", "HAS_PF"), args))
-
-
 def rmsnorm_lora(h: torch.Tensor, weight: torch.Tensor, eps: float, a: torch.Tensor, *,
-                 use_triton: bool = False, splits: int | None = None,
-                 prefetch=None) -> tuple[torch.Tensor, torch.Tensor]:
+                 use_triton: bool = False, splits: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(x, t): x = rmsnorm(h) * weight for rows h [..., H] and t = x a^T [..., RT] (a: [RT, H], the LoRA A factors of
-    the projections reading x, stacked), in one kernel; `splits`: programs per row block (default LORA_SPLITS);
-    `prefetch`: up to two CUDA tensors (the next GEMM's weights) the kernel prefetches into L2 as it starts.
+    the projections reading x, stacked), in one kernel; `splits`: programs per row block (default LORA_SPLITS).
 
     Raises:
         ValueError: shape mismatch (names the shapes).
@@ -680,7 +656,7 @@ def rmsnorm_lora(h: torch.Tensor, weight: torch.Tensor, eps: float, a: torch.Ten
                          "not match")
     if not use_triton:
         return rmsnorm_lora_reference(h, weight, eps, a)
-    x, t = _lora_down_launch(h.reshape(-1, h.shape[-1]), weight, a, eps, splits, prefetch=prefetch)
+    x, t = _lora_down_launch(h.reshape(-1, h.shape[-1]), weight, a, eps, splits)
     return x.view(h.shape), t.view(*h.shape[:-1], a.shape[0])
 
 
@@ -763,7 +739,7 @@ def attention_splits(batch: int, kv_heads: int, span: int, sms: int = 132, block
 
 
 def decode_attention(q, k_cache, v_cache, valid, slot, span: int, scale: float, *, use_triton: bool = False,
-                     splits: int | None = None, first: torch.Tensor | None = None, prefetch=None):
+                     splits: int | None = None, first: torch.Tensor | None = None):
     """Attention of one query per row and head over the cache slots [0, span) that are valid and <= slot.
 
     Args:
@@ -774,8 +750,6 @@ def decode_attention(q, k_cache, v_cache, valid, slot, span: int, scale: float, 
         splits: key splits (default `attention_splits`).
         first: [B] int32, each row's first valid slot (every slot before it invalid: left padding), which the
             kernel then does not read; None reads from slot 0. The result is the same either way.
-        prefetch: up to two CUDA tensors (the o projection's weights) the split kernel prefetches into L2 as it
-            starts (l2_prefetch.kernel_args).
 
     Returns:
         [B, heads * d] in q's dtype.
@@ -795,12 +769,10 @@ def decode_attention(q, k_cache, v_cache, valid, slot, span: int, scale: float, 
     ml = torch.empty(bsz * kvh * ns * gp * 2 if ns > 1 else 1, dtype=torch.float32, device=q.device)
     qc = q.contiguous()
     valid_i8 = valid.view(torch.int8) if valid.dtype == torch.bool else valid
-    from qerl_kernels.l2_prefetch import kernel_args
     _attn_split_kernel[(bsz, kvh, ns)](
         qc, k_cache, v_cache, valid_i8, slot, slot if first is None else first, acc, ml, out, span, chunk,
         float(scale), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), valid_i8.stride(0),
-        KVH=kvh, G=g, GP=gp, D=d, BS=bs, NSPLIT=ns, IEEE=_ieee(q), HAS_FIRST=first is not None,
-        **_pf_kwargs(kernel_args(prefetch, q)), num_warps=4)
+        KVH=kvh, G=g, GP=gp, D=d, BS=bs, NSPLIT=ns, IEEE=_ieee(q), HAS_FIRST=first is not None, num_warps=4)
     if ns > 1:
         _attn_combine_kernel[(bsz, heads)](acc, ml, out, KVH=kvh, G=g, GP=gp, D=d, NSPLIT=ns,
                                            NSP=triton.next_power_of_2(ns), num_warps=2)
@@ -842,11 +814,10 @@ def silu_mul(gate, up, t, lora_b, *, use_triton: bool = False):
 SILU_LORA_SPLITS = 128
 
 
-def silu_mul_lora(gate, up, t, lora_b, a, *, use_triton: bool = False, splits: int | None = None, prefetch=None):
+def silu_mul_lora(gate, up, t, lora_b, a, *, use_triton: bool = False, splits: int | None = None):
     """(m, t_d): m = silu_mul(gate, up, t, lora_b) and t_d = m a^T (a: [RT, I], the down projection's LoRA A), in
     one launch of the split kernel (SILU mode) where silu_mul and lora_down are two; `splits`: programs per row
-    block (default SILU_LORA_SPLITS); `prefetch`: as rmsnorm_lora's (down's weights). The reference: silu_mul_reference,
-    then torch.nn.functional.linear.
+    block (default SILU_LORA_SPLITS). The reference: silu_mul_reference, then torch.nn.functional.linear.
 
     Raises:
         ValueError: shape mismatch (names the shapes).
@@ -861,7 +832,7 @@ def silu_mul_lora(gate, up, t, lora_b, a, *, use_triton: bool = False, splits: i
     g2, u2 = gate.reshape(-1, inter), up.reshape(-1, inter)
     t2 = t.reshape(g2.shape[0], -1) if t is not None else None
     m, td = _lora_down_launch(g2, None, a, 0.0, SILU_LORA_SPLITS if splits is None else splits,
-                              silu=(u2, t2, lora_b if t is not None else None), prefetch=prefetch)
+                              silu=(u2, t2, lora_b if t is not None else None))
     return m.view(gate.shape), td.view(*gate.shape[:-1], a.shape[0])
 
 

@@ -28,31 +28,19 @@ if HAVE_TRITON:
     import triton.language as tl
 
     @triton.jit
-    def _prefetch_share(ptr, n_lines, part, parts, sink_ptr, BLOCK: tl.constexpr, LAST: tl.constexpr = False):
-        """Share `part` of `parts` of the n_lines 128-byte lines at ptr (a uint8 pointer): one PTX prefetch per line
-        into L2, BLOCK lines a round (one per thread); LAST: evict-last. No data comes back, so the caller goes on at
-        once and the lines land while it runs. The asm's dummy result is stored only for an impossible line index
-        (the asm is kept: it is not pure)."""
-        per = tl.cdiv(n_lines, parts)
-        lo = part * per
-        hi = tl.minimum(lo + per, n_lines)
-        for l0 in range(lo, hi, BLOCK):
-            lines = l0 + tl.arange(0, BLOCK)
-            addr = ptr + tl.where(lines < hi, lines, lo).to(tl.int64) * 128
-            if LAST:
-                r = tl.inline_asm_elementwise("prefetch.global.L2::evict_last [$1];\n\tmov.u32 $0, 0;", "=r,l",
-                                              [addr], dtype=tl.int32, is_pure=False, pack=1)
-            else:
-                r = tl.inline_asm_elementwise("prefetch.global.L2 [$1];\n\tmov.u32 $0, 0;", "=r,l",
-                                              [addr], dtype=tl.int32, is_pure=False, pack=1)
+    def _l2_prefetch_kernel(ptr, n_lines, sink_ptr, PER: tl.constexpr, BLOCK: tl.constexpr):
+        """Program p prefetches lines [p * PER * BLOCK, ...) of 128 bytes each (PER rounds of BLOCK lines, one
+        line per thread a round); the asm's dummy result is stored only for an impossible line index."""
+        base = tl.program_id(0).to(tl.int64) * (PER * BLOCK)
+        for i in tl.static_range(PER):
+            lines = base + i * BLOCK + tl.arange(0, BLOCK)
+            ok = lines < n_lines
+            addr = ptr + tl.where(ok, lines, 0) * 128
+            r = tl.inline_asm_elementwise("prefetch.global.L2::evict_last [$1];\n\tmov.u32 $0, 0;", "=r,l",
+                                          [addr], dtype=tl.int32, is_pure=False, pack=1)
             tl.store(sink_ptr + tl.arange(0, BLOCK), r, mask=lines < 0)
 
-    @triton.jit
-    def _l2_prefetch_kernel(ptr, n_lines, sink_ptr, BLOCK: tl.constexpr):
-        """Program p prefetches its share of the lines, evict-last."""
-        _prefetch_share(ptr, n_lines, tl.program_id(0), tl.num_programs(0), sink_ptr, BLOCK, True)
-
-__all__ = ["l2_prefetch", "kernel_args", "prefetch_lines", "sink", "main"]
+__all__ = ["l2_prefetch", "main"]
 
 _SINK: dict = {}
 
@@ -73,49 +61,11 @@ def l2_prefetch(t: torch.Tensor, *, ctas: int = 32) -> None:
     block = 256
     per = max(1, min(64, -(-n_lines // (ctas * block))))
     grid = -(-n_lines // (per * block))
-    _l2_prefetch_kernel[(grid,)](_bytes(t), n_lines, sink(t.device), BLOCK=block, num_warps=8)
-
-
-def sink(device: torch.device) -> torch.Tensor:
-    """The never-written int32 buffer the prefetching kernels name as their asm's store target, one per device
-    (allocate it before a CUDA graph capture: `DecodeEngine` does)."""
-    buf = _SINK.get(device)
-    if buf is None:
-        buf = _SINK[device] = torch.zeros(1024, dtype=torch.int32, device=device)
-    return buf
-
-
-def _bytes(t: torch.Tensor) -> torch.Tensor:
-    return t.view(torch.uint8) if t.dtype != torch.uint8 else t
-
-
-def prefetch_lines(regions) -> list[int]:
-    """128-byte lines of each region (contiguous tensors; their storage from the data pointer on), as the kernels
-    count them.
-
-    Raises:
-        ValueError: more than two regions, or one not contiguous (names it).
-    """
-    regions = tuple(regions or ())
-    if len(regions) > 2:
-        raise ValueError(f"prefetch: at most two regions a kernel, got {len(regions)}")
-    for i, t in enumerate(regions):
-        if not t.is_contiguous():
-            raise ValueError(f"prefetch: region {i} ({tuple(t.shape)}, {t.dtype}) is not contiguous")
-    return [-(-t.numel() * t.element_size() // 128) for t in regions]
-
-
-def kernel_args(regions, like: torch.Tensor) -> tuple:
-    """The arguments a decode kernel takes to prefetch up to two regions while it runs (`_prefetch_share` from its
-    top): (ptr_a, lines_a, ptr_b, lines_b, sink, has), `has` False (and the pointers `like`) without regions or
-    off CUDA (the interpreter runs no PTX)."""
-    lines = prefetch_lines(regions)
-    regions = tuple(regions or ())
-    if not regions or not like.is_cuda or sum(lines) == 0:
-        return like, 0, like, 0, like, False
-    a = _bytes(regions[0])
-    b = _bytes(regions[1]) if len(regions) > 1 else a
-    return a, lines[0], b, (lines[1] if len(regions) > 1 else 0), sink(like.device), True
+    sink = _SINK.get(t.device)
+    if sink is None:
+        sink = _SINK[t.device] = torch.zeros(block, dtype=torch.int32, device=t.device)
+    base = t.view(torch.uint8) if t.dtype != torch.uint8 else t
+    _l2_prefetch_kernel[(grid,)](base, n_lines, sink, PER=per, BLOCK=block, num_warps=8)
 
 
 def _probe(shapes: dict, pause_us: float) -> list[dict]:

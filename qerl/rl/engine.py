@@ -72,7 +72,6 @@ unfused baseline).
 """
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass
 
@@ -173,12 +172,6 @@ class DecodeEngine:
         cos, sin = self.inner.rotary_emb(emb[:1].unsqueeze(0), pos)  # [1, max_len, head_dim]
         self.cos, self.sin = cos[0].to(self.dtype).contiguous(), sin[0].to(self.dtype).contiguous()
         kw = dict(fuse=fuse, dtype=self.dtype, in_place=self.device.type == "cuda", split_lora=self.use_triton)
-        # the kernel before each GEMM that fits in L2 prefetches its weights (QERL_L2_PREFETCH=0: never)
-        self.l2_prefetch = self.use_triton and self.device.type == "cuda" and \
-            os.environ.get("QERL_L2_PREFETCH", "1") != "0"
-        if self.l2_prefetch:
-            from qerl_kernels.l2_prefetch import sink
-            sink(self.device)  # before any graph capture
         self._groups = [(Group([layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj],
                                copy_dense=copy_dense_qkv, **kw),
                          Group([layer.self_attn.o_proj], copy_dense=False, **kw),
@@ -209,10 +202,9 @@ class DecodeEngine:
     # ---- the step ------------------------------------------------------------------------------------------------
     def _layers_forward(self, hidden: torch.Tensor, pos: torch.Tensor, slot: torch.Tensor, attend,
                         rows: slice = slice(None)) -> torch.Tensor:
-        """The decoder layers over hidden [B, T, H] (the cache rows `rows`); `attend(i, q [B, T, heads, d], prefetch)
-        -> [B, T, heads * d]` after q/k/v of layer i are written at slots slot..slot+T-1 (`prefetch`: the o
-        projection's weights for the attention kernel to bring into L2, or ()). Returns the final-normed hidden state
-        [B, T, H]."""
+        """The decoder layers over hidden [B, T, H] (the cache rows `rows`); `attend(i, q [B, T, heads, d]) ->
+        [B, T, heads * d]` after q/k/v of layer i are written at slots slot..slot+T-1. Returns the final-normed hidden
+        state [B, T, H]."""
         tri = self.use_triton and hidden.shape[1] == 1
         kt = dict(use_triton=tri)
         n_layers = len(self.layers)
@@ -222,13 +214,13 @@ class DecodeEngine:
             (q, k, v), t, bias = qkv.project(x, t)
             q = qkv_rope_cache(q, k, v, t, qkv.lora_b if t is not None else None, bias, self.cos, self.sin, pos,
                                slot, self.k_cache[i, rows], self.v_cache[i, rows], **kt)
-            a = attend(i, q, self._prefetch(o_proj, tri))
+            a = attend(i, q)
             hidden = o_proj.residual(a, hidden)
             x, t = self._norm(hidden, self._norms[i][1], gate_up, tri)
             (g, u), t, _ = gate_up.project(x, t)
             lb = gate_up.lora_b if t is not None else None
             if tri and down.splits_lora(g):  # the activation and down's LoRA down-product in one launch
-                m, td = silu_mul_lora(g, u, t, lb, down.a_cat, use_triton=True, prefetch=self._prefetch(down, tri))
+                m, td = silu_mul_lora(g, u, t, lb, down.a_cat, use_triton=True)
                 hidden = down.residual(m, hidden, t=td)
             else:
                 m = silu_mul(g, u, t, lb, **kt)
@@ -244,23 +236,17 @@ class DecodeEngine:
         `Group.splits_lora`: LoRA adapters, at most qerl_kernels.decode.LORA_SPLIT_MAX_ROWS rows), its LoRA
         down-products; else t None (the group computes them)."""
         if tri and group.splits_lora(hidden):
-            return rmsnorm_lora(hidden, norm.weight, _eps(norm), group.a_cat, use_triton=True,
-                                prefetch=self._prefetch(group, tri))
+            return rmsnorm_lora(hidden, norm.weight, _eps(norm), group.a_cat, use_triton=True)
         return _rmsnorm(hidden, norm, None, tri), None
-
-    def _prefetch(self, group: Group, tri: bool) -> tuple:
-        """What the kernel before `group`'s GEMM prefetches into L2 (`Group.l2_regions`; nothing unless this is the
-        Triton decode step with `l2_prefetch`)."""
-        return group.l2_regions if tri and self.l2_prefetch else ()
 
     def _decode_logits(self, span: int) -> torch.Tensor:
         """Logits [B, V] of one decode step: token _tok at position _pos into cache slot _slot, attention < span."""
         bsz = self.batch
         scale = self.head_dim ** -0.5
 
-        def attend(i, q, prefetch):
+        def attend(i, q):
             return decode_attention(q[:, 0], self.k_cache[i], self.v_cache[i], self.valid, self._slot, span, scale,
-                                    use_triton=self.use_triton, first=self._first, prefetch=prefetch).view(bsz, 1, -1)
+                                    use_triton=self.use_triton, first=self._first).view(bsz, 1, -1)
 
         hidden = self.inner.embed_tokens(self._tok[:, None])  # [B, 1, H]
         x = self._layers_forward(hidden, self._pos[:, None], self._slot, attend)
@@ -293,7 +279,7 @@ class DecodeEngine:
         # MATH prompts at once asked for 13.5 GiB and ran out of memory beside other jobs on an H100)
         rows = max(1, min(bsz, PREFILL_SCORES_BYTES // (kvh * g * t * t * 4)))
 
-        def attend(i, q, prefetch):  # q [B, T, h, d]; nothing is prefetched at the prefill
+        def attend(i, q):  # q [B, T, h, d]
             kk = self.k_cache[i, cache_rows, :, :t].reshape(bsz * kvh, t, d)
             vv = self.v_cache[i, cache_rows, :, :t].reshape(bsz * kvh, t, d)
             qg = q.transpose(1, 2).reshape(bsz * kvh, g * t, d)  # head kv*g + j -> row (j, t) of group kv

@@ -26,11 +26,7 @@ import torch.nn.functional as F
 from qerl_kernels.decode import LORA_SPLIT_MAX_ROWS, lora_down
 from qerl_kernels.prepared_ops import fp4_linear_fused
 
-__all__ = ["Group", "L2_FRACTION"]
-
-#: a group's weights are prefetched into L2 by the kernel before its GEMM only if they take at most this fraction of
-#: the L2 (more would evict what they were brought in for before the GEMM reads it)
-L2_FRACTION = 0.8
+__all__ = ["Group"]
 
 
 class Group:
@@ -114,24 +110,8 @@ class Group:
             self.r = lora_rank_pad(max(f[0].shape[0] for f in self.factors if f is not None))
             self.a_cat = torch.zeros(self.r * len(bases), ref.shape[1], dtype=self.dtype, device=ref.device)
             self.lora_b = torch.zeros(sum(self.sizes), self.r, dtype=self.dtype, device=ref.device)
-        self.l2_regions = self._l2_regions()
         self._ptrs = self._watched()
         self.refresh()
-
-    def _l2_regions(self) -> tuple:
-        """The base weight's tensors (fp4: codes and scales; dense: the weight) when they fit in L2_FRACTION of the
-        GPU's L2, for the kernel before this group's GEMM to prefetch (`DecodeEngine` l2_prefetch); else ()."""
-        if self.kind == "fp4":
-            regions = (self.w.words, self.w.scales)
-        elif self.kind == "dense" and self.w is not None:
-            regions = (self.w,)
-        else:
-            return ()
-        if not regions[0].is_cuda or not all(t.is_contiguous() for t in regions):
-            return ()
-        l2 = torch.cuda.get_device_properties(regions[0].device).L2_cache_size
-        nbytes = sum(t.numel() * t.element_size() for t in regions)
-        return regions if nbytes <= L2_FRACTION * l2 else ()
 
     def _watched(self) -> tuple:
         """Addresses of the model tensors this group reads in place (a change means they were replaced)."""
