@@ -513,9 +513,14 @@ if HAVE_TRITON:
             tl.store(ml_ptr + (part * GP + gi) * 2 + 1, l_i)
 
     @triton.jit
-    def _attn_combine_kernel(acc_ptr, ml_ptr, o_ptr, KVH: tl.constexpr, G: tl.constexpr, GP: tl.constexpr,
-                             D: tl.constexpr, NSPLIT: tl.constexpr, NSP: tl.constexpr):
-        """Program (row b, head): o = sum_s exp(m_s - M) acc_s / sum_s exp(m_s - M) l_s."""
+    def _attn_combine_kernel(acc_ptr, ml_ptr, o_ptr, a_ptr, t_ptr, ws_ptr, cnt_ptr, RT, stride_a, stride_t,
+                             KVH: tl.constexpr, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr,
+                             NSPLIT: tl.constexpr, NSP: tl.constexpr, HAS_A: tl.constexpr = False,
+                             RP: tl.constexpr = 16, NHP: tl.constexpr = 16):
+        """Program (row b, head): o = sum_s exp(m_s - M) acc_s / sum_s exp(m_s - M) l_s. HAS_A: also the LoRA
+        down-products of the next projection, t = o a^T (a: [RT, heads * D]): each program's share (its head's
+        columns, from o as stored) is parked in ws and the row's last program to arrive sums the shares in head
+        order (deterministic), writes t and resets the row's arrival counter, as the split kernel does."""
         b = tl.program_id(0)
         head = tl.program_id(1)
         h = head // G
@@ -529,7 +534,23 @@ if HAVE_TRITON:
         dd = tl.arange(0, D)
         acc = tl.load(acc_ptr + (part * GP + gi)[:, None] * D + dd[None, :], mask=s_ok[:, None], other=0.0)
         o = tl.sum(acc * w[:, None], axis=0) / tl.sum(l_s * w, axis=0)
-        tl.store(o_ptr + (b * KVH * G + head) * D + dd, o.to(o_ptr.dtype.element_ty))
+        o = o.to(o_ptr.dtype.element_ty)
+        tl.store(o_ptr + (b * KVH * G + head) * D + dd, o)
+        if HAS_A:
+            HEADS: tl.constexpr = KVH * G
+            rc = tl.arange(0, RP)
+            rc_ok = rc < RT
+            at = tl.load(a_ptr + rc[:, None] * stride_a + (head * D + dd)[None, :], mask=rc_ok[:, None], other=0.0)
+            share = tl.sum(at.to(tl.float32) * o.to(tl.float32)[None, :], axis=1)  # [RP]: exact products
+            tl.store(ws_ptr + (b * HEADS + head) * RP + rc, share)
+            tl.debug_barrier()  # then one gpu-scope acq_rel arrival (release covers the CTA's stores)
+            arrived = tl.atomic_add(cnt_ptr + b, 1, sem="acq_rel", scope="gpu")
+            if arrived == HEADS - 1:
+                hh = tl.arange(0, NHP)
+                shares = tl.load(ws_ptr + (b * HEADS + hh)[:, None] * RP + rc[None, :], mask=(hh < HEADS)[:, None],
+                                 other=0.0, cache_modifier=".cg")
+                tl.store(t_ptr + b * stride_t + rc, tl.sum(shares, axis=0).to(t_ptr.dtype.element_ty), mask=rc_ok)
+                tl.atomic_xchg(cnt_ptr + b, 0)
 
     @triton.jit
     def _silu_mul_kernel(g_ptr, u_ptr, t_ptr, b_ptr, o_ptr, M, INTER, stride_g, stride_u, stride_t, stride_o,
@@ -739,7 +760,7 @@ def attention_splits(batch: int, kv_heads: int, span: int, sms: int = 132, block
 
 
 def decode_attention(q, k_cache, v_cache, valid, slot, span: int, scale: float, *, use_triton: bool = False,
-                     splits: int | None = None, first: torch.Tensor | None = None):
+                     splits: int | None = None, first: torch.Tensor | None = None, lora_a: torch.Tensor | None = None):
     """Attention of one query per row and head over the cache slots [0, span) that are valid and <= slot.
 
     Args:
@@ -750,12 +771,18 @@ def decode_attention(q, k_cache, v_cache, valid, slot, span: int, scale: float, 
         splits: key splits (default `attention_splits`).
         first: [B] int32, each row's first valid slot (every slot before it invalid: left padding), which the
             kernel then does not read; None reads from slot 0. The result is the same either way.
+        lora_a: [RT, heads * d], the next projection's LoRA A factors (o_proj's), or None: with it the combine
+            kernel computes their down-products t = out a^T too (one launch where lora_down is another).
 
     Returns:
-        [B, heads * d] in q's dtype.
+        [B, heads * d] in q's dtype; with lora_a (out, t): t [B, RT] in q's dtype where a combine kernel ran (the
+        reference: F.linear(out, lora_a)), else None (one split: no combine kernel; the caller computes t).
     """
+    if lora_a is not None and (lora_a.dim() != 2 or lora_a.shape[1] != q.shape[1] * q.shape[2]):
+        raise ValueError(f"decode_attention: lora_a {tuple(lora_a.shape)} must be [RT, {q.shape[1] * q.shape[2]}]")
     if not use_triton:
-        return decode_attention_reference(q, k_cache, v_cache, valid, slot, span, scale)
+        out = decode_attention_reference(q, k_cache, v_cache, valid, slot, span, scale)
+        return out if lora_a is None else (out, torch.nn.functional.linear(out, lora_a))
     bsz, heads, d = q.shape
     kvh = k_cache.shape[1]
     g = heads // kvh
@@ -773,10 +800,22 @@ def decode_attention(q, k_cache, v_cache, valid, slot, span: int, scale: float, 
         qc, k_cache, v_cache, valid_i8, slot, slot if first is None else first, acc, ml, out, span, chunk,
         float(scale), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), valid_i8.stride(0),
         KVH=kvh, G=g, GP=gp, D=d, BS=bs, NSPLIT=ns, IEEE=_ieee(q), HAS_FIRST=first is not None, num_warps=4)
-    if ns > 1:
-        _attn_combine_kernel[(bsz, heads)](acc, ml, out, KVH=kvh, G=g, GP=gp, D=d, NSPLIT=ns,
-                                           NSP=triton.next_power_of_2(ns), num_warps=2)
-    return out
+    if ns == 1:
+        return out if lora_a is None else (out, None)
+    if lora_a is None:
+        _attn_combine_kernel[(bsz, heads)](acc, ml, out, out, out, acc, acc, 0, 0, 0, KVH=kvh, G=g, GP=gp, D=d,
+                                           NSPLIT=ns, NSP=triton.next_power_of_2(ns), num_warps=2)
+        return out
+    from qerl_kernels.fp4_launch import _workspace  # the stream-K workspace and counters the GEMMs use too
+
+    rt = lora_a.shape[0]
+    rp = max(16, triton.next_power_of_2(rt))
+    t = torch.empty(bsz, rt, dtype=q.dtype, device=q.device)
+    ws, cnt = _workspace(q.device, bsz * heads * rp, bsz)
+    _attn_combine_kernel[(bsz, heads)](acc, ml, out, lora_a, t, ws, cnt, rt, lora_a.stride(0), t.stride(0),
+                                       KVH=kvh, G=g, GP=gp, D=d, NSPLIT=ns, NSP=triton.next_power_of_2(ns),
+                                       HAS_A=True, RP=rp, NHP=triton.next_power_of_2(heads), num_warps=2)
+    return out, t
 
 
 def silu_mul(gate, up, t, lora_b, *, use_triton: bool = False):

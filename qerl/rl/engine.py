@@ -23,7 +23,8 @@ One decoder layer of the decode step (batch B, one token per row), kernels in br
     q, cache[slot] = rope(y + t B^T + b)                    [qerl_kernels.decode.qkv_rope_cache]
     a = attention(q, cache[:slot + 1])                      [qerl_kernels.decode.decode_attention: split-K + combine,
                                                              one kernel when batch x kv_heads fills the GPU]
-    h = h + a W_o^T + (a A_o^T) B_o^T                       [A-product: qerl_kernels.decode.lora_down at batch 1,
+    h = h + a W_o^T + (a A_o^T) B_o^T                       [A-product: in the attention's combine kernel where there
+                                                             is one, else qerl_kernels.decode.lora_down at batch 1,
                                                              else cuBLAS; NVFP4: one fp4_gemm with LoRA and
                                                              residual in its epilogue; BF16: addmm_ into h + addmm_]
     x = rmsnorm(h); t = x A_gu^T; y = x W_gu^T              [as above; BF16: gate and up as two cuBLAS GEMMs]
@@ -202,9 +203,10 @@ class DecodeEngine:
     # ---- the step ------------------------------------------------------------------------------------------------
     def _layers_forward(self, hidden: torch.Tensor, pos: torch.Tensor, slot: torch.Tensor, attend,
                         rows: slice = slice(None)) -> torch.Tensor:
-        """The decoder layers over hidden [B, T, H] (the cache rows `rows`); `attend(i, q [B, T, heads, d]) ->
-        [B, T, heads * d]` after q/k/v of layer i are written at slots slot..slot+T-1. Returns the final-normed hidden
-        state [B, T, H]."""
+        """The decoder layers over hidden [B, T, H] (the cache rows `rows`); `attend(i, q [B, T, heads, d], a_o) ->
+        (a [B, T, heads * d], t)` after q/k/v of layer i are written at slots slot..slot+T-1, t = a a_o^T (o_proj's
+        LoRA down-products, a_o its stacked A factors or None) where the attention computed it, else None. Returns
+        the final-normed hidden state [B, T, H]."""
         tri = self.use_triton and hidden.shape[1] == 1
         kt = dict(use_triton=tri)
         n_layers = len(self.layers)
@@ -214,8 +216,8 @@ class DecodeEngine:
             (q, k, v), t, bias = qkv.project(x, t)
             q = qkv_rope_cache(q, k, v, t, qkv.lora_b if t is not None else None, bias, self.cos, self.sin, pos,
                                slot, self.k_cache[i, rows], self.v_cache[i, rows], **kt)
-            a = attend(i, q)
-            hidden = o_proj.residual(a, hidden)
+            a, t = attend(i, q, o_proj.a_cat if tri else None)  # t: o's LoRA down-products, if computed
+            hidden = o_proj.residual(a, hidden, t=t)
             x, t = self._norm(hidden, self._norms[i][1], gate_up, tri)
             (g, u), t, _ = gate_up.project(x, t)
             lb = gate_up.lora_b if t is not None else None
@@ -244,9 +246,11 @@ class DecodeEngine:
         bsz = self.batch
         scale = self.head_dim ** -0.5
 
-        def attend(i, q):
-            return decode_attention(q[:, 0], self.k_cache[i], self.v_cache[i], self.valid, self._slot, span, scale,
-                                    use_triton=self.use_triton, first=self._first).view(bsz, 1, -1)
+        def attend(i, q, lora_a):
+            out = decode_attention(q[:, 0], self.k_cache[i], self.v_cache[i], self.valid, self._slot, span, scale,
+                                   use_triton=self.use_triton, first=self._first, lora_a=lora_a)
+            a, t = out if lora_a is not None else (out, None)
+            return a.view(bsz, 1, -1), (t.view(bsz, 1, -1) if t is not None else None)
 
         hidden = self.inner.embed_tokens(self._tok[:, None])  # [B, 1, H]
         x = self._layers_forward(hidden, self._pos[:, None], self._slot, attend)
@@ -279,7 +283,7 @@ class DecodeEngine:
         # MATH prompts at once asked for 13.5 GiB and ran out of memory beside other jobs on an H100)
         rows = max(1, min(bsz, PREFILL_SCORES_BYTES // (kvh * g * t * t * 4)))
 
-        def attend(i, q):  # q [B, T, h, d]
+        def attend(i, q, lora_a):  # q [B, T, h, d]; lora_a unused (o's LoRA down-products: the group's own)
             kk = self.k_cache[i, cache_rows, :, :t].reshape(bsz * kvh, t, d)
             vv = self.v_cache[i, cache_rows, :, :t].reshape(bsz * kvh, t, d)
             qg = q.transpose(1, 2).reshape(bsz * kvh, g * t, d)  # head kv*g + j -> row (j, t) of group kv
@@ -293,7 +297,7 @@ class DecodeEngine:
                 p = torch.softmax(scores, dim=-1, dtype=torch.float32).to(self.dtype)  # [rows*kvh, g*T, S]
                 out.append(torch.bmm(p, vv[lo:hi]))
             o = out[0] if len(out) == 1 else torch.cat(out)
-            return o.view(bsz, kvh, g, t, d).permute(0, 3, 1, 2, 4).reshape(bsz, t, h_ * d)
+            return o.view(bsz, kvh, g, t, d).permute(0, 3, 1, 2, 4).reshape(bsz, t, h_ * d), None
 
         hidden = self.inner.embed_tokens(ids)
         x = self._layers_forward(hidden, pos, torch.zeros(1, dtype=torch.long, device=self.device), attend,

@@ -90,6 +90,37 @@ def test_decode_attention(dtype, splits, slot):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("bsz,rt,splits", [(1, 32, 3), (3, 20, 2), (2, 16, 1)],
+                         ids=["one-row", "ragged-rank", "one-split"])
+def test_decode_attention_with_the_next_lora_down_products(dtype, bsz, rt, splits):
+    """With o's LoRA A factors the combine kernel also gives t = out a^T (the heads' shares summed by the row's last
+    program): the same output as without, t as lora_down gives it, the same bits twice (the arrival counters reset
+    themselves); with one split there is no combine kernel and t is left to the caller (None)."""
+    g = torch.Generator().manual_seed(bsz + rt)
+    kvh, grp, d, max_len, span = 2, 3, 32, 80, 72
+    q = torch.randn(bsz, kvh * grp, d, generator=g).to(DEV, dtype)
+    kc = torch.randn(bsz, kvh, max_len, d, generator=g).to(DEV, dtype)
+    vc = torch.randn(bsz, kvh, max_len, d, generator=g).to(DEV, dtype)
+    valid = torch.rand(bsz, max_len, generator=g).to(DEV) > 0.3
+    a = (0.2 * torch.randn(rt, kvh * grp * d, generator=g)).to(DEV, dtype)
+    s = torch.tensor([50], device=DEV)
+    kw = dict(use_triton=True, splits=splits)
+    plain = decode.decode_attention(q, kc, vc, valid, s, span, d ** -0.5, **kw)
+    out, t = decode.decode_attention(q, kc, vc, valid, s, span, d ** -0.5, lora_a=a, **kw)
+    assert torch.equal(out, plain)
+    if splits == 1:
+        assert t is None
+    else:
+        assert t.shape == (bsz, rt) and rel_error(t, torch.nn.functional.linear(out, a)) < _tol(dtype)
+        out2, t2 = decode.decode_attention(q, kc, vc, valid, s, span, d ** -0.5, lora_a=a, **kw)
+        assert torch.equal(out2, out) and torch.equal(t2, t)
+    ref, ref_t = decode.decode_attention(q, kc, vc, valid, s, span, d ** -0.5, lora_a=a)
+    assert rel_error(out, ref) < _tol(dtype) and torch.equal(ref_t, torch.nn.functional.linear(ref, a))
+    with pytest.raises(ValueError, match="lora_a"):
+        decode.decode_attention(q, kc, vc, valid, s, span, d ** -0.5, lora_a=a[:, 1:], **kw)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("splits", [1, 2], ids=["one-split", "two-splits"])
 def test_decode_attention_skips_left_padding_blocks(dtype, splits):
     """Given each row's first valid slot, the kernel leaves out the whole key blocks of left padding before it: the

@@ -285,6 +285,30 @@ def test_triton_decode_kernels_match_the_torch_step(variant, batch):
     references' tokens and log-probs, and the teacher-forced forward's log-probs (at batch 1 with the LoRA
     down-products of the split kernel: qerl_kernels.decode.LORA_SPLIT_MAX_ROWS; down's fused with the activation,
     silu_mul_lora)."""
+    _triton_matches_torch(variant, batch)
+
+
+@pytest.mark.triton_device
+@pytest.mark.parametrize("variant,batch", [("nvfp4+lora", 1), ("lora", 2)], ids=["nvfp4+lora-batch1", "lora"])
+def test_triton_decode_step_with_split_attention_matches_the_torch_step(variant, batch, monkeypatch):
+    """The same with the attention split over the keys (the 7B step's shape: a combine kernel, which computes o's
+    LoRA down-products as well; the tiny model's short spans otherwise take one split)."""
+    from qerl_kernels import decode
+    calls = []
+    real = decode.decode_attention
+
+    def spy(*args, **kw):
+        out = real(*args, **kw)
+        if kw.get("use_triton"):
+            calls.append(kw.get("lora_a") is not None and out[1] is not None)
+        return out
+    monkeypatch.setattr(decode, "attention_splits", lambda *a, **k: 2)
+    monkeypatch.setattr("qerl.rl.engine.decode_attention", spy)
+    _triton_matches_torch(variant, batch)
+    assert calls and all(calls)  # every Triton step's combine gave o's t
+
+
+def _triton_matches_torch(variant, batch):
     model, ids, attn = _kernel_model(variant)
     ids, attn = ids[:batch], attn[:batch]
     ref = DecodeEngine(model, batch=batch, max_len=ids.shape[1] + 10, bucket=8, kernels="torch", graphs=False)
