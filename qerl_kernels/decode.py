@@ -525,22 +525,23 @@ if HAVE_TRITON:
         head = tl.program_id(1)
         h = head // G
         gi = head % G
+        dd = tl.arange(0, D)
+        if HAS_A:  # first: the factors come from HBM, and their latency then overlaps the partials' loads
+            rc = tl.arange(0, RP)
+            rc_ok = rc < RT
+            at = tl.load(a_ptr + rc[:, None] * stride_a + (head * D + dd)[None, :], mask=rc_ok[:, None], other=0.0)
         sp = tl.arange(0, NSP)
         s_ok = sp < NSPLIT
         part = (b * KVH + h) * NSPLIT + sp
         m = tl.load(ml_ptr + (part * GP + gi) * 2, mask=s_ok, other=-1.0e30)
         l_s = tl.load(ml_ptr + (part * GP + gi) * 2 + 1, mask=s_ok, other=0.0)
         w = tl.exp(m - tl.max(m, axis=0))
-        dd = tl.arange(0, D)
         acc = tl.load(acc_ptr + (part * GP + gi)[:, None] * D + dd[None, :], mask=s_ok[:, None], other=0.0)
         o = tl.sum(acc * w[:, None], axis=0) / tl.sum(l_s * w, axis=0)
         o = o.to(o_ptr.dtype.element_ty)
         tl.store(o_ptr + (b * KVH * G + head) * D + dd, o)
         if HAS_A:
             HEADS: tl.constexpr = KVH * G
-            rc = tl.arange(0, RP)
-            rc_ok = rc < RT
-            at = tl.load(a_ptr + rc[:, None] * stride_a + (head * D + dd)[None, :], mask=rc_ok[:, None], other=0.0)
             share = tl.sum(at.to(tl.float32) * o.to(tl.float32)[None, :], axis=1)  # [RP]: exact products
             tl.store(ws_ptr + (b * HEADS + head) * RP + rc, share)
             tl.debug_barrier()  # then one gpu-scope acq_rel arrival (release covers the CTA's stores)
