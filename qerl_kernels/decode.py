@@ -43,8 +43,6 @@ a GPU.
 """
 from __future__ import annotations
 
-import os
-
 import torch
 
 from qerl_kernels.fp4_decoder import HAVE_TRITON
@@ -222,15 +220,6 @@ if HAVE_TRITON:
         return acc
 
     @triton.jit
-    def _row_rstd(h_ptr, stride_h, row0, r, M, H, eps, rstd, BM: tl.constexpr, HP: tl.constexpr):
-        """rstd with entry r set to 1 / sqrt(mean(h[row0 + r]^2) + eps), from one whole-row load."""
-        hc = tl.arange(0, HP)
-        row = row0 + r
-        hv = tl.load(h_ptr + row.to(tl.int64) * stride_h + hc, mask=hc < tl.where(row < M, H, 0),
-                     other=0.0).to(tl.float32)
-        return tl.where(tl.arange(0, BM) == r, 1.0 / tl.sqrt_rn(tl.sum(hv * hv, axis=0) / H + eps), rstd)
-
-    @triton.jit
     def _lora_down_kernel(h_ptr, w_ptr, a_ptr, x_ptr, t_ptr, ws_ptr, cnt_ptr, M, H, RT, stride_h, stride_a, stride_x,
                           stride_t, eps, u_ptr, tg_ptr, b_ptr, stride_u, stride_tg, NORM: tl.constexpr,
                           BM: tl.constexpr, BK: tl.constexpr, ITERS: tl.constexpr, NSPLIT: tl.constexpr,
@@ -238,8 +227,8 @@ if HAVE_TRITON:
                           SILU: tl.constexpr = False, R: tl.constexpr = 16, HAS_TG: tl.constexpr = False):
         """Program (row block of BM, split of ITERS * BK columns): t = x a^T over the split's columns (a: [RT, H], the
         stacked LoRA A factors). NORM: h is the residual stream and x = bf16(h * rstd) * w is computed and written
-        (rstd over the whole row, which every split of a row block computes itself, a whole-row load per real row);
-        SILU: h is the gate projection, u_ptr the up projection and x = silu(h + t_g B_g^T) * (u + t_u B_u^T)
+        (rstd over the whole row, which every split of a row block computes itself: for one row with one whole-row
+        load); SILU: h is the gate projection, u_ptr the up projection and x = silu(h + t_g B_g^T) * (u + t_u B_u^T)
         (HAS_TG: with the gate/up LoRA update, t_g | t_u at tg_ptr, B_g over B_u at b_ptr, rank R) is computed and
         written, as silu_mul does; else x = h. Up to 4 steps a program the loop is unrolled, so its loads are in
         flight together (a decode step's launch is latency-bound). With one split t is written directly; with several
@@ -252,13 +241,19 @@ if HAVE_TRITON:
         r_ok = rows < M
         rows64 = rows.to(tl.int64)
         rstd = tl.zeros([BM], dtype=tl.float32)
-        if NORM:  # each real row of the block with one whole-row load (up to 16 rows unrolled: loads in flight together)
-            if BMR <= 16:
-                for r in tl.static_range(BMR):
-                    rstd = _row_rstd(h_ptr, stride_h, pid_m * BM, r, M, H, eps, rstd, BM, HP)
+        if NORM:
+            if BMR == 1:
+                hc = tl.arange(0, HP)
+                hv = tl.load(h_ptr + (pid_m * BM).to(tl.int64) * stride_h + hc, mask=hc < H, other=0.0).to(tl.float32)
+                rstd += 1.0 / tl.sqrt_rn(tl.sum(hv * hv, axis=0) / H + eps)
             else:
-                for r in range(BMR):
-                    rstd = _row_rstd(h_ptr, stride_h, pid_m * BM, r, M, H, eps, rstd, BM, HP)
+                ss = tl.zeros([BM], dtype=tl.float32)
+                for k0 in range(0, H, BK):
+                    cols = k0 + tl.arange(0, BK)
+                    ok = r_ok[:, None] & (cols < H)[None, :]
+                    hv = tl.load(h_ptr + rows64[:, None] * stride_h + cols[None, :], mask=ok, other=0.0).to(tl.float32)
+                    ss += tl.sum(hv * hv, axis=1)
+                rstd = 1.0 / tl.sqrt_rn(ss / H + eps)
         rc = tl.arange(0, RP)
         rc_ok = rc < RT
         acc = tl.zeros([BM, RP], dtype=tl.float32)
@@ -617,7 +612,7 @@ def rmsnorm(h: torch.Tensor, weight: torch.Tensor, eps: float, add: torch.Tensor
 #: row: 15.9 vs 15.8 us a layer (o slower, the norms faster). With one split (a program per 16 rows walking the whole
 #: hidden size, the engine's fused norm at hidden sizes <= 2048 until call 17) SmolLM2-135M's norm + q/k/v took 7.7-7.9
 #: us against 4.5-4.8 for the norm kernel + cuBLAS at 8-256 rows, so above this the engine runs those two
-LORA_SPLIT_MAX_ROWS = int(os.environ.get("QERL_LORA_SPLIT_MAX_ROWS", "1"))  # the env: to measure another bound
+LORA_SPLIT_MAX_ROWS = 1
 #: programs per row block the split kernel aims at (each walks a multiple of lora_block(RT) columns); against 16, per
 #: 7B layer at 1 row on an H100 (kernels.notes.md call 15): norm + q/k/v 5.09 vs 5.91 us, o 4.13 vs 4.13, norm +
 #: gate/up 4.36 vs 4.80, down 6.13 vs 8.88
