@@ -4,8 +4,9 @@ Why: at rollout batch sizes the decode step of a 7B model is a few milliseconds,
 ops launches about 30 kernels per decoder layer (RMSNorm's reductions, RoPE's slices and concatenations, the cache
 writes, attention's score/softmax/PV passes, the SiLU, each LoRA product), each a few microseconds even inside a
 CUDA graph. These kernels make a layer a handful of launches; with the projections (qerl_kernels.fp4_gemm or cuBLAS) and
-the LoRA down-products (cuBLAS; at batch 1 the split kernel below) a layer is 16 launches for NVFP4 + LoRA and 20 for
-BF16 + LoRA, 11 and 15 at batch 1 (7B, H100 step trace: qerl/rl/engine.py).
+the LoRA down-products (cuBLAS; at batch 1 the split kernel below; o's in the attention's combine kernel) a layer is
+14 launches for NVFP4 + LoRA and 18 for BF16 + LoRA at batch 8, 10 and 14 at batch 1 (7B, H100 step trace:
+qerl/rl/engine.py).
 
     rmsnorm(h, w, eps, add=y)                    h += y (in place, if given); returns rmsnorm(h) * w
     rmsnorm_lora(h, w, eps, a)                   (x, t): x = rmsnorm(h) * w and the LoRA down-products t = x a^T of
@@ -17,9 +18,10 @@ BF16 + LoRA, 11 and 15 at batch 1 (7B, H100 step trace: qerl/rl/engine.py).
     qkv_rope_cache(q, k, v, t, lora_b, bias, cos, sin, pos, slot, k_cache, v_cache)
         q/k/v projections + their LoRA update (t @ B^T) + bias, RoPE on q and k, k and v written to cache slot
         `slot`; returns the rotated queries [B, heads, d]
-    decode_attention(q, k_cache, v_cache, valid, slot, span, scale)
+    decode_attention(q, k_cache, v_cache, valid, slot, span, scale, lora_a=None)
         one query per row and head against the cache slots [0, slot] (valid ones, plus the slot itself),
-        split over the keys (flash-decoding: partial softmax per split, then a combine); returns [B, heads * d]
+        split over the keys (flash-decoding: partial softmax per split, then a combine); returns [B, heads * d];
+        with lora_a (o's LoRA A factors) the combine kernel also returns t = out lora_a^T
     silu_mul(gate, up, t, lora_b)               silu(gate + t_g B_g^T) * (up + t_u B_u^T)
     silu_mul_lora(gate, up, t, lora_b, a)       (m, t_d): m = silu_mul(...) and down's LoRA down-products t_d = m a^T,
                                                 one launch of the split kernel (where silu_mul and lora_down are two)
@@ -608,7 +610,10 @@ def rmsnorm(h: torch.Tensor, weight: torch.Tensor, eps: float, add: torch.Tensor
 #: a reduction, two launches; the split kernel is one, fused with the norm. Per 7B layer on an H100 in CUDA graphs
 #: (qerl_kernels.bench_lora, kernels.notes.md calls 15-17), at 1 row: norm + q/k/v 5.0-5.1 vs 7.8-8.7 us (norm
 #: kernel + cuBLAS), o 4.0-4.1 vs 6.1, norm + gate/up 4.2-4.4 vs 8.3-8.5, down 6.1-6.4 vs 6.5-6.9; from 8 rows it is
-#: slower (25.9 vs 8.2 us for norm + q/k/v at 8: the norm's rows and the reduction's partials). SmolLM2-135M at 1
+#: slower (25.9 vs 8.2 us for norm + q/k/v at 8; calls 38-41: 25.4 vs 7.9 with each row's rstd from one whole-row
+#: load instead of the loop over column chunks, so not the norm's loop; ncu: 220 registers against 77 at 1 row, 37 vs
+#: 8.8 us alone, 28 CTAs with 0.13 eligible warps a scheduler; norm + gate/up 12.7 vs 7.8, o 4.7 vs 5.7, down 8.1 vs
+#: 6.6, silu + down 13.3 vs 12.3: the cost grows with rows x stacked ranks). SmolLM2-135M at 1
 #: row: 15.9 vs 15.8 us a layer (o slower, the norms faster). With one split (a program per 16 rows walking the whole
 #: hidden size, the engine's fused norm at hidden sizes <= 2048 until call 17) SmolLM2-135M's norm + q/k/v took 7.7-7.9
 #: us against 4.5-4.8 for the norm kernel + cuBLAS at 8-256 rows, so above this the engine runs those two
