@@ -806,22 +806,21 @@ def decode_attention(q, k_cache, v_cache, valid, slot, span: int, scale: float, 
         qc, k_cache, v_cache, valid_i8, slot, slot if first is None else first, acc, ml, out, span, chunk,
         float(scale), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), valid_i8.stride(0),
         KVH=kvh, G=g, GP=gp, D=d, BS=bs, NSPLIT=ns, IEEE=_ieee(q), HAS_FIRST=first is not None, num_warps=4)
+    has_a = lora_a is not None
     if ns == 1:
-        return out if lora_a is None else (out, None)
-    if lora_a is None:
-        _attn_combine_kernel[(bsz, heads)](acc, ml, out, out, out, acc, acc, 0, 0, 0, KVH=kvh, G=g, GP=gp, D=d,
-                                           NSPLIT=ns, NSP=triton.next_power_of_2(ns), num_warps=2)
-        return out
-    from qerl_kernels.fp4_launch import _workspace  # the stream-K workspace and counters the GEMMs use too
+        return (out, None) if has_a else out
+    a, t, ws, cnt, rt, rp = out, out, acc, acc, 0, 16  # without lora_a: placeholders the kernel does not read
+    if has_a:
+        from qerl_kernels.fp4_launch import _workspace  # the stream-K workspace and counters the GEMMs use too
 
-    rt = lora_a.shape[0]
-    rp = max(16, triton.next_power_of_2(rt))
-    t = torch.empty(bsz, rt, dtype=q.dtype, device=q.device)
-    ws, cnt = _workspace(q.device, bsz * heads * rp, bsz)
-    _attn_combine_kernel[(bsz, heads)](acc, ml, out, lora_a, t, ws, cnt, rt, lora_a.stride(0), t.stride(0),
-                                       KVH=kvh, G=g, GP=gp, D=d, NSPLIT=ns, NSP=triton.next_power_of_2(ns),
-                                       HAS_A=True, RP=rp, NHP=triton.next_power_of_2(heads), num_warps=2)
-    return out, t
+        a, rt = lora_a, lora_a.shape[0]
+        rp = max(16, triton.next_power_of_2(rt))
+        t = torch.empty(bsz, rt, dtype=q.dtype, device=q.device)
+        ws, cnt = _workspace(q.device, bsz * heads * rp, bsz)
+    _attn_combine_kernel[(bsz, heads)](acc, ml, out, a, t, ws, cnt, rt, a.stride(0), t.stride(0), KVH=kvh, G=g,
+                                       GP=gp, D=d, NSPLIT=ns, NSP=triton.next_power_of_2(ns), HAS_A=has_a, RP=rp,
+                                       NHP=triton.next_power_of_2(heads), num_warps=2)
+    return (out, t) if has_a else out
 
 
 def silu_mul(gate, up, t, lora_b, *, use_triton: bool = False):
