@@ -193,11 +193,19 @@ if HAVE_TRITON:
         return g / (1.0 + tl.exp(-g)) * u
 
     @triton.jit
-    def _lora_step(acc, k0, h_ptr, w_ptr, a_ptr, x_ptr, rows64, r_ok, rstd, rc, rc_ok, H, stride_h, stride_a,
-                   stride_x, u_ptr, tg_ptr, b_ptr, stride_u, stride_tg, NORM: tl.constexpr, SILU: tl.constexpr,
-                   R: tl.constexpr, HAS_TG: tl.constexpr, BK: tl.constexpr, IEEE: tl.constexpr):
-        """acc + x[:, k0:k0 + BK] a^T[k0:k0 + BK]; NORM: x = bf16(h * rstd) * w of these columns, SILU: x = the MLP
-        activation of gate h and up u (`_silu_cols`), either written out; else x = h."""
+    def _a_chunk(a_ptr, k0, rc, rc_ok, H, stride_a, BK: tl.constexpr):
+        """a^T[k0:k0 + BK] as [BK, RP] (a: [RT, H]; rows >= RT and columns >= H zero)."""
+        cols = k0 + tl.arange(0, BK)
+        return tl.load(a_ptr + rc[None, :] * stride_a + cols[:, None], mask=(cols < H)[:, None] & rc_ok[None, :],
+                       other=0.0)
+
+    @triton.jit
+    def _lora_step(acc, k0, at, h_ptr, w_ptr, x_ptr, rows64, r_ok, rstd, H, stride_h, stride_x, u_ptr, tg_ptr,
+                   b_ptr, stride_u, stride_tg, NORM: tl.constexpr, SILU: tl.constexpr, R: tl.constexpr,
+                   HAS_TG: tl.constexpr, BK: tl.constexpr, IEEE: tl.constexpr):
+        """acc + x[:, k0:k0 + BK] at (at: `_a_chunk` of k0, loaded by the caller); NORM: x = bf16(h * rstd) * w of
+        these columns, SILU: x = the MLP activation of gate h and up u (`_silu_cols`), either written out; else
+        x = h."""
         cols = k0 + tl.arange(0, BK)
         c_ok = cols < H
         ok = r_ok[:, None] & c_ok[None, :]
@@ -213,8 +221,6 @@ if HAVE_TRITON:
             tl.store(x_ptr + rows64[:, None] * stride_x + cols[None, :], x, mask=ok)
         else:
             x = h
-        at = tl.load(a_ptr + rc[None, :] * stride_a + cols[:, None], mask=c_ok[:, None] & rc_ok[None, :],
-                     other=0.0)  # [BK, RP]: a^T's chunk
         if IEEE:
             acc += tl.dot(x.to(tl.float32), at.to(tl.float32), input_precision="ieee")
         else:
@@ -232,8 +238,8 @@ if HAVE_TRITON:
         (rstd over the whole row, which every split of a row block computes itself: for one row with one whole-row
         load); SILU: h is the gate projection, u_ptr the up projection and x = silu(h + t_g B_g^T) * (u + t_u B_u^T)
         (HAS_TG: with the gate/up LoRA update, t_g | t_u at tg_ptr, B_g over B_u at b_ptr, rank R) is computed and
-        written, as silu_mul does; else x = h. Up to 4 steps a program the loop is unrolled, so its loads are in
-        flight together (a decode step's launch is latency-bound). With one split t is written directly; with several
+        written, as silu_mul does; else x = h. Up to 4 steps a program the loop is unrolled, its A chunks loaded
+        first, so its loads are in flight together (a decode step's launch is latency-bound). With one split t is written directly; with several
         the fp32 partials of the row block's BMR real rows are parked in ws and its last program to arrive sums them
         in split order (deterministic; RED partials a load, the loads unrolled) and writes t, then resets the row
         block's arrival counter (as the stream-K GEMMs' tiles do)."""
@@ -242,6 +248,20 @@ if HAVE_TRITON:
         rows = pid_m * BM + tl.arange(0, BM)
         r_ok = rows < M
         rows64 = rows.to(tl.int64)
+        rc = tl.arange(0, RP)
+        rc_ok = rc < RT
+        k_lo = pid_s * (ITERS * BK)
+        if ITERS <= 4:  # first, the A chunks of the unrolled steps (from HBM): in flight before anything waits
+            at0 = _a_chunk(a_ptr, k_lo, rc, rc_ok, H, stride_a, BK)
+            at1 = at0
+            at2 = at0
+            at3 = at0
+            if ITERS > 1:
+                at1 = _a_chunk(a_ptr, k_lo + BK, rc, rc_ok, H, stride_a, BK)
+            if ITERS > 2:
+                at2 = _a_chunk(a_ptr, k_lo + 2 * BK, rc, rc_ok, H, stride_a, BK)
+            if ITERS > 3:
+                at3 = _a_chunk(a_ptr, k_lo + 3 * BK, rc, rc_ok, H, stride_a, BK)
         rstd = tl.zeros([BM], dtype=tl.float32)
         if NORM:
             if BMR == 1:
@@ -256,20 +276,24 @@ if HAVE_TRITON:
                     hv = tl.load(h_ptr + rows64[:, None] * stride_h + cols[None, :], mask=ok, other=0.0).to(tl.float32)
                     ss += tl.sum(hv * hv, axis=1)
                 rstd = 1.0 / tl.sqrt_rn(ss / H + eps)
-        rc = tl.arange(0, RP)
-        rc_ok = rc < RT
         acc = tl.zeros([BM, RP], dtype=tl.float32)
-        k_lo = pid_s * (ITERS * BK)
         if ITERS <= 4:
-            for i in tl.static_range(ITERS):
-                acc = _lora_step(acc, k_lo + i * BK, h_ptr, w_ptr, a_ptr, x_ptr, rows64, r_ok, rstd, rc, rc_ok, H,
-                                 stride_h, stride_a, stride_x, u_ptr, tg_ptr, b_ptr, stride_u, stride_tg, NORM, SILU,
-                                 R, HAS_TG, BK, IEEE)
+            acc = _lora_step(acc, k_lo, at0, h_ptr, w_ptr, x_ptr, rows64, r_ok, rstd, H, stride_h, stride_x, u_ptr,
+                             tg_ptr, b_ptr, stride_u, stride_tg, NORM, SILU, R, HAS_TG, BK, IEEE)
+            if ITERS > 1:
+                acc = _lora_step(acc, k_lo + BK, at1, h_ptr, w_ptr, x_ptr, rows64, r_ok, rstd, H, stride_h, stride_x,
+                                 u_ptr, tg_ptr, b_ptr, stride_u, stride_tg, NORM, SILU, R, HAS_TG, BK, IEEE)
+            if ITERS > 2:
+                acc = _lora_step(acc, k_lo + 2 * BK, at2, h_ptr, w_ptr, x_ptr, rows64, r_ok, rstd, H, stride_h,
+                                 stride_x, u_ptr, tg_ptr, b_ptr, stride_u, stride_tg, NORM, SILU, R, HAS_TG, BK, IEEE)
+            if ITERS > 3:
+                acc = _lora_step(acc, k_lo + 3 * BK, at3, h_ptr, w_ptr, x_ptr, rows64, r_ok, rstd, H, stride_h,
+                                 stride_x, u_ptr, tg_ptr, b_ptr, stride_u, stride_tg, NORM, SILU, R, HAS_TG, BK, IEEE)
         else:
             for k0 in range(k_lo, k_lo + ITERS * BK, BK):
-                acc = _lora_step(acc, k0, h_ptr, w_ptr, a_ptr, x_ptr, rows64, r_ok, rstd, rc, rc_ok, H,
-                                 stride_h, stride_a, stride_x, u_ptr, tg_ptr, b_ptr, stride_u, stride_tg, NORM, SILU,
-                                 R, HAS_TG, BK, IEEE)
+                at = _a_chunk(a_ptr, k0, rc, rc_ok, H, stride_a, BK)
+                acc = _lora_step(acc, k0, at, h_ptr, w_ptr, x_ptr, rows64, r_ok, rstd, H, stride_h, stride_x, u_ptr,
+                                 tg_ptr, b_ptr, stride_u, stride_tg, NORM, SILU, R, HAS_TG, BK, IEEE)
         if NSPLIT == 1:
             tl.store(t_ptr + rows64[:, None] * stride_t + rc[None, :], acc.to(t_ptr.dtype.element_ty),
                      mask=r_ok[:, None] & rc_ok[None, :])
