@@ -200,12 +200,13 @@ if HAVE_TRITON:
                        other=0.0)
 
     @triton.jit
-    def _lora_step(acc, k0, at, h_ptr, w_ptr, x_ptr, rows64, r_ok, rstd, H, stride_h, stride_x, u_ptr, tg_ptr,
-                   b_ptr, stride_u, stride_tg, NORM: tl.constexpr, SILU: tl.constexpr, R: tl.constexpr,
-                   HAS_TG: tl.constexpr, BK: tl.constexpr, IEEE: tl.constexpr):
-        """acc + x[:, k0:k0 + BK] at (at: `_a_chunk` of k0, loaded by the caller); NORM: x = bf16(h * rstd) * w of
-        these columns, SILU: x = the MLP activation of gate h and up u (`_silu_cols`), either written out; else
-        x = h."""
+    def _lora_step(acc, k0, at, h_ptr, w_ptr, a_ptr, x_ptr, rows64, r_ok, rstd, rc, rc_ok, H, stride_h, stride_a,
+                   stride_x, u_ptr, tg_ptr, b_ptr, stride_u, stride_tg, NORM: tl.constexpr, SILU: tl.constexpr,
+                   R: tl.constexpr, HAS_TG: tl.constexpr, BK: tl.constexpr, IEEE: tl.constexpr,
+                   LOAD_A: tl.constexpr):
+        """acc + x[:, k0:k0 + BK] a^T[k0:k0 + BK]; NORM: x = bf16(h * rstd) * w of these columns, SILU: x = the MLP
+        activation of gate h and up u (`_silu_cols`), either written out; else x = h. LOAD_A: the A chunk is loaded
+        here, after x is written; else `at` is the chunk, loaded by the caller."""
         cols = k0 + tl.arange(0, BK)
         c_ok = cols < H
         ok = r_ok[:, None] & c_ok[None, :]
@@ -221,6 +222,8 @@ if HAVE_TRITON:
             tl.store(x_ptr + rows64[:, None] * stride_x + cols[None, :], x, mask=ok)
         else:
             x = h
+        if LOAD_A:
+            at = _a_chunk(a_ptr, k0, rc, rc_ok, H, stride_a, BK)
         if IEEE:
             acc += tl.dot(x.to(tl.float32), at.to(tl.float32), input_precision="ieee")
         else:
@@ -251,11 +254,15 @@ if HAVE_TRITON:
         rc = tl.arange(0, RP)
         rc_ok = rc < RT
         k_lo = pid_s * (ITERS * BK)
-        if ITERS <= 4:  # first, the A chunks of the unrolled steps (from HBM): in flight before anything waits
+        # without the norm, the A chunks of the unrolled steps (from HBM) are loaded first, in flight before anything
+        # waits (call 44: SiLU + down 8.28 -> 7.42 us, lora_down 4.15 -> 3.93 at 1 row); with it that made the row's
+        # load wait (norm + q/k/v 4.88 -> 5.08, norm + gate/up 4.25 -> 4.60), so NORM loads each chunk in its step
+        at0 = tl.zeros([BK, RP], dtype=a_ptr.dtype.element_ty)
+        at1 = at0
+        at2 = at0
+        at3 = at0
+        if (ITERS <= 4) and (not NORM):
             at0 = _a_chunk(a_ptr, k_lo, rc, rc_ok, H, stride_a, BK)
-            at1 = at0
-            at2 = at0
-            at3 = at0
             if ITERS > 1:
                 at1 = _a_chunk(a_ptr, k_lo + BK, rc, rc_ok, H, stride_a, BK)
             if ITERS > 2:
@@ -278,22 +285,16 @@ if HAVE_TRITON:
                 rstd = 1.0 / tl.sqrt_rn(ss / H + eps)
         acc = tl.zeros([BM, RP], dtype=tl.float32)
         if ITERS <= 4:
-            acc = _lora_step(acc, k_lo, at0, h_ptr, w_ptr, x_ptr, rows64, r_ok, rstd, H, stride_h, stride_x, u_ptr,
-                             tg_ptr, b_ptr, stride_u, stride_tg, NORM, SILU, R, HAS_TG, BK, IEEE)
-            if ITERS > 1:
-                acc = _lora_step(acc, k_lo + BK, at1, h_ptr, w_ptr, x_ptr, rows64, r_ok, rstd, H, stride_h, stride_x,
-                                 u_ptr, tg_ptr, b_ptr, stride_u, stride_tg, NORM, SILU, R, HAS_TG, BK, IEEE)
-            if ITERS > 2:
-                acc = _lora_step(acc, k_lo + 2 * BK, at2, h_ptr, w_ptr, x_ptr, rows64, r_ok, rstd, H, stride_h,
-                                 stride_x, u_ptr, tg_ptr, b_ptr, stride_u, stride_tg, NORM, SILU, R, HAS_TG, BK, IEEE)
-            if ITERS > 3:
-                acc = _lora_step(acc, k_lo + 3 * BK, at3, h_ptr, w_ptr, x_ptr, rows64, r_ok, rstd, H, stride_h,
-                                 stride_x, u_ptr, tg_ptr, b_ptr, stride_u, stride_tg, NORM, SILU, R, HAS_TG, BK, IEEE)
+            for i in tl.static_range(ITERS):
+                at = at0 if i == 0 else at1 if i == 1 else at2 if i == 2 else at3
+                acc = _lora_step(acc, k_lo + i * BK, at, h_ptr, w_ptr, a_ptr, x_ptr, rows64, r_ok, rstd, rc, rc_ok, H,
+                                 stride_h, stride_a, stride_x, u_ptr, tg_ptr, b_ptr, stride_u, stride_tg, NORM, SILU,
+                                 R, HAS_TG, BK, IEEE, NORM)
         else:
             for k0 in range(k_lo, k_lo + ITERS * BK, BK):
-                at = _a_chunk(a_ptr, k0, rc, rc_ok, H, stride_a, BK)
-                acc = _lora_step(acc, k0, at, h_ptr, w_ptr, x_ptr, rows64, r_ok, rstd, H, stride_h, stride_x, u_ptr,
-                                 tg_ptr, b_ptr, stride_u, stride_tg, NORM, SILU, R, HAS_TG, BK, IEEE)
+                acc = _lora_step(acc, k0, at0, h_ptr, w_ptr, a_ptr, x_ptr, rows64, r_ok, rstd, rc, rc_ok, H,
+                                 stride_h, stride_a, stride_x, u_ptr, tg_ptr, b_ptr, stride_u, stride_tg, NORM, SILU,
+                                 R, HAS_TG, BK, IEEE, True)
         if NSPLIT == 1:
             tl.store(t_ptr + rows64[:, None] * stride_t + rc[None, :], acc.to(t_ptr.dtype.element_ty),
                      mask=r_ok[:, None] & rc_ok[None, :])
