@@ -137,6 +137,24 @@ def time_graph(fn) -> float:
     return ms * 1e3
 
 
+def load_module_file(path: str | Path, name: str):
+    """The module in source file `path` (e.g. an earlier commit's version of one of ours, `git show REV:FILE`),
+    imported under `name`, for a before / after comparison in one process on one GPU (qerl_kernels.bench_lora's
+    --decode-file, qerl.profiling.step_trace's --engine-file).
+
+    Raises:
+        FileNotFoundError: no such file.
+    """
+    import importlib.util
+
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"load_module_file: no file {path}")
+    spec = importlib.util.spec_from_file_location(name, str(path))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
 def copies_for(nbytes: int, l2: int, cap: int = 256) -> int:
     """Weight copies so that one pass over them is at least 2.5x the L2 cache."""
     return int(min(cap, max(2, math.ceil(2.5 * l2 / max(nbytes, 1)))))

@@ -10,6 +10,8 @@ precedes it. Each op is captured once per layer of the model, every layer with i
 divided by the layer count: microseconds per launch as a decode step pays them, launch gaps included.
 
 Run (GPU): python -m qerl_kernels.bench_lora --rows 1 8 16 32 64 128 --splits 8 16 64 --out lora.json --md lora.md
+An earlier version of the kernels on the same GPU: git show REV:qerl_kernels/decode.py > decode_before.py, then the
+same command with --decode-file decode_before.py.
 """
 from __future__ import annotations
 
@@ -19,9 +21,9 @@ import json
 import torch
 
 from qerl_kernels import decode
-from qerl_kernels.bench import time_graph
+from qerl_kernels.bench import load_module_file, time_graph
 
-__all__ = ["SHAPES", "bench", "main"]
+__all__ = ["SHAPES", "bench", "main", "use_decode"]
 
 #: hidden size, intermediate size, stacked LoRA ranks (q/k/v: 3 x r, gate/up: 2 x r, o and down: r), layers
 SHAPES = {
@@ -117,6 +119,12 @@ def bench(model: str, rows_list, splits_list, dtype=torch.bfloat16) -> list[dict
     return out
 
 
+def use_decode(path: str) -> None:
+    """Time the kernels of the decode module in source file `path` from now on (bench.load_module_file)."""
+    global decode
+    decode = load_module_file(path, "qerl_decode_alt")
+
+
 def markdown(rows: list[dict]) -> str:
     """One table per model: op x rows, us per launch of each variant, and the default split's speed-up."""
     lines = []
@@ -144,19 +152,26 @@ def main(argv=None) -> None:
     ap.add_argument("--splits", nargs="*", type=int, default=[8, 16, 64], help="other split counts to time")
     ap.add_argument("--out", default=None, help="JSON list of the rows")
     ap.add_argument("--md", default=None, help="Markdown tables")
+    ap.add_argument("--decode-file", default=None,
+                    help="time the kernels of this decode module instead (e.g. `git show REV:qerl_kernels/decode.py`: "
+                         "an earlier version, for a before / after comparison on one GPU)")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         raise SystemExit("bench_lora: needs a CUDA GPU")
+    if args.decode_file:
+        use_decode(args.decode_file)
     rows = []
     for model in args.models:  # the files are rewritten after each model: a run cut short keeps what it measured
         rows += bench(model, args.rows, args.splits)
         md = markdown(rows)
         if args.out:
             with open(args.out, "w") as f:
-                json.dump(dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__, rows=rows), f, indent=1)
+                json.dump(dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__, decode=args.decode_file,
+                               rows=rows), f, indent=1)
         if args.md:
+            src = f", decode module {args.decode_file}" if args.decode_file else ""
             with open(args.md, "w") as f:
-                f.write(f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}\n\n{md}\n")
+                f.write(f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}{src}\n\n{md}\n")
     print(md)
 
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import importlib.util
 import json
 import time
 from collections import defaultdict
@@ -37,10 +36,9 @@ def _load_engine_class(path: str | None):
     if path is None:
         from qerl.rl.engine import DecodeEngine
         return DecodeEngine
-    spec = importlib.util.spec_from_file_location("qerl_engine_alt", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.DecodeEngine
+    from qerl_kernels.bench import load_module_file
+
+    return load_module_file(path, "qerl_engine_alt").DecodeEngine
 
 
 @torch.no_grad()

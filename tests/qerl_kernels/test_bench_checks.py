@@ -1,7 +1,8 @@
 """The benchmark's correctness checker (qerl_kernels.bench._check_kernel), on the CPU with stand-in kernels: a kernel
 that computes the float32 reference product passes at every format, dtype, M, bias and group; one 1 % off, one that
 raises, and one that is not repeatable each give FAIL lines (reported, never raised), so a GPU run's "OK" means
-something."""
+something; and the loader of an earlier module version for before / after runs."""
+import pytest
 import torch
 
 from qerl_kernels import bench
@@ -44,3 +45,28 @@ def test_wrong_raising_and_unrepeatable_kernels_fail_without_raising():
         return y
     ok, lines = check(drifts)
     assert not ok and all("repeatable=False" in line for line in lines)
+
+
+def test_an_earlier_module_version_loads_from_its_file_for_a_before_after_run(tmp_path):
+    """bench.load_module_file imports a source file (an earlier commit's module) beside ours; bench_lora's
+    --decode-file then times that module's kernels; step_trace's --engine-file takes an engine class the same way;
+    a missing file is named."""
+    from pathlib import Path
+
+    import qerl_kernels
+    from qerl_kernels import bench_lora, decode
+    from qerl.profiling.step_trace import _load_engine_class
+    src = Path(qerl_kernels.__file__).parent / "decode.py"
+    old = tmp_path / "decode_before.py"
+    old.write_text(src.read_text().replace("SILU_LORA_SPLITS = 128", "SILU_LORA_SPLITS = 64"))
+    mod = bench.load_module_file(old, "decode_before_test")
+    assert mod is not decode and mod.SILU_LORA_SPLITS == 64 and decode.SILU_LORA_SPLITS == 128
+    try:
+        bench_lora.use_decode(str(old))
+        assert bench_lora.decode.SILU_LORA_SPLITS == 64
+    finally:
+        bench_lora.decode = decode
+    engine = Path(qerl_kernels.__file__).parent.parent / "qerl" / "rl" / "engine.py"
+    assert _load_engine_class(str(engine)).__name__ == "DecodeEngine"
+    with pytest.raises(FileNotFoundError, match="no file"):
+        bench.load_module_file(tmp_path / "missing.py", "x")
