@@ -4,7 +4,7 @@
 # to read the training settings of --config, default config/paper.yaml), compile the kernels in
 # parallel, optionally run the engine's GPU tests (TESTS=1) and the decode-step trace (TRACE=1: qerl.profiling.
 # step_trace, the current engine against .whl/engine_before.py when present), the LoRA down-product benchmark
-# (LORA_BENCH=1: qerl_kernels.bench_lora, rows $LORA_ROWS), then `qerl profile` into $W/prof
+# (LORA_BENCH=1: qerl_kernels.bench_lora, rows $LORA_ROWS; again with .whl/decode_before.py's kernels when present), then `qerl profile` into $W/prof
 # (rollout.csv, e2e.csv, memory.csv, rollout_hf.csv; the machine's description in env.txt; the log in log.txt).
 # Resumes from PREV (a folder of earlier CSVs and dispatch.json, e.g. the last call's) when given. Everything is
 # packed into $OUT/profile.tgz (the device tool returns at most 8 files).
@@ -40,6 +40,11 @@ fi
 if [ -n "$LORA_BENCH" ]; then  # the LoRA down-products: split kernel vs norm + cuBLAS (qerl_kernels.bench_lora)
   timeout "${LORA_S:-150}" python3 -m qerl_kernels.bench_lora --rows ${LORA_ROWS:-1 8 16 64} --splits ${LORA_SPLITS:-16} \
     --out "$W/lora.json" --md "$W/lora.md" > "$W/lora.log" 2>&1; tail -3 "$W/lora.log"; cat "$W/lora.md"
+  if [ -f .whl/decode_before.py ]; then  # the same with an earlier decode module's kernels (`git show REV:...`)
+    timeout "${LORA_S:-150}" python3 -m qerl_kernels.bench_lora --rows ${LORA_ROWS:-1 8 16 64} --splits ${LORA_SPLITS:-16} \
+      --decode-file .whl/decode_before.py --out "$W/lora_before.json" --md "$W/lora_before.md" > "$W/lora_before.log" 2>&1
+    cat "$W/lora_before.md"
+  fi
 fi
 if [ -n "$TRACE" ]; then
   EF=""; [ -f .whl/engine_before.py ] && EF="--engine-file .whl/engine_before.py --engine-name before"
