@@ -4,7 +4,8 @@
 # to read the training settings of --config, default config/paper.yaml), compile the kernels in
 # parallel, optionally run the engine's GPU tests (TESTS=1) and the decode-step trace (TRACE=1: qerl.profiling.
 # step_trace, the current engine against .whl/engine_before.py when present), the LoRA down-product benchmark
-# (LORA_BENCH=1: qerl_kernels.bench_lora, rows $LORA_ROWS; again with .whl/decode_before.py's kernels when present), then `qerl profile` into $W/prof
+# (LORA_BENCH=1: qerl_kernels.bench_lora, rows $LORA_ROWS; again with .whl/decode_before.py's kernels when present),
+# then `qerl profile` into $W/prof
 # (rollout.csv, e2e.csv, memory.csv, rollout_hf.csv; the machine's description in env.txt; the log in log.txt).
 # Resumes from PREV (a folder of earlier CSVs and dispatch.json, e.g. the last call's) when given. Everything is
 # packed into $OUT/profile.tgz (the device tool returns at most 8 files).
