@@ -25,7 +25,8 @@ How the kernels work: layout.py (the load-time weight layout and its torch refer
 E2M1 decoder), fp4_triton.py (the Triton kernels), fp4_tuning.py (their autotuning), fp4_launch.py (launchers and
 dispatch by M), fp4_gluon.py (the Gluon kernel and its launcher), fp4_wgmma.py (the wgmma kernel), fp4_gemv.py (the
 skinny-M kernel); bench.py for how they are measured (bench_lora.py for the decode step's LoRA down-products),
-kernels.notes.md for what each GPU call measured.
+kernels.notes.md for what each GPU call measured; gluon_compile.py and decode_compile.py build the Gluon GEMMs'
+and the decode step's launches for sm_90 on a CPU machine (registers, spills, SASS).
 """
 from __future__ import annotations
 

@@ -41,7 +41,8 @@ rotate_half(q)*sin separately in bf16); attention normalises after the PV produc
 probabilities rounded to the compute dtype for the PV product, as the engine's torch path does.
 
 Run the tests: `TRITON_INTERPRET=1 pytest tests/qerl_kernels/test_decode.py -q` (CPU), `pytest tests/qerl_kernels` on
-a GPU.
+a GPU. The 7B step's launches built for sm_90 without a GPU (registers, spills, SASS, loads before the first
+barrier): `python -m qerl_kernels.decode_compile`.
 """
 from __future__ import annotations
 

@@ -1,0 +1,33 @@
+"""The offline build of the decode step's kernels (qerl_kernels.decode_compile) on the CPU machine: the wrappers'
+own launches recorded (the 7B step's grids), built for sm_90 with the bundled ptxas, without spills; run in a fresh
+process without TRITON_INTERPRET (the interpreter replaces the JIT)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def test_the_attention_launches_build_for_sm90():
+    try:
+        from triton.backends.nvidia.compiler import get_ptxas
+        assert get_ptxas(90).path
+    except Exception as e:  # noqa: BLE001 - a Triton without its CUDA backend or ptxas
+        pytest.skip(f"no CUDA backend / ptxas in this Triton: {e}")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    r = subprocess.run([sys.executable, "-m", "qerl_kernels.decode_compile", "--rows", "1", "--only",
+                        "attention + combine with o's LoRA", "--json"], capture_output=True, text=True, env=env,
+                       timeout=300, cwd=Path(__file__).resolve().parents[2])
+    rows = [json.loads(ln) for ln in r.stdout.splitlines() if ln.startswith("{")]
+    assert r.returncode == 0 and [row["kernel"] for row in rows] == ["_attn_split_kernel", "_attn_combine_kernel"], \
+        (r.stdout, r.stderr[-3000:])
+    split, combine = rows
+    assert split["grid"] == [1, 4, 8] and combine["grid"] == [1, 28]  # 7B at batch 1, span 1024: 8 key splits
+    for row in rows:
+        assert row["status"] == "ok" and row["regs"] > 0 and row["spill_st"] == 0, row
+        if "sass" in row:  # cuobjdump present: the combine loads its inputs (o's factors among them) up front
+            assert row["sass"] > 0 and 0 < row["ldg_before_bar"] <= row["ldg"], row
