@@ -58,7 +58,7 @@ __all__ = ["sample_gumbel", "sample_gumbel_pays", "rmsnorm", "rmsnorm_reference"
            "rmsnorm_lora_reference", "LORA_SPLIT_MAX_ROWS", "LORA_SPLITS", "lora_block",
            "lora_down", "lora_splits", "qkv_rope_cache", "qkv_rope_cache_reference", "decode_attention",
            "decode_attention_reference", "attention_splits", "silu_mul", "silu_mul_reference", "silu_mul_lora",
-           "SILU_LORA_SPLITS", "lora_rank_pad"]
+           "SILU_LORA_SPLITS", "lora_rank_pad", "ROPE_ONE_ROW"]
 
 
 def lora_rank_pad(r: int) -> int:
@@ -397,17 +397,22 @@ if HAVE_TRITON:
         tl.store(ent_ptr + row, tl.sum(ent, axis=0))
 
     @triton.jit
-    def _lora_half(y_ptr, stride_y, bias_ptr, t_ptr, stride_t, b_ptr, rows, cols, t_col, m_ok,
-                   HAS_BIAS: tl.constexpr, HAS_LORA: tl.constexpr, R: tl.constexpr, IEEE: tl.constexpr):
-        """[BM, D2] float32: base projection columns `cols` of rows `rows` + bias + t[:, t_col:+R] @ B[cols]^T
-        (bias_ptr and b_ptr already point at the head's first column / row."""
+    def _half_loads(y_ptr, stride_y, bias_ptr, b_ptr, rows, cols, m_ok, HAS_BIAS: tl.constexpr,
+                    HAS_LORA: tl.constexpr, R: tl.constexpr):
+        """(base projection columns `cols` of rows `rows` + bias, float32 [BM, D2]; B[cols]^T [R, D2] or 0): the
+        loads of one half of a head (bias_ptr and b_ptr already point at the head's first column / row)."""
         y = tl.load(y_ptr + rows[:, None] * stride_y + cols[None, :], mask=m_ok[:, None], other=0.0).to(tl.float32)
         if HAS_BIAS:
             y += tl.load(bias_ptr + cols).to(tl.float32)[None, :]
+        bt = 0.0
         if HAS_LORA:
-            rr = tl.arange(0, R)
-            tt = tl.load(t_ptr + rows[:, None] * stride_t + t_col + rr[None, :], mask=m_ok[:, None], other=0.0)
-            bt = tl.load(b_ptr + cols[None, :] * R + rr[:, None])                     # [R, D2]
+            bt = tl.load(b_ptr + cols[None, :] * R + tl.arange(0, R)[:, None])                     # [R, D2]
+        return y, bt
+
+    @triton.jit
+    def _lora_add(y, tt, bt, HAS_LORA: tl.constexpr, IEEE: tl.constexpr):
+        """y + t B^T for one half (tt [BM, R], bt [R, D2] from `_half_loads`)."""
+        if HAS_LORA:
             if IEEE:
                 y += tl.dot(tt.to(tl.float32), bt.to(tl.float32), input_precision="ieee")
             else:
@@ -415,18 +420,54 @@ if HAVE_TRITON:
         return y
 
     @triton.jit
-    def _rope_head(y_ptr, stride_y, bias_ptr, t_ptr, stride_t, b_ptr, cos_ptr, sin_ptr, stride_cs, pos_ptr, out_ptr,
-                   stride_out, rows, m_ok, t_col, ROPE: tl.constexpr, D: tl.constexpr,
-                   HAS_BIAS: tl.constexpr, HAS_LORA: tl.constexpr, R: tl.constexpr, IEEE: tl.constexpr):
-        """One head (D columns starting at y_ptr / bias_ptr / b_ptr) of rows `rows`: base + bias + LoRA, rotated
-        if ROPE, stored at out_ptr + row * stride_out (two halves of D / 2 columns: RoPE pairs column i with
-        column i + D / 2)."""
+    def _rope_row(y_ptr, stride_y, bias_ptr, t_ptr, stride_t, b_ptr, cos_ptr, sin_ptr, stride_cs, pos_ptr, out_ptr,
+                  stride_out, row, t_col, ROPE: tl.constexpr, D: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_LORA: tl.constexpr,
+                  R: tl.constexpr):
+        """`_rope_head` for one row: the LoRA update as float32 products summed over the rank ([D / 2, R] tiles),
+        not a tensor-core product, so no operand passes through shared memory and every load is in flight at once
+        (the MMA path converts each loaded tile behind a barrier, one after the other)."""
         D2: tl.constexpr = D // 2
         c = tl.arange(0, D2)
-        x1 = _lora_half(y_ptr, stride_y, bias_ptr, t_ptr, stride_t, b_ptr, rows, c, t_col, m_ok,
-                        HAS_BIAS, HAS_LORA, R, IEEE)
-        x2 = _lora_half(y_ptr, stride_y, bias_ptr, t_ptr, stride_t, b_ptr, rows, c + D2, t_col, m_ok,
-                        HAS_BIAS, HAS_LORA, R, IEEE)
+        y1 = tl.load(y_ptr + row * stride_y + c).to(tl.float32)
+        y2 = tl.load(y_ptr + row * stride_y + D2 + c).to(tl.float32)
+        if HAS_BIAS:
+            y1 += tl.load(bias_ptr + c).to(tl.float32)
+            y2 += tl.load(bias_ptr + D2 + c).to(tl.float32)
+        if HAS_LORA:
+            rr = tl.arange(0, R)
+            tt = tl.load(t_ptr + row * stride_t + t_col + rr).to(tl.float32)
+            b1 = tl.load(b_ptr + c[:, None] * R + rr[None, :]).to(tl.float32)                         # [D2, R]
+            b2 = tl.load(b_ptr + (D2 + c)[:, None] * R + rr[None, :]).to(tl.float32)
+            y1 += tl.sum(b1 * tt[None, :], axis=1)
+            y2 += tl.sum(b2 * tt[None, :], axis=1)
+        if ROPE:
+            cs = tl.load(pos_ptr + row) * stride_cs
+            cos1 = tl.load(cos_ptr + cs + c).to(tl.float32)
+            cos2 = tl.load(cos_ptr + cs + D2 + c).to(tl.float32)
+            sin1 = tl.load(sin_ptr + cs + c).to(tl.float32)
+            sin2 = tl.load(sin_ptr + cs + D2 + c).to(tl.float32)
+            o1 = y1 * cos1 - y2 * sin1
+            o2 = y2 * cos2 + y1 * sin2
+        else:
+            o1, o2 = y1, y2
+        base = out_ptr + row.to(tl.int64) * stride_out
+        tl.store(base + c, o1.to(out_ptr.dtype.element_ty))
+        tl.store(base + D2 + c, o2.to(out_ptr.dtype.element_ty))
+
+    @triton.jit
+    def _rope_head(y_ptr, stride_y, bias_ptr, t_ptr, stride_t, b_ptr, cos_ptr, sin_ptr, stride_cs, pos_ptr, out_ptr,
+                   stride_out, rows, m_ok, t_col, ROPE: tl.constexpr, D: tl.constexpr,
+                   HAS_BIAS: tl.constexpr, HAS_LORA: tl.constexpr, R: tl.constexpr, IEEE: tl.constexpr,
+                   ONE: tl.constexpr = False):
+        """One head (D columns starting at y_ptr / bias_ptr / b_ptr) of rows `rows`: base + bias + LoRA, rotated
+        if ROPE, stored at out_ptr + row * stride_out (two halves of D / 2 columns: RoPE pairs column i with
+        column i + D / 2). ONE: a single row (`_rope_row`, the batch-1 path; rows[0] is the row)."""
+        if ONE:
+            _rope_row(y_ptr, stride_y, bias_ptr, t_ptr, stride_t, b_ptr, cos_ptr, sin_ptr, stride_cs, pos_ptr, out_ptr,
+                      stride_out, tl.min(rows, axis=0), t_col, ROPE, D, HAS_BIAS, HAS_LORA, R)
+            return
+        D2: tl.constexpr = D // 2
+        c = tl.arange(0, D2)
         if ROPE:
             pos = tl.load(pos_ptr + rows, mask=m_ok, other=0)
             cs = pos[:, None] * stride_cs
@@ -434,6 +475,15 @@ if HAVE_TRITON:
             cos2 = tl.load(cos_ptr + cs + D2 + c[None, :], mask=m_ok[:, None], other=0.0).to(tl.float32)
             sin1 = tl.load(sin_ptr + cs + c[None, :], mask=m_ok[:, None], other=0.0).to(tl.float32)
             sin2 = tl.load(sin_ptr + cs + D2 + c[None, :], mask=m_ok[:, None], other=0.0).to(tl.float32)
+        y1, b1 = _half_loads(y_ptr, stride_y, bias_ptr, b_ptr, rows, c, m_ok, HAS_BIAS, HAS_LORA, R)
+        y2, b2 = _half_loads(y_ptr, stride_y, bias_ptr, b_ptr, rows, c + D2, m_ok, HAS_BIAS, HAS_LORA, R)
+        tt = 0.0
+        if HAS_LORA:
+            tt = tl.load(t_ptr + rows[:, None] * stride_t + t_col + tl.arange(0, R)[None, :], mask=m_ok[:, None],
+                         other=0.0)
+        x1 = _lora_add(y1, tt, b1, HAS_LORA, IEEE)
+        x2 = _lora_add(y2, tt, b2, HAS_LORA, IEEE)
+        if ROPE:
             o1 = x1 * cos1 - x2 * sin1
             o2 = x2 * cos2 + x1 * sin2
         else:
@@ -452,9 +502,10 @@ if HAVE_TRITON:
             stride_q, stride_k, stride_v, stride_t, stride_cs, stride_cb, stride_ch, stride_cs2,
             # meta
             HEADS: tl.constexpr, KVH: tl.constexpr, D: tl.constexpr, BM: tl.constexpr, R: tl.constexpr,
-            HAS_BIAS: tl.constexpr, HAS_LORA: tl.constexpr, IEEE: tl.constexpr):
+            HAS_BIAS: tl.constexpr, HAS_LORA: tl.constexpr, IEEE: tl.constexpr, ONE: tl.constexpr = False):
         """Program (row block, head j): j < HEADS a query head (rotated, written to qo), j < HEADS + KVH a key head
-        (rotated, written to the cache slot), else a value head (written to the cache slot)."""
+        (rotated, written to the cache slot), else a value head (written to the cache slot). ONE: one row in all
+        (batch 1), without tensor-core products (`_rope_row`)."""
         j = tl.program_id(1)
         rows = tl.program_id(0) * BM + tl.arange(0, BM)
         m_ok = rows < M
@@ -463,18 +514,18 @@ if HAVE_TRITON:
             col0 = j * D
             _rope_head(q_ptr + col0, stride_q, bias_ptr + col0, t_ptr, stride_t, b_ptr + col0 * R, cos_ptr, sin_ptr,
                        stride_cs, pos_ptr, qo_ptr + col0, HEADS * D, rows, m_ok, 0, True, D, HAS_BIAS, HAS_LORA,
-                       R, IEEE)
+                       R, IEEE, ONE)
         elif j < HEADS + KVH:
             col0 = (j - HEADS) * D
             _rope_head(k_ptr + col0, stride_k, bias_ptr + NQ + col0, t_ptr, stride_t, b_ptr + (NQ + col0) * R,
                        cos_ptr, sin_ptr, stride_cs, pos_ptr, kc_ptr + (j - HEADS) * stride_ch + slot * stride_cs2,
-                       stride_cb, rows, m_ok, R, True, D, HAS_BIAS, HAS_LORA, R, IEEE)
+                       stride_cb, rows, m_ok, R, True, D, HAS_BIAS, HAS_LORA, R, IEEE, ONE)
         else:
             col0 = (j - HEADS - KVH) * D
             _rope_head(v_ptr + col0, stride_v, bias_ptr + NQ + NK + col0, t_ptr, stride_t,
                        b_ptr + (NQ + NK + col0) * R, cos_ptr, sin_ptr, stride_cs, pos_ptr,
                        vc_ptr + (j - HEADS - KVH) * stride_ch + slot * stride_cs2, stride_cb, rows, m_ok,
-                       2 * R, False, D, HAS_BIAS, HAS_LORA, R, IEEE)
+                       2 * R, False, D, HAS_BIAS, HAS_LORA, R, IEEE, ONE)
 
     @triton.jit
     def _attn_split_kernel(
@@ -734,6 +785,12 @@ def lora_down(x: torch.Tensor, a: torch.Tensor, *, use_triton: bool = False,
     return t.view(*x.shape[:-1], a.shape[0])
 
 
+#: at batch 1 qkv_rope_cache computes its one row without tensor-core products (`_rope_row`): the MMA path's operand
+#: conversions through shared memory, one loaded tile at a time behind a barrier, chain the loads (SASS:
+#: qerl_kernels.decode_compile); False: the MMA path at every batch
+ROPE_ONE_ROW = True
+
+
 def qkv_rope_cache(q, k, v, t, lora_b, bias, cos, sin, pos, slot, k_cache, v_cache, *, use_triton: bool = False):
     """Finish the attention projections of one decode step and write the new key/value into the cache.
 
@@ -775,7 +832,7 @@ def qkv_rope_cache(q, k, v, t, lora_b, bias, cos, sin, pos, slot, k_cache, v_cac
         q2.stride(0), k2.stride(0), v2.stride(0), t2.stride(0), cos.stride(0), k_cache.stride(0),
         k_cache.stride(1), k_cache.stride(2),
         HEADS=heads, KVH=kvh, D=d, BM=bm, R=r, HAS_BIAS=bias is not None, HAS_LORA=t is not None,
-        IEEE=_ieee(q), num_warps=4)
+        IEEE=_ieee(q), ONE=bsz == 1 and ROPE_ONE_ROW, num_warps=4)
     return out
 
 

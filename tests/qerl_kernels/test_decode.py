@@ -56,14 +56,20 @@ def _qkv_inputs(dtype, bsz=3, heads=4, kvh=2, d=32, r=16, max_len=24, lora=True,
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("lora,bias", [(True, True), (False, True), (True, False)], ids=["lora+bias", "bias", "lora"])
-def test_qkv_rope_cache(dtype, lora, bias):
-    args = _qkv_inputs(dtype, lora=lora, bias=bias)
+@pytest.mark.parametrize("lora,bias,bsz,one_row", [(True, True, 3, True), (False, True, 3, True), (True, False, 3, True),
+                                                   (True, True, 1, True), (False, True, 1, True),
+                                                   (True, True, 1, False)],
+                         ids=["lora+bias", "bias", "lora", "one-row", "one-row-bias", "one-row-mma"])
+def test_qkv_rope_cache(dtype, lora, bias, bsz, one_row, monkeypatch):
+    """Three rows (tensor-core LoRA products over a row block) and one (decode.ROPE_ONE_ROW: float32 products summed
+    over the rank; or the row-block path, False) give the reference's queries and cache writes."""
+    monkeypatch.setattr(decode, "ROPE_ONE_ROW", one_row)
+    args = _qkv_inputs(dtype, bsz=bsz, lora=lora, bias=bias)
     ref_kc, ref_vc = args[10].clone(), args[11].clone()
     ref = decode.qkv_rope_cache(*args[:10], ref_kc, ref_vc)
     kc, vc = args[10].clone(), args[11].clone()
     out = decode.qkv_rope_cache(*args[:10], kc, vc, use_triton=True)
-    assert out.shape == ref.shape == (3, 1, 4, 32)
+    assert out.shape == ref.shape == (bsz, 1, 4, 32)
     assert rel_error(out, ref) < _tol(dtype)
     assert rel_error(kc, ref_kc) < _tol(dtype) and rel_error(vc, ref_vc) < _tol(dtype)
     others = torch.ones(kc.shape[2], dtype=torch.bool)
