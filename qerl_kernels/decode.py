@@ -242,11 +242,11 @@ if HAVE_TRITON:
         (rstd over the whole row, which every split of a row block computes itself: for one row with one whole-row
         load); SILU: h is the gate projection, u_ptr the up projection and x = silu(h + t_g B_g^T) * (u + t_u B_u^T)
         (HAS_TG: with the gate/up LoRA update, t_g | t_u at tg_ptr, B_g over B_u at b_ptr, rank R) is computed and
-        written, as silu_mul does; else x = h. Up to 4 steps a program the loop is unrolled, its A chunks loaded
-        first, so its loads are in flight together (a decode step's launch is latency-bound). With one split t is written directly; with several
-        the fp32 partials of the row block's BMR real rows are parked in ws and its last program to arrive sums them
-        in split order (deterministic; RED partials a load, the loads unrolled) and writes t, then resets the row
-        block's arrival counter (as the stream-K GEMMs' tiles do)."""
+        written, as silu_mul does; else x = h. Up to 4 steps a program the loop is unrolled (without NORM its A
+        chunks loaded first), so its loads are in flight together (a decode step's launch is latency-bound). With
+        one split t is written directly; with several the fp32 partials of the row block's BMR real rows are parked
+        in ws and its last program to arrive sums them in split order (deterministic; RED partials a load, the loads
+        unrolled) and writes t, then resets the row block's arrival counter (as the stream-K GEMMs' tiles do)."""
         pid_m = tl.program_id(0)
         pid_s = tl.program_id(1)
         rows = pid_m * BM + tl.arange(0, BM)
@@ -421,8 +421,8 @@ if HAVE_TRITON:
 
     @triton.jit
     def _rope_row(y_ptr, stride_y, bias_ptr, t_ptr, stride_t, b_ptr, cos_ptr, sin_ptr, stride_cs, pos_ptr, out_ptr,
-                  stride_out, row, t_col, ROPE: tl.constexpr, D: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_LORA: tl.constexpr,
-                  R: tl.constexpr):
+                  stride_out, row, t_col, ROPE: tl.constexpr, D: tl.constexpr, HAS_BIAS: tl.constexpr,
+                  HAS_LORA: tl.constexpr, R: tl.constexpr):
         """`_rope_head` for one row: the LoRA update as float32 products summed over the rank ([D / 2, R] tiles),
         not a tensor-core product, so no operand passes through shared memory and every load is in flight at once
         (the MMA path converts each loaded tile behind a barrier, one after the other)."""
@@ -785,10 +785,11 @@ def lora_down(x: torch.Tensor, a: torch.Tensor, *, use_triton: bool = False,
     return t.view(*x.shape[:-1], a.shape[0])
 
 
-#: at batch 1 qkv_rope_cache computes its one row without tensor-core products (`_rope_row`): the MMA path's operand
-#: conversions through shared memory, one loaded tile at a time behind a barrier, chain the loads (SASS:
-#: qerl_kernels.decode_compile); False: the MMA path at every batch
-ROPE_ONE_ROW = True
+#: True: at batch 1 qkv_rope_cache computes its one row without tensor-core products (`_rope_row`), where the
+#: row-block path's operand conversions through shared memory, one loaded tile at a time behind a barrier, chain its
+#: loads (SASS: qerl_kernels.decode_compile). Off until a GPU times it (python -m qerl_kernels.bench_rope): built
+#: and tested in the interpreter and for sm_90 offline, not yet run on a GPU
+ROPE_ONE_ROW = False
 
 
 def qkv_rope_cache(q, k, v, t, lora_b, bias, cos, sin, pos, slot, k_cache, v_cache, *, use_triton: bool = False):

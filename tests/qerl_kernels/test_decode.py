@@ -56,9 +56,9 @@ def _qkv_inputs(dtype, bsz=3, heads=4, kvh=2, d=32, r=16, max_len=24, lora=True,
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("lora,bias,bsz,one_row", [(True, True, 3, True), (False, True, 3, True), (True, False, 3, True),
-                                                   (True, True, 1, True), (False, True, 1, True),
-                                                   (True, True, 1, False)],
+@pytest.mark.parametrize("lora,bias,bsz,one_row", [(True, True, 3, True), (False, True, 3, True),
+                                                   (True, False, 3, True), (True, True, 1, True),
+                                                   (False, True, 1, True), (True, True, 1, False)],
                          ids=["lora+bias", "bias", "lora", "one-row", "one-row-bias", "one-row-mma"])
 def test_qkv_rope_cache(dtype, lora, bias, bsz, one_row, monkeypatch):
     """Three rows (tensor-core LoRA products over a row block) and one (decode.ROPE_ONE_ROW: float32 products summed
