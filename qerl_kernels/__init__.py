@@ -24,7 +24,8 @@ Public API (CUDA tensors run the Triton kernels, CPU tensors the torch reference
 How the kernels work: layout.py (the load-time weight layout and its torch references), fp4_decoder.py (the
 E2M1 decoder), fp4_triton.py (the Triton kernels), fp4_tuning.py (their autotuning), fp4_launch.py (launchers and
 dispatch by M), fp4_gluon.py (the Gluon kernel and its launcher), fp4_wgmma.py (the wgmma kernel), fp4_gemv.py (the
-skinny-M kernel); bench.py for how they are measured (bench_lora.py for the decode step's LoRA down-products),
+skinny-M kernel); bench.py for how they are measured (bench_lora.py for the decode step's LoRA down-products,
+bench_rope.py for the batch-1 RoPE + cache paths),
 kernels.notes.md for what each GPU call measured; gluon_compile.py and decode_compile.py build the Gluon GEMMs'
 and the decode step's launches for sm_90 on a CPU machine (registers, spills, SASS).
 """
