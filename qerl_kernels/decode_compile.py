@@ -159,14 +159,14 @@ def main(argv=None) -> int:
     if os.environ.get("TRITON_INTERPRET") == "1":
         print("decode_compile: run it without TRITON_INTERPRET (the interpreter replaces the JIT)", file=sys.stderr)
         return 2
+    known = {name for n in args.rows for name in launches(n)}
+    unknown = set(args.only or ()) - known
+    if unknown:
+        print(f"decode_compile: unknown launches {sorted(unknown)}; they are {sorted(known)}", file=sys.stderr)
+        return 2
     rows = []
     for n in args.rows:
-        names = list(launches(n))
-        unknown = set(args.only or ()) - set(names) - {nm for m in args.rows for nm in launches(m)}
-        if unknown:
-            print(f"decode_compile: unknown launches {sorted(unknown)}; they are {names}", file=sys.stderr)
-            return 2
-        for name in names:
+        for name in launches(n):
             if args.only is None or name in args.only:
                 rows += check(name, n, args.arch)
     if args.json:
