@@ -9,9 +9,9 @@ LoRA kernel's SiLU mode went 8.28 -> 7.42 us the same way (call 44). The SASS sh
 
 How: each launch is the wrapper's own (decode.rmsnorm_lora, decode_attention, ...) called on CPU tensors (never
 filled) with `JITFunction.run` replaced by a recorder, so the arguments, constexprs and grid are exactly what the
-engine launches; each recorded launch then goes through the JIT's binding and triton.compile for GPUTarget("cuda",
-90, 32) (as gluon_compile does for the GEMMs), `ptxas -v` for registers and spills (gluon_compile.ptxas_usage), and
-the bundled cuobjdump for the SASS. Must run in a process where the Triton interpreter has not run.
+engine launches; each recorded launch then goes through the JIT's binding and triton.compile for sm_90
+(gluon_compile.compile_launch, as the GEMMs' checks do), `ptxas -v` for registers and spills
+(gluon_compile.ptxas_usage), and the bundled cuobjdump for the SASS. Must run in a process where the Triton interpreter has not run.
 
 Run: python -m qerl_kernels.decode_compile [--rows 1 8] [--only NAME ...] [--json]
 """
@@ -93,24 +93,6 @@ def launches(rows: int) -> dict:
     return out
 
 
-def _compile(kernel, args, kwargs, arch: int):
-    import triton
-    from triton import knobs
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource, make_backend
-    from triton.runtime.jit import create_function_from_signature
-    target = GPUTarget("cuda", arch, 32)
-    backend = make_backend(target)
-    kwargs = dict(kwargs, debug=kernel.debug or knobs.runtime.debug)
-    for k in ("instrumentation_mode", "fpsan_homomorphic_casts"):
-        if hasattr(knobs.compilation, k):
-            kwargs[k] = getattr(knobs.compilation, k)
-    binder = create_function_from_signature(kernel.signature, kernel.params, backend)
-    bound, specialization, options = binder(*args, **kwargs)
-    options, signature, constexprs, attrs = kernel._pack_args(backend, kwargs, bound, specialization, options)
-    return triton.compile(ASTSource(kernel, signature, constexprs, attrs), target=target, options=options.__dict__)
-
-
 def sass_facts(cubin: bytes) -> dict:
     """SASS instructions, and the global loads (LDG) before the first barrier (BAR.SYNC), from the bundled
     cuobjdump; {} where it is missing."""
@@ -130,13 +112,13 @@ def sass_facts(cubin: bytes) -> dict:
 
 def check(name: str, rows: int, arch: int = 90) -> list[dict]:
     """Build every launch of one `launches` entry; a report row each (status 'ok' or the error's first line)."""
-    from qerl_kernels.gluon_compile import ptxas_usage
+    from qerl_kernels.gluon_compile import compile_launch, ptxas_usage
     out = []
     for kernel, grid, args, kwargs in record(launches(rows)[name]):
         row = dict(name=name, rows=rows, kernel=kernel.fn.__name__, grid=list(grid) if isinstance(grid, tuple)
                    else grid, num_warps=kwargs.get("num_warps", 4))
         try:
-            compiled = _compile(kernel, args, kwargs, arch)
+            compiled = compile_launch(kernel, args, kwargs, arch)
             use = ptxas_usage(compiled.asm["ptx"], compiled.metadata, arch)
         except Exception as e:  # noqa: BLE001 - reported per launch, the others still build
             lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]

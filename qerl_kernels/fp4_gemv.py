@@ -416,13 +416,7 @@ def compile_variants() -> dict[str, tuple]:
 def compile_variant(name: str, arch: int = 90) -> dict:
     """Compile one of `compile_variants` for `arch` from CPU tensors (never filled): registers, spills, shared
     memory, or the error. Must run in a process where the Triton interpreter has not run."""
-    import triton
-    from triton import knobs
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource, make_backend
-    from triton.runtime.jit import create_function_from_signature
-
-    from qerl_kernels.gluon_compile import ptxas_usage
+    from qerl_kernels.gluon_compile import compile_launch, ptxas_usage
     from qerl_kernels.layout import padded_shape
     n, k, m, kind, bf16, bias, cfg = compile_variants()[name]
     dt = torch.bfloat16 if bf16 else torch.float16
@@ -432,18 +426,8 @@ def compile_variant(name: str, arch: int = 90) -> dict:
                     torch.empty(2, n_pad, dtype=torch.float32), n, k, kind)
     x, y = torch.empty(m, k, dtype=dt), torch.empty(m, n, dtype=dt)
     grid, args, meta = launch_args(x, w, torch.empty(n, dtype=dt) if bias else None, y, 132, cfg)
-    target = GPUTarget("cuda", arch, 32)
-    backend = make_backend(target)
-    kwargs = dict(meta, USE_ASM=True, debug=False)
-    for key in ("instrumentation_mode", "fpsan_homomorphic_casts"):
-        if hasattr(knobs.compilation, key):
-            kwargs[key] = getattr(knobs.compilation, key)
     try:
-        binder = create_function_from_signature(_fp4_gemv.signature, _fp4_gemv.params, backend)
-        bound, specialization, options = binder(*args, **kwargs)
-        options, signature, constexprs, attrs = _fp4_gemv._pack_args(backend, kwargs, bound, specialization, options)
-        compiled = triton.compile(ASTSource(_fp4_gemv, signature, constexprs, attrs), target=target,
-                                  options=options.__dict__)
+        compiled = compile_launch(_fp4_gemv, args, dict(meta, USE_ASM=True, debug=False), arch)
         use = ptxas_usage(compiled.asm["ptx"], compiled.metadata, arch)
     except Exception as e:  # noqa: BLE001 - reported as the variant's status
         return dict(name=name, status=f"{type(e).__name__}: {str(e).splitlines()[0][:200]}")

@@ -154,28 +154,39 @@ def _target(arch: int):
     return GPUTarget("cuda", arch, 32)
 
 
-def compile_variant(v: Variant, arch: int = 90):
-    """Compile the variant's launch for `arch` (no GPU); returns (CompiledKernel, meta). Raises what Triton raises."""
+def compile_launch(kernel, args: tuple, kwargs: dict, arch: int = 90, gluon: bool = False):
+    """triton.compile of one launch of a JIT kernel for `arch` without a GPU: the launch's arguments and keyword
+    arguments (constexprs, num_warps, ...) through the JIT's own binding (signature, specialisations), as
+    JITFunction.run does, then Gluon's or Triton's AST source. The shared step of gluon_compile, fp4_gemv's and
+    decode_compile's offline checks. Raises what Triton raises."""
     import triton
     from triton import knobs
-    from triton.compiler import make_backend
-    from triton.experimental.gluon._runtime import GluonASTSource
+    from triton.compiler import ASTSource, make_backend
     from triton.runtime.jit import create_function_from_signature
-    _, args, meta = _cpu_launch(v)
-    module, name = KERNELS[v.kernel]
-    kernel = getattr(module, name)
     target = _target(arch)
     backend = make_backend(target)
     # the keyword arguments JITFunction.run adds before binding (the ones this Triton has)
-    kwargs = dict(meta, debug=kernel.debug or knobs.runtime.debug)
+    kwargs = dict(kwargs)
+    kwargs.setdefault("debug", kernel.debug or knobs.runtime.debug)
     for k in ("instrumentation_mode", "fpsan_homomorphic_casts"):
         if hasattr(knobs.compilation, k):
             kwargs[k] = getattr(knobs.compilation, k)
     binder = create_function_from_signature(kernel.signature, kernel.params, backend)
     bound, specialization, options = binder(*args, **kwargs)
     options, signature, constexprs, attrs = kernel._pack_args(backend, kwargs, bound, specialization, options)
-    src = GluonASTSource(kernel, signature, constexprs, attrs)
-    return triton.compile(src, target=target, options=options.__dict__), meta
+    if gluon:
+        from triton.experimental.gluon._runtime import GluonASTSource
+        src = GluonASTSource(kernel, signature, constexprs, attrs)
+    else:
+        src = ASTSource(kernel, signature, constexprs, attrs)
+    return triton.compile(src, target=target, options=options.__dict__)
+
+
+def compile_variant(v: Variant, arch: int = 90):
+    """Compile the variant's launch for `arch` (no GPU); returns (CompiledKernel, meta). Raises what Triton raises."""
+    _, args, meta = _cpu_launch(v)
+    module, name = KERNELS[v.kernel]
+    return compile_launch(getattr(module, name), args, meta, arch, gluon=True), meta
 
 
 def ptxas_usage(ptx: str, metadata, arch: int = 90) -> dict:
