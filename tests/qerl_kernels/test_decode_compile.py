@@ -1,28 +1,11 @@
 """The offline build of the decode step's kernels (qerl_kernels.decode_compile) on the CPU machine: the wrappers'
 own launches recorded (the 7B step's grids), built for sm_90 with the bundled ptxas, without spills; run in a fresh
-process without TRITON_INTERPRET (the interpreter replaces the JIT)."""
+process without TRITON_INTERPRET (the `offline_build` fixture of conftest.py)."""
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
-import pytest
-
-
-def test_the_attention_launches_build_for_sm90():
-    try:
-        from triton.backends.nvidia.compiler import get_ptxas
-        assert get_ptxas(90).path
-    except Exception as e:  # noqa: BLE001 - a Triton without its CUDA backend or ptxas
-        pytest.skip(f"no CUDA backend / ptxas in this Triton: {e}")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    r = subprocess.run([sys.executable, "-m", "qerl_kernels.decode_compile", "--rows", "1", "--only",
-                        "attention + combine with o's LoRA", "--json"], capture_output=True, text=True, env=env,
-                       timeout=300, cwd=Path(__file__).resolve().parents[2])
-    rows = [json.loads(ln) for ln in r.stdout.splitlines() if ln.startswith("{")]
+def test_the_attention_launches_build_for_sm90(offline_build):
+    r, rows = offline_build("qerl_kernels.decode_compile", "--rows", "1", "--only", "attention + combine with o's LoRA")
     assert r.returncode == 0 and [row["kernel"] for row in rows] == ["_attn_split_kernel", "_attn_combine_kernel"], \
         (r.stdout, r.stderr[-3000:])
     split, combine = rows

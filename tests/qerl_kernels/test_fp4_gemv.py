@@ -8,11 +8,6 @@ GPU: the compiled kernel (inline-PTX decoder) on random and 7B shapes, bit-for-b
 reduction, and the dispatch through a measured-table entry.
 """
 import functools
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -130,22 +125,15 @@ def test_dispatch_is_off_by_default_and_follows_the_switch(monkeypatch):
     assert len(calls) == 1
 
 
-def test_compiles_for_sm90_without_spills():
+def test_compiles_for_sm90_without_spills(offline_build):
     """`python -m qerl_kernels.fp4_gemv`: the launcher's own arguments (launch_args) -> TTGIR -> PTX -> cubin for
     sm_90 with the bundled ptxas, in a fresh process without TRITON_INTERPRET (the interpreter, once it has run a
     kernel in a process, leaves triton.language patched for itself). On a GPU the tests below run the real thing."""
     if CUDA:
         pytest.skip("on a GPU the compiled kernel itself is tested")
-    try:
-        from triton.backends.nvidia.compiler import get_ptxas
-        assert get_ptxas(90).path
-    except Exception as e:  # noqa: BLE001 - a Triton without its CUDA backend or ptxas
-        pytest.skip(f"no CUDA backend / ptxas in this Triton: {e}")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     names = ["gate-m1", "gate-m4", "down-m16"]
-    r = subprocess.run([sys.executable, "-m", "qerl_kernels.fp4_gemv", "--json", "--only", *names],
-                       capture_output=True, text=True, env=env, timeout=300, cwd=Path(__file__).resolve().parents[2])
-    rows = {row["name"]: row for row in map(json.loads, (ln for ln in r.stdout.splitlines() if ln.startswith("{")))}
+    r, out = offline_build("qerl_kernels.fp4_gemv", "--only", *names)
+    rows = {row["name"]: row for row in out}
     assert r.returncode == 0 and set(rows) == set(names), (r.stdout, r.stderr[-3000:])
     for row in rows.values():
         assert row["status"] == "ok" and row["spill_st"] == 0 and row["regs"] <= 128, row   # >= 4 CTAs of 4 warps

@@ -5,11 +5,6 @@ CPU: the split/grid plan, the input and knob checks, and (where this Triton has 
 GPU (Hopper or newer): the 7B shapes, a q/k/v group and random shapes against the reference, fp16 and bf16,
 M = 1..64, with and without bias.
 """
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -75,21 +70,13 @@ def test_launch_args_rejects_bad_knobs(knobs):
 
 @pytest.mark.skipif(not fp4_gluon.HAVE_GLUON, reason="no triton.experimental.gluon (Triton with Gluon's Hopper "
                     "modules: 3.6 on the GPU image, 3.9 in CI)")
-def test_compiles_for_sm90():
+def test_compiles_for_sm90(offline_build):
     """The offline compile check (gluon_compile) of two variants: the launcher's own arguments through the JIT's
     binding -> TTGIR -> PTX -> cubin for sm_90a with the bundled ptxas, so a Gluon API, layout or resource error
     shows on the CPU machine, not on the GPU. In a fresh process without TRITON_INTERPRET: the interpreter, once it
     has run a kernel in this process, leaves triton.language patched for itself and a real compile then fails."""
-    try:
-        from triton.backends.nvidia.compiler import get_ptxas
-        assert get_ptxas(90).path
-    except Exception as e:  # noqa: BLE001 - a Triton without its CUDA backend or ptxas
-        pytest.skip(f"no CUDA backend / ptxas in this Triton: {e}")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    r = subprocess.run([sys.executable, "-m", "qerl_kernels.gluon_compile", "--json", "--only", "bench-m1",
-                        "tune-128-8-4-2-m16"], capture_output=True, text=True, env=env, timeout=300,
-                       cwd=Path(__file__).resolve().parents[2])
-    rows = {row["name"]: row for row in map(json.loads, (ln for ln in r.stdout.splitlines() if ln.startswith("{")))}
+    r, out = offline_build("qerl_kernels.gluon_compile", "--only", "bench-m1", "tune-128-8-4-2-m16")
+    rows = {row["name"]: row for row in out}
     assert r.returncode == 0 and set(rows) == {"bench-m1", "tune-128-8-4-2-m16"}, (r.stdout, r.stderr[-3000:])
     for row in rows.values():
         assert row["status"] == "ok", row["status"]

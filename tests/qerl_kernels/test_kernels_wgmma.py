@@ -10,11 +10,6 @@ split-K.
 """
 import dataclasses
 import functools
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -174,7 +169,7 @@ def test_compile_variants_cover_the_7b_shapes_and_rl_batch_sizes():
 
 @pytest.mark.skipif(not HAVE_GLUON, reason="no triton.experimental.gluon (Triton with Gluon's Hopper modules: 3.6 "
                     "on the GPU image, 3.9 in CI)")
-def test_compiles_for_sm90_with_register_a_wgmma():
+def test_compiles_for_sm90_with_register_a_wgmma(offline_build):
     """The offline compile check of three variants (default knobs at M = 64 and 512, i.e. MP 64 and four M blocks
     of 128; fp16 + bias at a ragged M = 200 on down_proj): builds for sm_90a, one CTA per SM, the TMA rings, every
     wgmma taking its A operand from registers (the decoded tile never goes through shared memory), 4 async groups
@@ -182,16 +177,9 @@ def test_compiles_for_sm90_with_register_a_wgmma():
     holds). No spill inside the main loop; at M = 64 none at all; a ragged M (Triton 3.6) or several M blocks
     (3.9's newer ptxas) spill up to 72 bytes in the epilogue, once per tile (kernels.notes.md). In a fresh process
     without TRITON_INTERPRET (see test_kernels_gluon.test_compiles_for_sm90)."""
-    try:
-        from triton.backends.nvidia.compiler import get_ptxas
-        assert get_ptxas(90).path
-    except Exception as e:  # noqa: BLE001 - a Triton without its CUDA backend or ptxas
-        pytest.skip(f"no CUDA backend / ptxas in this Triton: {e}")
     names = {"wgmma-gateup-m64", "wgmma-gateup-m512", "wgmma-fp16-bias-down-m200"}
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    r = subprocess.run([sys.executable, "-m", "qerl_kernels.gluon_compile", "--json", "--only", *sorted(names)],
-                       capture_output=True, text=True, env=env, timeout=300, cwd=Path(__file__).resolve().parents[2])
-    rows = {row["name"]: row for row in map(json.loads, (ln for ln in r.stdout.splitlines() if ln.startswith("{")))}
+    r, out = offline_build("qerl_kernels.gluon_compile", "--only", *sorted(names))
+    rows = {row["name"]: row for row in out}
     assert r.returncode == 0 and set(rows) == names, (r.stdout, r.stderr[-3000:])
     for row in rows.values():
         assert row["status"] == "ok", row["status"]
