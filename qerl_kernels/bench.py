@@ -26,6 +26,8 @@ copies that one pass over them exceeds the L2 cache, so every call streams its w
     nvfp4_gemv / mxfp4_gemv   the skinny-M split-K kernel with its heuristic knobs, qerl_kernels.fp4_gemv
                       (M <= 16; issue 22 item 4); rows where it beats the default path by >= 3 % are written as
                       fp4_gemv.MEASURED_WINS entries to gemv-wins.txt (commit them to make the dispatch take it)
+    nvfp4_mma / mxfp4_mma     the decode-size MMA kernel (decoded pairs as mma.sync A fragments), qerl_kernels.fp4_mma
+                      (M <= 8; issue 22 item 4)
 Groups (layers qkv_proj and gate_up_proj): q/k/v and gate/up as one weight each, NVFP4 members quantized one by one
 and joined by concat_prepared (one launch), bf16 as one concatenated matrix; summed with o_proj and down_proj
 into a 4-launch layer (bench_report.GROUPED_LAYERS).
@@ -346,6 +348,14 @@ class ShapeBench:
             wb = self.bytes[method[:5]]
             if not self._first_call_runs(method, m, fns):
                 return None
+        elif method in ("nvfp4_mma", "mxfp4_mma"):
+            from qerl_kernels.fp4_mma import MMA_MAX_M
+            if m > MMA_MAX_M:
+                return None
+            fns = [lambda w=w: fp4_gemm(x, w, path="mma") for w in self.copies[method[:5]]]
+            wb = self.bytes[method[:5]]
+            if not self._first_call_runs(method, m, fns):
+                return None
         elif method == "nvfp4_dequantize":
             fns = [lambda w=w: fp4_dequantize(w, self.dtype) for w in self.copies["nvfp4"]]
             wb = self.bytes["nvfp4"] + self.n * self.k * 2  # reads 4.5 bits, writes 16 bits per weight
@@ -530,6 +540,15 @@ def check_gemv(shapes, out_lines: list[str], groups=()) -> bool:
                          ms=(1, 2, 3, 4, 5, 8, 16), group_ms=(1, 4, 16), bias_ms=(3, 8))
 
 
+def check_mma(shapes, out_lines: list[str], groups=()) -> bool:
+    """The decode-size MMA kernel (fp4_mma, heuristic knobs) against the float32 reference on the benchmark shapes:
+    both formats, fp16 and bf16, M = 1, 2, 3, 5, 8 (bias at 3 and 8), and bit-for-bit repeatability of its split-K
+    reduction; then the q/k/v and gate/up groups (NVFP4, bf16, M 1, 4, 8)."""
+    from qerl_kernels.fp4_mma import fp4_gemm_mma
+    return _check_kernel("mma", fp4_gemm_mma, shapes, groups, out_lines, formats=("nvfp4", "mxfp4"),
+                         ms=(1, 2, 3, 5, 8), group_ms=(1, 4, 8), bias_ms=(3, 8))
+
+
 def check_wgmma(shapes, out_lines: list[str], groups=()) -> bool:
     """The wgmma kernel (fp4_wgmma, default knobs) against the float32 reference on the benchmark shapes: NVFP4,
     bf16 and fp16, M = 1, 16, 64, 128, 200, 256, 512 (bias at 200: two M blocks, the last ragged), bit-for-bit
@@ -577,8 +596,8 @@ def main(argv=None) -> int:
     ap.add_argument("--no-check", action="store_true")
     ap.add_argument("--skip", nargs="*", default=[], help="methods not to time (e.g. nvfp4_gluon where its smoke "
                     "test failed); nvfp4_gluon also leaves the correctness checks")
-    ap.add_argument("--gemv-checks-only", action="store_true", help="correctness checks of the skinny-M kernel "
-                    "(fp4_gemv) only, not of every kernel (the lean device call of run_device.sh gemv)")
+    ap.add_argument("--gemv-checks-only", action="store_true", help="correctness checks of the decode-size kernels "
+                    "(fp4_gemv, fp4_mma) only, not of every kernel (the lean device call of run_device.sh gemv)")
     ap.add_argument("--wgmma-checks-only", action="store_true", help="correctness checks of the wgmma kernel "
                     "(fp4_wgmma) only (the lean device call of run_device.sh wgmma)")
     ap.add_argument("--budget-s", type=float, default=1e9, help="stop measuring new shapes after this many seconds")
@@ -626,6 +645,8 @@ def main(argv=None) -> int:
             check_ok = check_correctness(singles, lines, grouped, gluon="nvfp4_gluon" not in args.skip)
         if "nvfp4_gemv" not in args.skip and min(args.m) <= 16 and not args.wgmma_checks_only:
             check_ok &= check_gemv(singles, lines, grouped)
+        if "nvfp4_mma" not in args.skip and min(args.m) <= 8 and not args.wgmma_checks_only:
+            check_ok &= check_mma(singles, lines, grouped)
         if "nvfp4_wgmma" not in args.skip and not args.gemv_checks_only:
             check_ok &= check_wgmma(singles, lines, grouped)
 
@@ -646,6 +667,8 @@ def main(argv=None) -> int:
                 meths += ["nvfp4_gluon"]
             if m <= 16:
                 meths += ["nvfp4_gemv", "mxfp4_gemv"]
+            if m <= 8:
+                meths += ["nvfp4_mma", "mxfp4_mma"]
             if m <= 512:
                 meths += ["nvfp4_wgmma"]
             if m >= 64:

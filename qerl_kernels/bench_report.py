@@ -165,15 +165,18 @@ def wgmma_shape_table(rows, model) -> list[str]:
     return out + [""]
 
 
-def gemv_shape_table(rows, model) -> list[str]:
-    """Issue 22 item 4, per launch: the skinny-M kernel (nvfp4_gemv, mxfp4_gemv) against cuBLAS and the default
-    path on every shape and M, with its share of the read ceiling (pct_ceiling)."""
-    t, keys = _launches(rows, model, "nvfp4_gemv")
+def gemv_shape_table(rows, model, kind: str = "gemv") -> list[str]:
+    """Issue 22 item 4, per launch: a decode-size kernel (kind "gemv": nvfp4_gemv / mxfp4_gemv, the skinny-M kernel;
+    "mma": nvfp4_mma / mxfp4_mma, the register-operand MMA kernel) against cuBLAS and the default path on every
+    shape and M, with its share of the read ceiling (pct_ceiling)."""
+    nk, mk = f"nvfp4_{kind}", f"mxfp4_{kind}"
+    t, keys = _launches(rows, model, nk)
     if not keys:
         return []
-    out = [f"## Qwen2.5-{model}: the skinny-M kernel per launch (us; x = the other's time / this one's)", "",
-           "| layer | M | bf16 | nvfp4 (default) | nvfp4_gemv | x bf16 | x default | % ceiling | mxfp4 (default) | "
-           "mxfp4_gemv | x default |",
+    name = {"gemv": "the skinny-M kernel", "mma": "the decode-size MMA kernel"}.get(kind, kind)
+    out = [f"## Qwen2.5-{model}: {name} per launch (us; x = the other's time / this one's)", "",
+           f"| layer | M | bf16 | nvfp4 (default) | {nk} | x bf16 | x default | % ceiling | mxfp4 (default) | "
+           f"{mk} | x default |",
            "|---|---|---|---|---|---|---|---|---|---|---|"]
 
     def us(key):
@@ -181,11 +184,11 @@ def gemv_shape_table(rows, model) -> list[str]:
         return float(r["median_ms"]) * 1e3 if r else None
 
     for layer, m in keys:
-        bf, nv, ng = us((layer, m, "bf16")), us((layer, m, "nvfp4")), us((layer, m, "nvfp4_gemv"))
-        mx, mg = us((layer, m, "mxfp4")), us((layer, m, "mxfp4_gemv"))
+        bf, nv, ng = us((layer, m, "bf16")), us((layer, m, "nvfp4")), us((layer, m, nk))
+        mx, mg = us((layer, m, "mxfp4")), us((layer, m, mk))
         cells = [layer, str(m)] + [f"{v:.1f}" if v else "-" for v in (bf, nv, ng)]
         cells += [f"{bf / ng:.2f}" if bf and ng else "-", f"{nv / ng:.2f}" if nv and ng else "-",
-                  f"{t[(layer, m, 'nvfp4_gemv')]['pct_ceiling']}%" if ng else "-"]
+                  f"{t[(layer, m, nk)]['pct_ceiling']}%" if ng else "-"]
         cells += [f"{v:.1f}" if v else "-" for v in (mx, mg)] + [f"{mx / mg:.2f}" if mx and mg else "-"]
         out.append("| " + " | ".join(cells) + " |")
     return out + [""]
@@ -199,6 +202,8 @@ def summarize(rows, ceiling_gbs, models, ms, lines) -> str:
         out += bandwidth_table(rows, ceiling_gbs, model)
         out += bandwidth_table(rows, ceiling_gbs, model, "nvfp4_gemv")
         out += gemv_shape_table(rows, model)
+        out += bandwidth_table(rows, ceiling_gbs, model, "nvfp4_mma")
+        out += gemv_shape_table(rows, model, "mma")
         out += bandwidth_table(rows, ceiling_gbs, model, "nvfp4_wgmma")
         out += wgmma_shape_table(rows, model)
     for model in models:

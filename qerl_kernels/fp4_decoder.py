@@ -17,6 +17,8 @@ works without it).
 """
 from __future__ import annotations
 
+import re
+
 try:  # triton is optional on CPU-only installs; the torch reference path works without it
     import triton
     import triton.language as tl
@@ -24,14 +26,20 @@ try:  # triton is optional on CPU-only installs; the torch reference path works 
 except ImportError:  # pragma: no cover - exercised only where triton is absent
     HAVE_TRITON = False
 
-__all__ = ["HAVE_TRITON"]
+__all__ = ["HAVE_TRITON", "decode_ptx"]
 
 if HAVE_TRITON:
-    def _asm(scale_kind: int, bf16: bool) -> str:
-        """PTX for one 32-bit word -> 8 scaled fp16/bf16 values (code j = 2q + r), as Triton inline asm.
+    _PTX_REGS = ("a1", "a2", "a3", "a6", "a9", "t", "s", "s0", "s1", "h0", "h1", "h2", "h3", "nz", "sl", "sh")
 
-        Operands: $0..$7 the outputs, $8 the word, $9 the raw scale entry (16 bits) of the word's 32 columns (NVFP4: two
-        e5m3 bytes, group 2b in byte 0; MXFP4: the re-biased E8M0 byte). Pair q has its sign bit at
+    def decode_ptx(scale_kind: int, bf16: bool, word: str = "$8", scale: str = "$9",
+                   sfx: str = "") -> tuple[str, str]:
+        """(register declarations, body): PTX that decodes the 32-bit `word` with its raw scale entry `scale` (both
+        operand names) into the four scaled fp16x2/bf16x2 pairs h0..h3 (`sfx` appended to every register name, so
+        that one asm block can decode several words: fp4_mma.py). Pair h_q holds codes (q, r = 0) low and (q, 1)
+        high, i.e. columns 8q + 2c + r of the word's 32 (layout.prepare_codes).
+
+        The scale entry is 16 bits, for the word's 32 columns (NVFP4: two e5m3 bytes, group 2b in byte 0; MXFP4:
+        the re-biased E8M0 byte). Pair q has its sign bit at
         _SIGN_POS[q] (+16 for r = 1) and its exponent/mantissa field at _EM_POS[q]. fp16 wants sign at 15 and the
         field at 9..11, which reads as value * 2**-14; bf16 wants the field at 6..8, value * 2**-126. Subnormal
         results (code +-0.5) are exact in both. Then one packed multiply by the block scale per pair; the scale
@@ -83,9 +91,18 @@ if HAVE_TRITON:
             mul.rn.f16x2 h1, h1, s0;
             mul.rn.f16x2 h2, h2, s1;
             mul.rn.f16x2 h3, h3, s1;"""
-        return ("{\n.reg .b32 a1, a2, a3, a6, a9, t, s, s0, s1, h0, h1, h2, h3, nz;\n.reg .b16 sl, sh;\n" + sc +
-                "\nmov.b32 {sl, sh}, s;\nmov.b32 s0, {sl, sl};\nmov.b32 s1, {sh, sh};" + dec +
-                "\nmov.b32 {$0, $1}, h0;\nmov.b32 {$2, $3}, h1;\nmov.b32 {$4, $5}, h2;\nmov.b32 {$6, $7}, h3;\n}")
+        decl = ".reg .b32 a1, a2, a3, a6, a9, t, s, s0, s1, h0, h1, h2, h3, nz;\n.reg .b16 sl, sh;\n"
+        text = sc + "\nmov.b32 {sl, sh}, s;\nmov.b32 s0, {sl, sl};\nmov.b32 s1, {sh, sh};" + dec + "\n"
+        names = re.compile(r"\b(" + "|".join(_PTX_REGS) + r")\b")
+        decl, text = (names.sub(lambda m: m.group(1) + sfx, z) for z in (decl, text))
+        return decl, re.sub(r"\$([89])\b", lambda m: word if m.group(1) == "8" else scale, text)
+
+    def _asm(scale_kind: int, bf16: bool) -> str:
+        """PTX for one 32-bit word ($8) and its scale entry ($9) -> 8 scaled fp16/bf16 values $0..$7 (code j = 2q +
+        r), as Triton inline asm (`decode_ptx`, then the pairs unpacked)."""
+        decl, text = decode_ptx(scale_kind, bf16)
+        return ("{\n" + decl + text + "mov.b32 {$0, $1}, h0;\nmov.b32 {$2, $3}, h1;\nmov.b32 {$4, $5}, h2;\n"
+                "mov.b32 {$6, $7}, h3;\n}")
 
     _ASM_NV_F16 = tl.constexpr(_asm(0, False))
     _ASM_NV_BF16 = tl.constexpr(_asm(0, True))

@@ -25,6 +25,14 @@
 # TUNE_S 75; BUDGET 110 stops the benchmark from starting new shapes.
 # Usage: COMMIT=$(git rev-parse HEAD) bash qerl_kernels/run_device.sh gemv
 #
+# Mode `mma` (issue 22 item 4; ~3-4 minutes on one H100): the decode-size MMA kernel's (qerl_kernels/fp4_mma.py)
+# GPU tests (a hang or CUDA fault there ends the mode), the benchmark of the 7B shapes at M in $MS_MMA (default 1 8)
+# with the decode-size kernels' checks (bf16 cuBLAS, the default path, nvfp4_gemv and nvfp4_mma, MXFP4 beside), then
+# its knob sweep (tune.py --mma) at $TUNE_MS (default 1) on gate/up, down and o. Writes to $OUT: mma-pytest.log,
+# bench.log, kernels.summary.md, kernels.csv, kernels.provenance.md, tune-mma.log. Stage timeouts (s): PYTEST_S 90,
+# BENCH_S 150, TUNE_S 60 (0: skip); BUDGET 110 stops the benchmark from starting new shapes.
+# Usage: COMMIT=... bash qerl_kernels/run_device.sh mma
+#
 # Mode `wgmma` (issue 22, RL batch sizes; ~3-8 minutes on one GPU, nothing else runs; 179 s on an H200 in call 6): the
 # wgmma kernel (qerl_kernels/fp4_wgmma.py): its offline compile check (gluon_compile --kernel wgmma, 8
 # processes: every variant's registers / spills / smem, and Triton's cache filled), its GPU tests in their own
@@ -131,6 +139,34 @@ if [ "${1:-}" = rollout ]; then
     done
   done
   stamp "rollout: done"; cp "$W/rollout.log" "$W/bench.log" "$OUT/" 2>/dev/null
+  exit 0
+fi
+if [ "${1:-}" = mma ]; then
+  MS=${MS_MMA:-1 8}
+  stamp "mma: GPU tests"
+  timeout "${PYTEST_S:-90}" python3 -m pytest tests/qerl_kernels/test_fp4_mma.py -q -rfE -p no:cacheprovider \
+    > "$W/mma-pytest.log" 2>&1
+  rc=$?
+  stamp "mma: GPU tests rc=$rc"; tail -8 "$W/mma-pytest.log"; cp "$W/mma-pytest.log" "$OUT/"
+  if [ $rc -ge 124 ] || grep -qiE "illegal (memory|instruction)|unspecified launch failure|CUDA error|misaligned" \
+      "$W/mma-pytest.log"; then
+    stamp "mma: hang, crash or CUDA fault in the tests: benchmark and sweep not run"; exit 1
+  fi
+  stamp "mma: benchmark"
+  SKIP="nvfp4_gluon nvfp4_wgmma nf4 bf16_bwd nvfp4_bwd"
+  bench "${BENCH_S:-150}" "${BUDGET:-110}" --models 7B --m $MS --gemv-checks-only --skip $SKIP \
+    | grep -v "^N=" | tail -70
+  stamp "mma: benchmark rc=$?"
+  cp "$W/kernels.summary.md" "$W/kernels.csv" "$W/kernels.provenance.md" "$W/bench.log" "$OUT/" 2>/dev/null
+  if [ "${TUNE_S:-60}" -gt 0 ]; then
+    stamp "mma: knob sweep"
+    timeout "${TUNE_S:-60}" python3 -m qerl_kernels.tune --mma \
+      --shapes ${TUNE_SHAPES:-37888x3584 3584x18944 3584x3584} --m ${TUNE_MS:-1} > "$W/tune-mma.log" 2>&1
+    grep -E "mma best|heuristic" "$W/tune-mma.log"
+    cp "$W/tune-mma.log" "$OUT/"
+  fi
+  stamp "mma: done"
+  cp "$W/bench.log" "$OUT/"
   exit 0
 fi
 if [ "${1:-}" = gemv ]; then

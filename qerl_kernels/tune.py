@@ -14,6 +14,8 @@ Run:  python -m qerl_kernels.tune --shapes 18944x3584 3584x3584 --m 1 16 64
       python -m qerl_kernels.tune --wgmma --shapes 37888x3584 3584x18944 --m 64 256   # the wgmma kernel's sweep
           (WGMMA_SWEEP: consumer warps, largest M block, group columns, ring depths, wgmmas in flight; beside the
           default path and cuBLAS bf16)
+      python -m qerl_kernels.tune --mma --shapes 37888x3584 3584x18944 --m 1 8   # the decode-size MMA kernel's
+          (MMA_SWEEP: warps a CTA, CTAs per SM; beside the default path and cuBLAS bf16)
       python -m qerl_kernels.tune --gemv --shapes 18944x3584 3584x18944 --m 1 16   # the skinny-M kernel's sweep
           (GEMV_SWEEP: mode, BN, BW, warps, stages, CTAs per SM; beside the default path and cuBLAS bf16, each
           timed on rotating weight copies as in the benchmark; prints the best knobs per shape and M)
@@ -63,6 +65,9 @@ GEMV_SWEEP = {
     "dot": [(64, 32, 4, 3), (64, 16, 4, 4), (128, 16, 8, 3), (128, 32, 8, 3), (64, 64, 4, 2)],
 }
 GEMV_CPS = (3, 6, 12)
+# fp4_mma.fp4_gemm_mma's knobs: warps a CTA (32 rows each) x CTAs per SM the split aims at (no compile-time
+# constant: one compile per NW)
+MMA_SWEEP = [(nw, cps) for nw in (1, 2, 4) for cps in (2, 3, 4, 6, 8)]
 
 
 def parse_cfg(s: str):
@@ -91,6 +96,7 @@ def main(argv=None) -> int:
     ap.add_argument("--gluon", action="store_true", help="sweep GLUON_SWEEP for fp4_gluon.fp4_gemm_gluon instead")
     ap.add_argument("--gemv", action="store_true", help="sweep GEMV_SWEEP for fp4_gemv.fp4_gemm_gemv instead")
     ap.add_argument("--wgmma", action="store_true", help="sweep WGMMA_SWEEP for fp4_wgmma.fp4_gemm_wgmma instead")
+    ap.add_argument("--mma", action="store_true", help="sweep MMA_SWEEP for fp4_mma.fp4_gemm_mma instead")
     args = ap.parse_args(argv)
     if args.profile:
         return profile(args)
@@ -100,6 +106,8 @@ def main(argv=None) -> int:
         return sweep_gemv(args)
     if args.wgmma:
         return sweep_wgmma(args)
+    if args.mma:
+        return sweep_mma(args)
     dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     configs = [parse_cfg(c) for c in args.configs] if args.configs else DEFAULT_SWEEP
@@ -260,6 +268,28 @@ def sweep_gemv(args) -> int:
                       f"{t * 1e3:7.1f} us {p.nbytes / t / 1e6:6.0f} GB/s x{t_bf / t:.2f} bf16 "
                       f"x{t_def / t:.2f} default err {err:.1e}", flush=True)
         _print_best(f"gemv best {shape} M={m} {mode} (bn, bw, warps, stages, ctas/SM)", best,
+                    f" | default {t_def * 1e3:.1f}us heuristic {t_heur * 1e3:.1f}us bf16 {t_bf * 1e3:.1f}us")
+    return 0
+
+
+def sweep_mma(args) -> int:
+    """Time every MMA_SWEEP config of the decode-size MMA kernel per shape and M (<= 8), beside the default path
+    and cuBLAS bf16, all on rotating weight copies."""
+    from qerl_kernels.fp4_mma import fp4_gemm_mma
+    for shape, m, x, p, copies, ref, t_bf, t_def in _sweep_cases(args):
+        t_heur, _ = time_calls([lambda q=q: fp4_gemm_mma(x, q) for q in copies])
+        print(f"mma {shape} M={m}: bf16 {t_bf * 1e3:.1f} us, default path {t_def * 1e3:.1f} us, mma "
+              f"heuristic {t_heur * 1e3:.1f} us ({p.nbytes / t_heur / 1e6:.0f} GB/s)", flush=True)
+        best = []
+        for nw, cps in MMA_SWEEP:
+            res = _time_knobs(fp4_gemm_mma, x, p, copies, ref, {"config": dict(NW=nw, CPS=cps)}, f"mma {shape} M={m}")
+            if res is None:
+                continue
+            t, err = res
+            best.append((t, nw, cps))
+            print(f"mma {shape} M={m} warps={nw} ctas/SM={cps}: {t * 1e3:7.1f} us {p.nbytes / t / 1e6:6.0f} GB/s "
+                  f"x{t_bf / t:.2f} bf16 x{t_def / t:.2f} default err {err:.1e}", flush=True)
+        _print_best(f"mma best {shape} M={m} (warps, ctas/SM)", best,
                     f" | default {t_def * 1e3:.1f}us heuristic {t_heur * 1e3:.1f}us bf16 {t_bf * 1e3:.1f}us")
     return 0
 

@@ -1,0 +1,501 @@
+"""The decode-size (M <= 8) FP4 W4A16 forward on the tensor cores with register operands: y[M, N] = x[M, K] @ W^T
+(+ bias) (+ t @ B^T) (+ residual), one `mma.sync` per decoded word pair and no shared memory (issue 22, item 4).
+
+Why: at batch 1-8 the product is a weight stream, so the kernel must issue few instructions per 4-byte word of
+codes. The main loop of the skinny-M kernel's FMA mode (fp4_gemv, M = 1, 7B gate; its sm_90 SASS read offline,
+2026-11-27) issues 51 instructions a word (decode and scale ~28, bf16 -> fp32
+conversions 8, FMUL / FFMA / FADD 12, loads and addresses ~3): 2.3 TB/s of codes even at a perfect issue rate, and
+it measured 1.5 TB/s (call 5). The stream-K kernel's decoded tile goes through a layout change before its wgmma.
+Here the decoder's packed pairs are the MMA's A fragments as they come out of the registers:
+
+1. The load-time layout (layout.prepare_codes) puts columns 32b + 8q + 2c + r of a 32-column block in word
+   16t + 4c + b of a row, pair q in register h_q (fp4_decoder.decode_ptx). For lane (g = lane / 4, c = lane % 4)
+   of an m16n8k16 MMA, the A fragment is rows g and g + 8 at columns 2c + r and 8 + 2c + r: exactly h0 and h1 of
+   the lane's words of rows g and g + 8 (the next 16 columns: h2, h3). So a lane loads its rows' words b = 0..3
+   with one 16-byte load a row, decodes each word into four registers and issues two MMAs a word pair: about 20
+   integer instructions and one MMA a word, nothing through shared memory, fp32 accumulators.
+2. B is x^T: lane (g, c) holds activation row n = g at the same columns (four 4-byte pair loads a block, from L1),
+   so M = 1..8 costs the same (rows >= M load zeros); D's lane (g, c) ends with rows g, g + 8 of W for
+   activation rows 2c, 2c + 1.
+3. A warp covers 32 weight rows (two 16-row MMA tiles: the asm of one element decodes four rows' words), a CTA
+   of NW warps 32 NW rows; the grid is (row blocks) x (SPLIT slices of K, 128 columns a step). The next step's
+   words, scales and activations are loaded before this step's MMAs (a register double buffer).
+4. Split-K partials go to the shared workspace; the last CTA of a row block to arrive (gpu-scope acq_rel counter)
+   sums them in slice order and runs the epilogue: the per-row factor (out_scales), bias, the LoRA update t @ B^T
+   (fp32 products over the rank) and the residual. Deterministic, bit for bit from run to run.
+
+The MMA crosses lanes, so the kernel relies on Triton giving the asm's [32 NW, 4] operands the blocked layout
+sizePerThread [1, 4], threadsPerWarp [32, 1], warpsPerCTA [NW, 1] (slot L of dimension 0 = warp L // 32, lane
+L % 32): `check_layout` reads it from the compiled TTGIR (tests/qerl_kernels/test_fp4_mma.py builds every variant
+offline and asserts it; the GPU tests compare the results).
+
+CPU: TRITON_INTERPRET=1 runs the same kernel with a pure-Triton twin of the asm (`_twin_row`: the decoded values
+times x summed over the lanes of each MMA, as the MMA does).
+
+Dispatch: fp4_launch.fp4_gemm takes this kernel for M <= MMA_MAX_M where `selected` says so: QERL_FP4_MMA=1 every
+eligible call, =0 never, unset: CUDA devices of compute capability 8.0+ when DEFAULT_ON (set from a GPU measurement:
+kernels.notes.md).
+"""
+from __future__ import annotations
+
+import os
+import re
+
+import torch
+
+from qerl_kernels.fp4_decoder import HAVE_TRITON
+from qerl_kernels.layout import PreparedFP4, interpret_mode
+
+if HAVE_TRITON:
+    import triton
+    import triton.language as tl
+
+    from qerl_kernels.fp4_decoder import _decode_words, decode_ptx
+    from qerl_kernels.fp4_gemv import _pair_to_f32
+    from qerl_kernels.fp4_launch import _check_2d, _num_sms, _use_asm, _workspace
+
+__all__ = ["fp4_gemm_mma", "launch_args", "mma_config", "selected", "check_layout", "MMA_MAX_M", "DEFAULT_ON",
+           "compile_variants", "compile_variant"]
+
+MMA_MAX_M = 8        # the MMA's n = 8 columns are the activation rows
+MAX_SPLIT = 16       # K slices (the last CTA's serial sum)
+DEFAULT_ON = False   # the default forward takes this kernel for M <= 8 (set from a GPU measurement)
+_LAYOUT = re.compile(r"sizePerThread = \[1, 4\], threadsPerWarp = \[32, 1\], warpsPerCTA = \[(\d+), 1\], "
+                     r"order = \[1, 0\]")
+
+
+def _mma_asm(scale_kind: int, bf16: bool) -> str:
+    """PTX of one element: the words of rows g, g+8, g+16, g+24 ($8-$11) and their scale entries ($12-$15) decoded
+    to A fragments, x's pairs q = 0..3 ($16-$19) as B, two m16n8k16 MMAs per 16-row tile: $0-$3 = $20-$23 + rows
+    (g, g+8) x (n 2c, 2c+1) of this block's product, $4-$7 = $24-$27 + rows (g+16, g+24)."""
+    ty = "bf16" if bf16 else "f16"
+    mma = f"mma.sync.aligned.m16n8k16.row.col.f32.{ty}.{ty}.f32"
+    decls, body = [], []
+    for i in range(4):
+        d, b = decode_ptx(scale_kind, bf16, f"${8 + i}", f"${12 + i}", f"_{i}")
+        decls.append(d)
+        body.append(b)
+    for blk in range(2):
+        u, v = 2 * blk, 2 * blk + 1
+        o, a = 4 * blk, 20 + 4 * blk
+        body.append(f"{mma} {{p0, p1, p2, p3}}, {{h0_{u}, h0_{v}, h1_{u}, h1_{v}}}, {{$16, $17}}, "
+                    f"{{${a}, ${a + 1}, ${a + 2}, ${a + 3}}};\n"
+                    f"{mma} {{${o}, ${o + 1}, ${o + 2}, ${o + 3}}}, {{h2_{u}, h2_{v}, h3_{u}, h3_{v}}}, "
+                    f"{{$18, $19}}, {{p0, p1, p2, p3}};\n")
+    return "{\n" + "".join(decls) + ".reg .f32 p0, p1, p2, p3;\n" + "".join(body) + "}"
+
+
+_CONSTRAINTS = ",".join(["=f"] * 8 + ["r"] * 4 + ["h"] * 4 + ["r"] * 4 + ["f"] * 8)
+
+if HAVE_TRITON:
+    _MMA_NV_F16 = tl.constexpr(_mma_asm(0, False))
+    _MMA_NV_BF16 = tl.constexpr(_mma_asm(0, True))
+    _MMA_MX_F16 = tl.constexpr(_mma_asm(1, False))
+    _MMA_MX_BF16 = tl.constexpr(_mma_asm(1, True))
+    _MMA_CONSTRAINTS = tl.constexpr(_CONSTRAINTS)
+
+    @triton.jit
+    def _outer(o, v, NW: tl.constexpr):
+        """[NW, 8 (weight lane row), 8 (activation row), 4 (c), 4 (b)]: o (weights of lane (g, c)) times v (x of
+        lane (n, c))."""
+        return tl.reshape(o.to(tl.float32), [NW, 8, 1, 4, 4]) * tl.reshape(v, [NW, 1, 8, 4, 4])
+
+    @triton.jit
+    def _twin_row(w, s, v0, v1, v2, v3, v4, v5, v6, v7, SCALE_KIND: tl.constexpr, BF16: tl.constexpr,
+                  NW: tl.constexpr):
+        """The MMAs' result for one weight row per lane (interpreter path): lane (g, c) gets the row's dot
+        products with activation rows 2c and 2c + 1 over the block's 32 columns (all four lanes' words)."""
+        o0, o1, o2, o3, o4, o5, o6, o7 = _decode_words(w, s, SCALE_KIND, BF16, False)
+        p = _outer(o0, v0, NW) + _outer(o1, v1, NW) + _outer(o2, v2, NW) + _outer(o3, v3, NW)
+        p += _outer(o4, v4, NW) + _outer(o5, v5, NW) + _outer(o6, v6, NW) + _outer(o7, v7, NW)
+        d = tl.reshape(tl.sum(p, axis=3), [NW, 8, 4, 2, 4])     # [warp, g, c, j, b]: activation row 2c + j
+        d_even, d_odd = tl.split(tl.permute(d, (0, 1, 2, 4, 3)))
+        return tl.reshape(d_even, [32 * NW, 4]), tl.reshape(d_odd, [32 * NW, 4])
+
+    @triton.jit
+    def _mma_step(w0, w1, w2, w3, s0, s1, s2, s3, x0, x1, x2, x3, a0, a1, a2, a3, a4, a5, a6, a7,
+                  SCALE_KIND: tl.constexpr, BF16: tl.constexpr, USE_ASM: tl.constexpr, NW: tl.constexpr):
+        """One 128-column step of one element (4 weight rows of a lane x its 4 words each): accumulators + the
+        block's products (see `_mma_asm` for the order)."""
+        if USE_ASM:
+            args = [w0, w1, w2, w3, s0, s1, s2, s3, x0, x1, x2, x3, a0, a1, a2, a3, a4, a5, a6, a7]
+            if SCALE_KIND == 0:
+                if BF16:
+                    out = tl.inline_asm_elementwise(_MMA_NV_BF16, _MMA_CONSTRAINTS, args, dtype=(tl.float32,) * 8,
+                                                    is_pure=True, pack=1)
+                else:
+                    out = tl.inline_asm_elementwise(_MMA_NV_F16, _MMA_CONSTRAINTS, args, dtype=(tl.float32,) * 8,
+                                                    is_pure=True, pack=1)
+            else:
+                if BF16:
+                    out = tl.inline_asm_elementwise(_MMA_MX_BF16, _MMA_CONSTRAINTS, args, dtype=(tl.float32,) * 8,
+                                                    is_pure=True, pack=1)
+                else:
+                    out = tl.inline_asm_elementwise(_MMA_MX_F16, _MMA_CONSTRAINTS, args, dtype=(tl.float32,) * 8,
+                                                    is_pure=True, pack=1)
+            return out
+        else:
+            v0, v1 = _pair_to_f32(x0, BF16)
+            v2, v3 = _pair_to_f32(x1, BF16)
+            v4, v5 = _pair_to_f32(x2, BF16)
+            v6, v7 = _pair_to_f32(x3, BF16)
+            e0, d0 = _twin_row(w0, s0, v0, v1, v2, v3, v4, v5, v6, v7, SCALE_KIND, BF16, NW)
+            e1, d1 = _twin_row(w1, s1, v0, v1, v2, v3, v4, v5, v6, v7, SCALE_KIND, BF16, NW)
+            e2, d2 = _twin_row(w2, s2, v0, v1, v2, v3, v4, v5, v6, v7, SCALE_KIND, BF16, NW)
+            e3, d3 = _twin_row(w3, s3, v0, v1, v2, v3, v4, v5, v6, v7, SCALE_KIND, BF16, NW)
+            return a0 + e0, a1 + d0, a2 + e1, a3 + d1, a4 + e2, a5 + d2, a6 + e3, a7 + d3
+
+    @triton.jit
+    def _mma_out(q, row, c, blk: tl.constexpr, os_ptr, bias_ptr, y_ptr, t_ptr, lb_ptr, res_ptr, M, N, stride_ym,
+                 stride_t, stride_res, HAS_BIAS: tl.constexpr, HAS_LORA: tl.constexpr, R: tl.constexpr,
+                 HAS_RES: tl.constexpr):
+        """Results q [32 NW, 4] of 16-row tile `blk`: q[L, 2h + j] is weight row row + 16 blk + 8 h, activation row
+        2c + j. y[n, rows] = q * factor[rows] (+ bias) (+ t[n] . B[rows]) (+ residual[n, rows]) where n < M and
+        rows < N."""
+        i = tl.arange(0, 4)
+        rows = row[:, None] + 16 * blk + 8 * (i // 2)[None, :]
+        n = 2 * c[:, None] + (i % 2)[None, :]
+        ok = (n < M) & (rows < N)
+        out = q * tl.load(os_ptr + rows, mask=rows < N, other=0.0)
+        if HAS_BIAS:
+            out += tl.load(bias_ptr + rows, mask=rows < N, other=0.0).to(tl.float32)
+        if HAS_LORA:
+            rr = tl.arange(0, R)[None, None, :]
+            bt = tl.load(lb_ptr + rows[:, :, None] * R + rr, mask=ok[:, :, None], other=0.0)
+            tt = tl.load(t_ptr + n[:, :, None] * stride_t + rr, mask=ok[:, :, None], other=0.0)
+            out += tl.sum(bt.to(tl.float32) * tt.to(tl.float32), axis=2)
+        if HAS_RES:
+            out += tl.load(res_ptr + n * stride_res + rows, mask=ok, other=0.0).to(tl.float32)
+        tl.store(y_ptr + n * stride_ym + rows, out.to(y_ptr.dtype.element_ty), mask=ok)
+
+    @triton.jit
+    def _quad(a0, a1, a2, a3):
+        """Four [32 NW, 4] accumulators summed over their words -> [32 NW, 4] (column i from a_i; join appends the
+        new dimension last, so [L, 2, 2] is indexed [L, i // 2, i % 2] by joining (a0, a2) and (a1, a3))."""
+        return tl.reshape(tl.join(tl.join(tl.sum(a0, axis=1), tl.sum(a2, axis=1)),
+                                  tl.join(tl.sum(a1, axis=1), tl.sum(a3, axis=1))), [a0.shape[0], 4])
+
+    @triton.jit(do_not_specialize=["M"])
+    def _fp4_mma(
+            # pointers (x32: the activations as int32 pairs)
+            x32_ptr, w_ptr, s_ptr, os_ptr, bias_ptr, y_ptr, ws_ptr, cnt_ptr, t_ptr, lb_ptr, res_ptr,
+            # sizes: KWW = padded K in words (a multiple of 16)
+            M, N, K, KWW,
+            # strides (elements; stride_x32 in int32 pairs)
+            stride_x32, stride_wn, stride_sn, stride_ym, stride_os, stride_t, stride_res,
+            # meta
+            SCALE_KIND: tl.constexpr, BF16: tl.constexpr, HAS_BIAS: tl.constexpr, USE_ASM: tl.constexpr,
+            HAS_LORA: tl.constexpr, R: tl.constexpr, HAS_RES: tl.constexpr, EVEN_K: tl.constexpr,
+            NW: tl.constexpr, MAX_PARTS: tl.constexpr):
+        """Program (pid_n, pid_s): weight rows pid_n * 32 NW + [0, 32 NW), the pid_s-th of SPLIT (the grid's second
+        dimension) equal runs of 128-column steps."""
+        pid_n = tl.program_id(0)
+        pid_s = tl.program_id(1)
+        SPLIT = tl.num_programs(1)
+        steps = KWW // 16
+        per = tl.cdiv(steps, SPLIT)
+        st0 = pid_s * per
+        st1 = tl.minimum(st0 + per, steps)
+        L = tl.arange(0, 32 * NW)
+        g = (L % 32) // 4
+        c = L % 4
+        row = pid_n * (32 * NW) + (L // 32) * 32 + g      # this lane's rows: row + 8 h, h = 0..3
+        rb = tl.arange(0, 4)
+        wp = w_ptr + row[:, None] * stride_wn + (4 * c)[:, None] + rb[None, :]
+        sp = s_ptr + row[:, None] * stride_sn + rb[None, :]
+        xp = x32_ptr + g[:, None] * stride_x32 + c[:, None] + 16 * rb[None, :]
+        xk = c[:, None] + 16 * rb[None, :]                  # pair index in the step, q = 0 (q adds 4 q)
+        x_ok = (g < M)[:, None]
+        w8 = 8 * stride_wn
+        s8 = 8 * stride_sn
+        kp = K // 2
+        # step st0's operands; each step then loads the next one's before its MMAs
+        w0 = tl.load(wp + 16 * st0)
+        w1 = tl.load(wp + w8 + 16 * st0)
+        w2 = tl.load(wp + 2 * w8 + 16 * st0)
+        w3 = tl.load(wp + 3 * w8 + 16 * st0)
+        s0 = tl.load(sp + 4 * st0).to(tl.int16)
+        s1 = tl.load(sp + s8 + 4 * st0).to(tl.int16)
+        s2 = tl.load(sp + 2 * s8 + 4 * st0).to(tl.int16)
+        s3 = tl.load(sp + 3 * s8 + 4 * st0).to(tl.int16)
+        if EVEN_K:
+            x0 = tl.load(xp + 64 * st0, mask=x_ok, other=0)
+            x1 = tl.load(xp + 64 * st0 + 4, mask=x_ok, other=0)
+            x2 = tl.load(xp + 64 * st0 + 8, mask=x_ok, other=0)
+            x3 = tl.load(xp + 64 * st0 + 12, mask=x_ok, other=0)
+        else:
+            x0 = tl.load(xp + 64 * st0, mask=x_ok & (xk + 64 * st0 < kp), other=0)
+            x1 = tl.load(xp + 64 * st0 + 4, mask=x_ok & (xk + 64 * st0 + 4 < kp), other=0)
+            x2 = tl.load(xp + 64 * st0 + 8, mask=x_ok & (xk + 64 * st0 + 8 < kp), other=0)
+            x3 = tl.load(xp + 64 * st0 + 12, mask=x_ok & (xk + 64 * st0 + 12 < kp), other=0)
+        a0 = tl.zeros([32 * NW, 4], dtype=tl.float32)
+        a1 = tl.zeros([32 * NW, 4], dtype=tl.float32)
+        a2 = tl.zeros([32 * NW, 4], dtype=tl.float32)
+        a3 = tl.zeros([32 * NW, 4], dtype=tl.float32)
+        a4 = tl.zeros([32 * NW, 4], dtype=tl.float32)
+        a5 = tl.zeros([32 * NW, 4], dtype=tl.float32)
+        a6 = tl.zeros([32 * NW, 4], dtype=tl.float32)
+        a7 = tl.zeros([32 * NW, 4], dtype=tl.float32)
+        for st in range(st0, st1):
+            nx = tl.minimum(st + 1, st1 - 1)  # the last step reloads itself (in L1) instead of a masked load
+            n0 = tl.load(wp + 16 * nx)
+            n1 = tl.load(wp + w8 + 16 * nx)
+            n2 = tl.load(wp + 2 * w8 + 16 * nx)
+            n3 = tl.load(wp + 3 * w8 + 16 * nx)
+            t0 = tl.load(sp + 4 * nx).to(tl.int16)
+            t1 = tl.load(sp + s8 + 4 * nx).to(tl.int16)
+            t2 = tl.load(sp + 2 * s8 + 4 * nx).to(tl.int16)
+            t3 = tl.load(sp + 3 * s8 + 4 * nx).to(tl.int16)
+            if EVEN_K:
+                y0 = tl.load(xp + 64 * nx, mask=x_ok, other=0)
+                y1 = tl.load(xp + 64 * nx + 4, mask=x_ok, other=0)
+                y2 = tl.load(xp + 64 * nx + 8, mask=x_ok, other=0)
+                y3 = tl.load(xp + 64 * nx + 12, mask=x_ok, other=0)
+            else:
+                y0 = tl.load(xp + 64 * nx, mask=x_ok & (xk + 64 * nx < kp), other=0)
+                y1 = tl.load(xp + 64 * nx + 4, mask=x_ok & (xk + 64 * nx + 4 < kp), other=0)
+                y2 = tl.load(xp + 64 * nx + 8, mask=x_ok & (xk + 64 * nx + 8 < kp), other=0)
+                y3 = tl.load(xp + 64 * nx + 12, mask=x_ok & (xk + 64 * nx + 12 < kp), other=0)
+            a0, a1, a2, a3, a4, a5, a6, a7 = _mma_step(w0, w1, w2, w3, s0, s1, s2, s3, x0, x1, x2, x3,
+                                                       a0, a1, a2, a3, a4, a5, a6, a7,
+                                                       SCALE_KIND, BF16, USE_ASM, NW)
+            w0, w1, w2, w3 = n0, n1, n2, n3
+            s0, s1, s2, s3 = t0, t1, t2, t3
+            x0, x1, x2, x3 = y0, y1, y2, y3
+        # the four words of each element were four 32-column blocks: sum them in the thread
+        q0 = _quad(a0, a1, a2, a3)
+        q1 = _quad(a4, a5, a6, a7)
+        os_row = os_ptr + BF16 * stride_os
+        if SPLIT == 1:
+            _mma_out(q0, row, c, 0, os_row, bias_ptr, y_ptr, t_ptr, lb_ptr, res_ptr, M, N, stride_ym, stride_t,
+                     stride_res, HAS_BIAS, HAS_LORA, R, HAS_RES)
+            _mma_out(q1, row, c, 1, os_row, bias_ptr, y_ptr, t_ptr, lb_ptr, res_ptr, M, N, stride_ym, stride_t,
+                     stride_res, HAS_BIAS, HAS_LORA, R, HAS_RES)
+        else:
+            # park the partials (16 bytes a thread and tile); the last of the SPLIT programs of this row block
+            # sums them in slice order, every part's loads issued at once (unrolled, masked past SPLIT)
+            q_off = L[:, None] * 4 + tl.arange(0, 4)[None, :]
+            part = 2 * 32 * NW * 4
+            tl.store(ws_ptr + (pid_n * SPLIT + pid_s) * part + q_off, q0)
+            tl.store(ws_ptr + (pid_n * SPLIT + pid_s) * part + 32 * NW * 4 + q_off, q1)
+            tl.debug_barrier()  # every thread's stores precede the one arrival (release is cumulative)
+            arrived = tl.atomic_add(cnt_ptr + pid_n, 1, sem="acq_rel", scope="gpu")
+            if arrived == SPLIT - 1:
+                t0 = tl.zeros([32 * NW, 4], dtype=tl.float32)
+                t1 = tl.zeros([32 * NW, 4], dtype=tl.float32)
+                for p in tl.static_range(MAX_PARTS):
+                    base = ws_ptr + (pid_n * SPLIT + p) * part + q_off
+                    live = q_off * 0 + p < SPLIT
+                    t0 += tl.load(base, mask=live, other=0.0, cache_modifier=".cg")
+                    t1 += tl.load(base + 32 * NW * 4, mask=live, other=0.0, cache_modifier=".cg")
+                _mma_out(t0, row, c, 0, os_row, bias_ptr, y_ptr, t_ptr, lb_ptr, res_ptr, M, N, stride_ym,
+                         stride_t, stride_res, HAS_BIAS, HAS_LORA, R, HAS_RES)
+                _mma_out(t1, row, c, 1, os_row, bias_ptr, y_ptr, t_ptr, lb_ptr, res_ptr, M, N, stride_ym,
+                         stride_t, stride_res, HAS_BIAS, HAS_LORA, R, HAS_RES)
+                tl.atomic_xchg(cnt_ptr + pid_n, 0)
+
+
+def mma_config(n_pad: int, k_words: int, n_sm: int, cps: int = 4, nw: int = 4) -> dict:
+    """Knobs for N_pad weight rows and K_pad / 8 words on n_sm SMs: NW warps a CTA (32 NW rows), SPLIT slices of
+    K so that the grid has about `cps` CTAs per SM (at most one slice per 128-column step and MAX_SPLIT in all, no
+    empty slice)."""
+    blocks = -(-n_pad // (32 * nw))
+    steps = k_words // 16
+    split = max(1, min(MAX_SPLIT, steps, -(-cps * n_sm // blocks)))
+    per = -(-steps // split)
+    return dict(NW=nw, SPLIT=-(-steps // per))
+
+
+def selected(x: torch.Tensor) -> bool:
+    """Whether the default forward should take this kernel for x: M <= MMA_MAX_M and QERL_FP4_MMA=1, or unset with
+    DEFAULT_ON on a CUDA device of compute capability 8.0+ (QERL_FP4_MMA=0: never)."""
+    mode = os.environ.get("QERL_FP4_MMA", "")
+    if mode == "0" or not HAVE_TRITON or not 1 <= x.shape[0] <= MMA_MAX_M:
+        return False
+    if mode == "1":
+        return True
+    return DEFAULT_ON and x.is_cuda and torch.cuda.get_device_capability(x.device)[0] >= 8
+
+
+def fp4_gemm_mma(x: torch.Tensor, w: PreparedFP4, bias: torch.Tensor | None = None, *, lora: tuple | None = None,
+                 residual: torch.Tensor | None = None, config: dict | None = None) -> torch.Tensor:
+    """y = x @ W^T (+ bias) (+ t @ B^T) (+ residual), M <= 8, fp32 accumulation, output in x's dtype.
+
+    Args:
+        x: [M, K] float16/bfloat16 on the weight's device (CUDA, or CPU under TRITON_INTERPRET=1), M <= 8.
+        w: PreparedFP4 (single weight or `concat_prepared` group; NVFP4 or MXFP4).
+        bias: optional [N]. lora: optional (t [M, R], B [>= N, R] contiguous): t @ B^T added (fp4_launch.fp4_gemm
+            checks its shapes). residual: optional [M, N] added last.
+        config: knobs overriding `mma_config`: NW (warps a CTA: 1, 2 or 4), SPLIT (K slices) or CPS (CTAs per SM
+            to aim at; SPLIT follows).
+
+    Raises:
+        ValueError: shape, dtype or device mismatch, M > 8, or bad knobs.
+    """
+    _check_2d(x, w, w.k, "fp4_gemm_mma", "x")
+    m = x.shape[0]
+    if m > MMA_MAX_M:
+        raise ValueError(f"fp4_gemm_mma: M = {m} > {MMA_MAX_M}")
+    if bias is not None and (tuple(bias.shape) != (w.n,) or bias.device != x.device):
+        raise ValueError(f"fp4_gemm_mma: bias {tuple(bias.shape)} on {bias.device} is not [{w.n}] on {x.device}")
+    if residual is not None and tuple(residual.shape) != (m, w.n):
+        raise ValueError(f"fp4_gemm_mma: residual {tuple(residual.shape)} is not [{m}, {w.n}]")
+    x = x.contiguous()
+    if x.storage_offset() % 2:  # the int32 view of the activation pairs needs a 4-byte aligned start
+        x = x.clone()
+    y = torch.empty((m, w.n), dtype=x.dtype, device=x.device)
+    if m == 0:
+        return y
+    n_sm = 2 if interpret_mode() else _num_sms(x.device.index or 0)
+    grid, args, meta = launch_args(x, w, bias, lora, residual, y, n_sm, config)
+    _fp4_mma[grid](*args, **meta)
+    return y
+
+
+def launch_args(x: torch.Tensor, w: PreparedFP4, bias, lora, residual, y: torch.Tensor, n_sm: int,
+                config: dict | None = None) -> tuple[tuple, tuple, dict]:
+    """(grid, positional arguments, meta-parameters) of one `_fp4_mma` launch: the one place that turns the knobs
+    into a launch (fp4_gemm_mma runs it; the offline build compiles it from CPU tensors of the same shapes).
+
+    Raises:
+        ValueError: knobs the kernel does not support (the message names them).
+    """
+    m = x.shape[0]
+    n_pad, kww = w.words.shape
+    config = dict(config or {})
+    cps = int(config.pop("CPS", 4))
+    cfg = mma_config(n_pad, kww, n_sm, cps, int(config.get("NW", 4)))
+    cfg.update(config)
+    nw, split = int(cfg["NW"]), int(cfg["SPLIT"])
+    if nw not in (1, 2, 4) or n_pad % (32 * nw) or kww % 16 or not 1 <= split <= min(MAX_SPLIT, kww // 16):
+        raise ValueError(f"fp4_gemm_mma: bad knobs {cfg} for {n_pad} padded rows and {kww} words a row (NW 1, 2 "
+                         f"or 4; SPLIT in 1..min({MAX_SPLIT}, 128-column steps))")
+    blocks = n_pad // (32 * nw)
+    ws, cnt = _workspace(x.device, blocks * split * 2 * 32 * nw * 4 if split > 1 else 1, blocks)
+    dummy = w.out_scales
+    t_arg, lb_arg = (lora[0], lora[1]) if lora is not None else (dummy, dummy)
+    res_arg = residual if residual is not None else dummy
+    x32 = x.view(torch.int32)  # K is a multiple of 16 for both formats: whole pairs per row
+    args = (x32, w.words, w.scales, w.out_scales, bias.contiguous() if bias is not None else dummy, y, ws, cnt,
+            t_arg, lb_arg, res_arg,
+            m, w.n, w.k, kww,
+            x32.stride(0), w.words.stride(0), w.scales.stride(0), y.stride(0), w.out_scales.stride(0),
+            t_arg.stride(0), res_arg.stride(0))
+    meta = dict(SCALE_KIND=w.scale_kind, BF16=x.dtype == torch.bfloat16, HAS_BIAS=bias is not None,
+                USE_ASM=_use_asm(interpret_mode()), HAS_LORA=lora is not None,
+                R=lora[1].shape[1] if lora is not None else 16, HAS_RES=residual is not None,
+                EVEN_K=w.k == kww * 8, NW=nw, MAX_PARTS=MAX_SPLIT, num_warps=nw, num_stages=1)
+    return (blocks, split), args, meta
+
+
+def check_layout(ttgir: str, nw: int) -> bool:
+    """Whether the compiled kernel's inline-asm MMA step runs on the [32 NW, 4] blocked layout whose dimension-0
+    slot L is warp L // 32, lane L % 32 (what the MMA's lane roles assume)."""
+    asm_ops = [line for line in ttgir.splitlines() if "elementwise_inline_asm" in line]
+    if not asm_ops:
+        return False
+    layouts = dict(re.findall(r"(#\w+) = #ttg\.blocked<\{(.*?)\}>", ttgir))
+    for line in asm_ops:
+        enc = re.findall(r"tensor<\d+x4x\w+, (#\w+)>", line)
+        if not enc or any(e not in layouts for e in enc):
+            return False
+        for e in set(enc):
+            found = _LAYOUT.search(layouts[e])
+            if found is None or int(found.group(1)) != nw:
+                return False
+    return True
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Offline build: `python -m qerl_kernels.fp4_mma [--only NAME ...] [--json]` builds the launches below for
+# sm_90 on any machine (ptxas is bundled): registers, spills, the asm operands' layout and the main loop's SASS
+# instructions per 4-byte word of codes.
+# ---------------------------------------------------------------------------------------------------------------
+def compile_variants() -> dict[str, tuple]:
+    """{name: (N, K, M, scale_kind, bf16, bias, lora, residual, config)}: the 7B decode launches (gate/up group,
+    down with LoRA and residual, q/k/v group) and the other formats / epilogues."""
+    return {
+        "gateup-m1": (37888, 3584, 1, 0, True, False, False, False, None),
+        "down-lora-res-m1": (3584, 18944, 1, 0, True, False, True, True, None),
+        "qkv-m8": (4608, 3584, 8, 0, True, False, False, False, None),
+        "o-nw2-m1": (3584, 3584, 1, 0, True, False, True, True, {"NW": 2}),
+        "mx-fp16-bias-m3": (18944, 3584, 3, 1, False, True, False, False, None),
+        "ragged-m2": (200, 400, 2, 0, True, True, False, False, None),
+    }
+
+
+def _build(name: str, arch: int = 90):
+    from qerl_kernels.gluon_compile import compile_launch
+    from qerl_kernels.layout import padded_shape
+    n, k, m, kind, bf16, bias, lora, res, cfg = compile_variants()[name]
+    dt = torch.bfloat16 if bf16 else torch.float16
+    n_pad, k_pad = padded_shape(n, k)
+    w = PreparedFP4(torch.empty(n_pad, k_pad // 8, dtype=torch.int32),
+                    torch.empty(n_pad, k_pad // 32, dtype=torch.int16 if kind == 0 else torch.uint8),
+                    torch.empty(2, n_pad, dtype=torch.float32), n, k, kind)
+    x, y = torch.empty(m, k, dtype=dt), torch.empty(m, n, dtype=dt)
+    lo = (torch.empty(m, 32, dtype=dt), torch.empty(n_pad, 32, dtype=dt)) if lora else None
+    grid, args, meta = launch_args(x, w, torch.empty(n, dtype=dt) if bias else None, lo,
+                                   torch.empty(m, n, dtype=dt) if res else None, y, 132, cfg)
+    return compile_launch(_fp4_mma, args, dict(meta, USE_ASM=True, debug=False), arch), grid, meta
+
+
+def loop_sass(cubin: bytes) -> dict:
+    """The SASS of the kernel's longest loop (the main loop): instructions, MMAs (HMMA) and global loads (LDG);
+    {} where the bundled cuobjdump is missing."""
+    import subprocess
+    import tempfile
+    from triton.backends.nvidia import compiler as nv
+    tool = os.path.join(os.path.dirname(nv.__file__), "bin", "cuobjdump")
+    if not os.path.exists(tool):
+        return {}
+    with tempfile.TemporaryDirectory() as tmp:
+        with open(f"{tmp}/k.cubin", "wb") as f:
+            f.write(cubin)
+        sass = subprocess.run([tool, "-sass", f"{tmp}/k.cubin"], capture_output=True, text=True).stdout
+    ins = [(int(a, 16), op) for a, op in re.findall(r"/\*([0-9a-f]{4})\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)[^;]*;",
+                                                  sass)]
+    best: list = []
+    for i, (a, op) in enumerate(ins):
+        if op.startswith("BRA"):
+            tgt = re.search(rf"/\*{a:04x}\*/[^;]*BRA[^;]*?0x([0-9a-f]+)", sass)
+            if tgt and int(tgt.group(1), 16) < a:
+                body = [o for b, o in ins if int(tgt.group(1), 16) <= b <= a]
+                if len(body) > len(best):
+                    best = body
+    return dict(loop=len(best), hmma=sum(o.startswith("HMMA") for o in best),
+                ldg=sum(o.startswith("LDG") for o in best))
+
+
+def compile_variant(name: str, arch: int = 90) -> dict:
+    """Build one of `compile_variants` for `arch` from CPU tensors (never filled): registers, spills, whether the
+    asm's layout is the one the MMA assumes, and the main loop's SASS per word. Must run in a process where the
+    Triton interpreter has not run."""
+    from qerl_kernels.gluon_compile import ptxas_usage
+    try:
+        compiled, grid, meta = _build(name, arch)
+        use = ptxas_usage(compiled.asm["ptx"], compiled.metadata, arch)
+    except Exception as e:  # noqa: BLE001 - reported as the variant's status
+        return dict(name=name, status=f"{type(e).__name__}: {str(e).splitlines()[0][:200]}")
+    loop = loop_sass(compiled.asm["cubin"])
+    per_word = round(loop["loop"] / 16, 1) if loop.get("loop") else None  # a thread decodes 4 rows x 4 words a step
+    return dict(name=name, status="ok", grid=list(grid), NW=meta["NW"], regs=use["regs"], spill_st=use["spill_st"],
+                spill_ld=use["spill_ld"], layout_ok=check_layout(compiled.asm["ttgir"], meta["NW"]),
+                loop_sass=loop.get("loop"), hmma=loop.get("hmma"), ldg=loop.get("ldg"), sass_per_word=per_word)
+
+
+def main(argv=None) -> int:
+    import argparse
+    import json
+    ap = argparse.ArgumentParser(description="offline sm_90 build of the decode-size MMA kernel (no GPU needed)")
+    ap.add_argument("--only", nargs="*", default=None, help=f"variants (of {list(compile_variants())})")
+    ap.add_argument("--json", action="store_true", help="one JSON object per line instead of a table")
+    args = ap.parse_args(argv)
+    rows = [compile_variant(v) for v in (args.only or compile_variants())]
+    for r in rows:
+        print(json.dumps(r) if args.json else " ".join(f"{k}={v}" for k, v in r.items()), flush=True)
+    return 0 if all(r["status"] == "ok" and r["layout_ok"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

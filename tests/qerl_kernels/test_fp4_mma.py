@@ -1,0 +1,160 @@
+"""The decode-size MMA kernel (qerl_kernels/fp4_mma.py) against the dequantize-then-matmul reference, its epilogues
+and its dispatch.
+
+CPU (TRITON_INTERPRET=1, set by tests/conftest.py when there is no GPU): the offline sm_90 build of its variants
+(fresh process, no interpreter: compiles, no spills, the inline asm on the blocked layout the MMA's lane roles
+assume, fewer SASS instructions a word than the skinny-M kernel's FMA mode spends); tiny shapes (N = 81 rows,
+padded to 128; K ragged against the 128-column step or whole steps), M 1-8, split-K on and off, bias, LoRA,
+residual, a group; the interpreter runs the pure-Triton twin of the asm.
+GPU: the compiled kernel on random and 7B shapes, bit-for-bit repeatability of the split-K reduction, the default
+dispatch with QERL_FP4_MMA=1.
+"""
+import functools
+
+import pytest
+import torch
+
+triton = pytest.importorskip("triton")
+
+import qerl_kernels  # noqa: E402
+from qerl_kernels import fp4_launch, fp4_mma, layout  # noqa: E402
+from qerl_kernels import reference as R  # noqa: E402
+
+CUDA = torch.cuda.is_available()
+DEV = "cuda" if CUDA else "cpu"
+N = 81
+
+_weight = functools.partial(qerl_kernels.random_prepared, device=DEV)
+
+
+def _check_close(y, ref, scale):
+    """y within one rounding to its dtype (two: the interpreter's casts) of the float32 reference, plus fp32
+    summation-order noise relative to sum |x| |w|."""
+    eps = 2.0 ** -8 if y.dtype == torch.bfloat16 else 2.0 ** -11
+    err = (y.float() - ref).abs()
+    bound = 2 * eps * ref.abs() + 1e-5 * scale + 1e-6
+    assert torch.isfinite(y).all()
+    assert (err <= bound).all(), f"max excess {(err - bound).max().item():.3e} (max err {err.max().item():.3e})"
+    assert R.rel_error(y, ref) < (6e-3 if y.dtype == torch.bfloat16 else 1e-3)
+
+
+# (M, K for nvfp4 / mxfp4, knobs): split-K off and on (one slice a step), K ragged (400 / 416) or whole steps (512);
+# NW 1 keeps the interpreter's tensors small (32 lanes), NW 2 covers two warps a CTA
+CASES = {
+    "m1-ragged-split": (1, (400, 416), dict(NW=1, SPLIT=4)),
+    "m1-nosplit": (1, (512, 512), dict(NW=2, SPLIT=1)),
+    "m3-split": (3, (512, 512), dict(NW=1, SPLIT=2)),
+    "m8-ragged-nosplit": (8, (400, 416), dict(NW=1, SPLIT=1)),
+}
+
+
+@pytest.mark.triton_device
+@pytest.mark.parametrize("case", list(CASES), ids=list(CASES))
+@pytest.mark.parametrize("fmt,dtype,bias", [("nvfp4", torch.bfloat16, True), ("nvfp4", torch.float16, False),
+                                            ("mxfp4", torch.bfloat16, False), ("mxfp4", torch.float16, True)],
+                         ids=["nv-bf16-bias", "nv-fp16", "mx-bf16", "mx-fp16-bias"])
+def test_mma_matches_reference(case, fmt, dtype, bias):
+    m, ks, cfg = CASES[case]
+    k = ks[0] if fmt == "nvfp4" else ks[1]
+    p, dense, _ = _weight(fmt, N, k, seed=m + k)
+    gen = torch.Generator().manual_seed(m)
+    x = torch.randn(m, k, generator=gen).to(DEV, dtype)
+    b = torch.randn(N, generator=gen).to(DEV, dtype) if bias else None
+    y = fp4_mma.fp4_gemm_mma(x, p, b, config=cfg)
+    assert y.shape == (m, N) and y.dtype == dtype
+    ref = x.float() @ dense.t() + (b.float() if b is not None else 0)
+    _check_close(y, ref, x.float().abs() @ dense.abs().t())
+
+
+@pytest.mark.triton_device
+@pytest.mark.parametrize("m,split", [(1, 2), (5, 1)])
+def test_mma_lora_and_residual(m, split):
+    """t @ B^T (B with more rows than the weight, as the engine's stacked factors) and the residual stream."""
+    k, r = 256, 16
+    p, dense, _ = _weight("nvfp4", N, k, seed=7)
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(m, k, generator=gen).to(DEV, torch.bfloat16)
+    t = torch.randn(m, r, generator=gen).to(DEV, torch.bfloat16)
+    lb = (0.1 * torch.randn(128, r, generator=gen)).to(DEV, torch.bfloat16)
+    res = torch.randn(m, N, generator=gen).to(DEV, torch.bfloat16)
+    y = fp4_mma.fp4_gemm_mma(x, p, lora=(t, lb), residual=res, config=dict(NW=1, SPLIT=split))
+    ref = x.float() @ dense.t() + t.float() @ lb[:N].float().t() + res.float()
+    _check_close(y, ref, x.float().abs() @ dense.abs().t() + res.float().abs())
+
+
+@pytest.mark.triton_device
+def test_mma_group_and_default_knobs():
+    """A concat_prepared group whose members carry very different per-tensor scales (one factor a row), with the
+    heuristic's own knobs."""
+    parts = [_weight("nvfp4", n, 256, seed=20 + i, scale=s) for i, (n, s) in enumerate(((40, 1.0), (24, 5e-3)))]
+    grp = layout.concat_prepared([p for p, _, _ in parts])
+    dense = torch.zeros(grp.n, 256, device=DEV)
+    dense[:40], dense[128:] = parts[0][1], parts[1][1]
+    x = torch.randn(2, 256, generator=torch.Generator().manual_seed(0)).to(DEV, torch.bfloat16)
+    y = fp4_mma.fp4_gemm_mma(x, grp)
+    _check_close(y, x.float() @ dense.t(), x.float().abs() @ dense.abs().t())
+
+
+def test_mma_config_and_bad_input():
+    """The split heuristic (no empty slice, at most MAX_SPLIT), and errors that name what is wrong."""
+    assert fp4_mma.mma_config(37888, 448, 132) == dict(NW=4, SPLIT=2)      # 296 row blocks: 2 slices
+    assert fp4_mma.mma_config(3584, 2368, 132)["SPLIT"] == 15  # 28 blocks, 148 steps: 16 would leave one empty
+    cfg = fp4_mma.mma_config(3584, 448, 132)                                # 28 steps
+    per = -(-28 // cfg["SPLIT"])
+    assert (cfg["SPLIT"] - 1) * per < 28
+    p, _, _ = _weight("nvfp4", N, 256, seed=1)
+    x = torch.randn(9, 256).to(DEV, torch.bfloat16)
+    with pytest.raises(ValueError, match="M = 9"):
+        fp4_mma.fp4_gemm_mma(x, p)
+    with pytest.raises(ValueError, match="bad knobs"):
+        fp4_mma.fp4_gemm_mma(x[:1], p, config=dict(NW=3))
+    with pytest.raises(ValueError, match="residual"):
+        fp4_mma.fp4_gemm_mma(x[:1], p, residual=torch.zeros(1, 5, device=DEV, dtype=torch.bfloat16))
+
+
+def test_mma_selected(monkeypatch):
+    x = torch.zeros(4, 16)
+    monkeypatch.setenv("QERL_FP4_MMA", "1")
+    assert fp4_mma.selected(x) and not fp4_mma.selected(torch.zeros(9, 16))
+    monkeypatch.setenv("QERL_FP4_MMA", "0")
+    assert not fp4_mma.selected(x)
+    monkeypatch.delenv("QERL_FP4_MMA")
+    assert fp4_mma.selected(x) == (fp4_mma.DEFAULT_ON and x.is_cuda)
+
+
+@pytest.mark.triton_device
+def test_dispatch_takes_the_mma_kernel(monkeypatch):
+    """fp4_launch.fp4_gemm with QERL_FP4_MMA=1 runs this kernel for M <= 8, LoRA and residual included (a spy)."""
+    calls = []
+    real = fp4_mma.fp4_gemm_mma
+    monkeypatch.setattr(fp4_mma, "fp4_gemm_mma", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    monkeypatch.setenv("QERL_FP4_MMA", "1")
+    p, dense, _ = _weight("nvfp4", N, 256, seed=2)
+    x = torch.randn(1, 256, generator=torch.Generator().manual_seed(1)).to(DEV, torch.bfloat16)
+    res = torch.randn(1, N, generator=torch.Generator().manual_seed(2)).to(DEV, torch.bfloat16)
+    y = fp4_launch.fp4_gemm(x, p, residual=res)
+    assert calls == [1]
+    _check_close(y, x.float() @ dense.t() + res.float(), x.float().abs() @ dense.abs().t() + res.float().abs())
+
+
+@pytest.mark.skipif(not CUDA, reason="needs a GPU")
+@pytest.mark.parametrize("n,k,m", [(37888, 3584, 1), (3584, 18944, 1), (4608, 3584, 8), (3584, 3584, 3)])
+def test_mma_7b_shapes_and_repeatable(n, k, m):
+    p, dense, _ = _weight("nvfp4", n, k, seed=n % 97)
+    x = torch.randn(m, k, device=DEV).to(torch.bfloat16)
+    y = fp4_mma.fp4_gemm_mma(x, p)
+    _check_close(y, x.float() @ dense.t(), x.float().abs() @ dense.abs().t())
+    assert torch.equal(y, fp4_mma.fp4_gemm_mma(x, p))
+
+
+def test_offline_build(offline_build):
+    """Every variant compiles for sm_90, spills nothing, runs its asm on the layout the MMA's lane roles assume,
+    and its main loop issues one MMA and under 32 SASS instructions a 4-byte word (the skinny-M kernel's FMA mode:
+    51)."""
+    r, rows = offline_build("qerl_kernels.fp4_mma")
+    assert rows and len(rows) == len(fp4_mma.compile_variants()), r.stderr[-2000:]
+    for row in rows:
+        assert row["status"] == "ok", row
+        assert row["spill_st"] == 0 and row["layout_ok"], row
+        if row.get("loop_sass") is not None:
+            assert row["hmma"] == 16 and row["sass_per_word"] < 32, row
