@@ -411,7 +411,9 @@ if HAVE_GLUON:
         row = pid_n * (32 * NW) + (L // 32) * 32 + g
         rb = gl.expand_dims(gl.arange(0, 4, layout=gl.SliceLayout(0, LW)), 0)
         wp = w_ptr + gl.expand_dims(row * stride_wn + 4 * c, 1) + rb
-        sp = s_ptr + gl.expand_dims(row * stride_sn, 1) + rb
+        # a row's scale entries start 8 bytes aligned (K_pad / 32 entries, a multiple of 4): say so, or the 8-byte
+        # (NVFP4) / 4-byte (MXFP4) copies fall back to 2-byte ones, which cp.async does not have
+        sp = s_ptr + gl.expand_dims(row * (stride_sn // 4) * 4, 1) + rb
         # lanes of activation rows >= M read row M - 1: their MMA columns are never stored
         xp = x32_ptr + gl.expand_dims(gl.minimum(g, M - 1) * stride_x32, 1)
         xk = gl.expand_dims(c, 1) + 16 * rb
@@ -616,7 +618,7 @@ def compile_variants() -> dict[str, tuple]:
         "o-nw2-m1": (3584, 3584, 1, 0, True, False, True, True, {"NW": 2}),
         "mx-fp16-bias-m3": (18944, 3584, 3, 1, False, True, False, False, None),
         "ragged-m2": (200, 400, 2, 0, True, True, False, False, None),
-        "tiny-nw1-m3": (81, 512, 3, 0, True, False, True, True, {"NW": 1, "SPLIT": 2}),
+        "tiny-k256-lora-m3": (81, 256, 3, 0, True, False, True, True, {"NW": 1, "SPLIT": 2}),
         "tiny-mx-nw1-m1": (81, 416, 1, 1, True, False, False, False, {"NW": 1, "SPLIT": 4}),
     }
 

@@ -67,7 +67,7 @@ GEMV_SWEEP = {
 GEMV_CPS = (3, 6, 12)
 # fp4_mma.fp4_gemm_mma's knobs: warps a CTA (32 rows each), cp.async ring depth, CTAs per SM the split aims at (no
 # compile-time constant: one compile per (NW, STAGES))
-MMA_SWEEP = [(nw, stages, cps) for nw, stages in ((1, 3), (1, 4), (1, 6), (2, 4), (4, 4)) for cps in (4, 8, 16)]
+MMA_SWEEP = [(nw, stages, cps) for nw, stages in ((1, 2), (1, 3), (2, 2), (2, 3), (4, 3)) for cps in (8, 16)]
 
 
 def parse_cfg(s: str):
@@ -96,7 +96,10 @@ def main(argv=None) -> int:
     ap.add_argument("--gluon", action="store_true", help="sweep GLUON_SWEEP for fp4_gluon.fp4_gemm_gluon instead")
     ap.add_argument("--gemv", action="store_true", help="sweep GEMV_SWEEP for fp4_gemv.fp4_gemm_gemv instead")
     ap.add_argument("--wgmma", action="store_true", help="sweep WGMMA_SWEEP for fp4_wgmma.fp4_gemm_wgmma instead")
-    ap.add_argument("--mma", action="store_true", help="sweep MMA_SWEEP for fp4_mma.fp4_gemm_mma instead")
+    ap.add_argument("--mma", action="store_true", help="sweep MMA_SWEEP for fp4_mma.fp4_gemm_mma instead (with "
+                    "--profile: one call of it at M <= 8 beside the default path's)")
+    ap.add_argument("--mma-config", default=None, help="--profile --mma: its knobs NW,STAGES,CPS (default: the "
+                    "heuristic's)")
     args = ap.parse_args(argv)
     if args.profile:
         return profile(args)
@@ -307,6 +310,11 @@ def profile(args) -> int:
             path = args.path if m > 64 else None
             gluon = args.gluon and m <= 64
             wgmma = args.wgmma and m > 16
+            mma = args.mma and m <= 8
+            if mma:
+                from qerl_kernels.fp4_mma import fp4_gemm_mma
+                knobs = dict(zip(("NW", "STAGES", "CPS"), (int(v) for v in args.mma_config.split(",")))) \
+                    if args.mma_config else None
             if gluon:
                 from qerl_kernels.fp4_gluon import fp4_gemm_gluon
             if wgmma:  # the wgmma kernel beside bf16 cuBLAS on the dequantized weight (the ratio's baseline)
@@ -320,6 +328,8 @@ def profile(args) -> int:
                 if wgmma:
                     fp4_gemm_wgmma(x, p)
                     torch.nn.functional.linear(x, wd)
+                if mma:
+                    fp4_gemm_mma(x, p, config=knobs)
             torch.cuda.synchronize()
             torch.cuda.cudart().cudaProfilerStart()
             fp4_launch.fp4_gemm(x, p, path=path)
@@ -329,6 +339,8 @@ def profile(args) -> int:
             if wgmma:
                 fp4_gemm_wgmma(x, p)
                 torch.nn.functional.linear(x, wd)
+            if mma:
+                fp4_gemm_mma(x, p, config=knobs)
             torch.cuda.synchronize()
             torch.cuda.cudart().cudaProfilerStop()
             print(f"profiled {shape} M={m}", flush=True)

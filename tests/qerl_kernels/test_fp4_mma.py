@@ -113,9 +113,9 @@ def test_mma_config_and_bad_input():
 
 
 def test_mma_selected(monkeypatch):
-    x = torch.zeros(4, 16)
+    x = torch.zeros(4, 16, device=DEV)
     monkeypatch.setenv("QERL_FP4_MMA", "1")
-    assert fp4_mma.selected(x) and not fp4_mma.selected(torch.zeros(9, 16))
+    assert fp4_mma.selected(x) and not fp4_mma.selected(torch.zeros(9, 16, device=DEV))
     monkeypatch.setenv("QERL_FP4_MMA", "0")
     assert not fp4_mma.selected(x)
     monkeypatch.delenv("QERL_FP4_MMA")
