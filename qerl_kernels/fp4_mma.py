@@ -18,13 +18,15 @@ Here the decoder's packed pairs are the MMA's A fragments as they come out of th
    so M = 1..8 costs the same (rows >= M load zeros); D's lane (g, c) ends with rows g, g + 8 of W for
    activation rows 2c, 2c + 1.
 3. A warp covers 32 weight rows (two 16-row MMA tiles: the asm of one element decodes four rows' words), a CTA
-   of NW warps 32 NW rows; the grid is (row blocks) x (SPLIT slices of K, 128 columns a step). The words and scale
+   of NW warps 32 NW rows. The grid is persistent (stream-K): program p takes PER consecutive units of the (row
+   block, 128-column step) sequence, row block major, sized so that the programs fill the SMs in one wave. The
+   words and scale
    entries stream through a STAGES-deep cp.async ring in shared memory, each thread copying the bytes it will read
    back itself; the activations, from L1, are loaded a step ahead into registers. (The first version, call 45,
    double-buffered everything in registers: 133 registers, one step in flight, 48 % of the read ceiling on the
    7B gate/up group.)
-4. Split-K partials go to the shared workspace; the last CTA of a row block to arrive (gpu-scope acq_rel counter)
-   sums them in slice order and runs the epilogue: the per-row factor (out_scales), bias, the LoRA update t @ B^T
+4. A program's run that covers only part of a row block parks its partial sums in the shared workspace; the last
+   part of a row block to arrive (gpu-scope acq_rel counter) sums them in program order and runs the epilogue: the per-row factor (out_scales), bias, the LoRA update t @ B^T
    (fp32 products over the rank) and the residual. Deterministic, bit for bit from run to run.
 
 The MMA crosses lanes, so the asm's operands must sit on the layout whose slot L of the [32 NW, 4] tensors is warp
@@ -74,7 +76,7 @@ __all__ = ["fp4_gemm_mma", "launch_args", "mma_config", "selected", "check_layou
            "compile_variants", "compile_variant"]
 
 MMA_MAX_M = 8        # the MMA's n = 8 columns are the activation rows
-MAX_SPLIT = 16       # K slices (the last CTA's serial sum)
+MAX_SPLIT = 16       # programs that may share a row block (the last one's sum of their parts)
 DEFAULT_ON = False   # the default forward takes this kernel for M <= 8 (set from a GPU measurement)
 _LAYOUT = re.compile(r"sizePerThread = \[1, 4\], threadsPerWarp = \[32, 1\], warpsPerCTA = \[(\d+), 1\], "
                      r"order = \[1, 0\]")
@@ -173,60 +175,85 @@ if HAVE_TRITON:
         return tl.reshape(tl.join(tl.join(tl.sum(a0, axis=1), tl.sum(a2, axis=1)),
                                   tl.join(tl.sum(a1, axis=1), tl.sum(a3, axis=1))), [a0.shape[0], 4])
 
+    @triton.jit
+    def _run_end(a0, a1, a2, a3, a4, a5, a6, a7, u, u0, pid, per, steps, L, c, rbase,
+                 os_row, bias_ptr, y_ptr, ws_ptr, cnt_ptr, t_ptr, lb_ptr, res_ptr, M, N, stride_ym, stride_t,
+                 stride_res, HAS_BIAS: tl.constexpr, HAS_LORA: tl.constexpr, R: tl.constexpr, HAS_RES: tl.constexpr,
+                 NW: tl.constexpr, MAX_PARTS: tl.constexpr):
+        """The end of this program's run over row block u // steps (its last step, or the program's last unit):
+        the whole block -> the epilogue; a part -> park it (slot 2 pid + (0: the program's first run, 1: its last)),
+        and the block's last part to arrive sums the parts in program order and runs the epilogue."""
+        blk = u // steps
+        row = blk * (32 * NW) + rbase
+        q0 = _quad(a0, a1, a2, a3)
+        q1 = _quad(a4, a5, a6, a7)
+        first = blk * steps
+        if (first >= u0) & (u == first + steps - 1):
+            _mma_out(q0, row, c, 0, os_row, bias_ptr, y_ptr, t_ptr, lb_ptr, res_ptr, M, N, stride_ym, stride_t,
+                     stride_res, HAS_BIAS, HAS_LORA, R, HAS_RES)
+            _mma_out(q1, row, c, 1, os_row, bias_ptr, y_ptr, t_ptr, lb_ptr, res_ptr, M, N, stride_ym, stride_t,
+                     stride_res, HAS_BIAS, HAS_LORA, R, HAS_RES)
+        else:
+            q_off = L[:, None] * 4 + tl.arange(0, 4)[None, :]
+            part = 2 * 32 * NW * 4
+            slot = 2 * pid + (blk != u0 // steps).to(tl.int32)
+            tl.store(ws_ptr + slot * part + q_off, q0)
+            tl.store(ws_ptr + slot * part + 32 * NW * 4 + q_off, q1)
+            tl.debug_barrier()  # every thread's stores precede the one arrival (release is cumulative)
+            p0 = first // per
+            p1 = (first + steps - 1) // per
+            arrived = tl.atomic_add(cnt_ptr + blk, 1, sem="acq_rel", scope="gpu")
+            if arrived == p1 - p0:
+                t0 = tl.zeros([32 * NW, 4], dtype=tl.float32)
+                t1 = tl.zeros([32 * NW, 4], dtype=tl.float32)
+                for i in tl.static_range(MAX_PARTS):
+                    pp = p0 + i
+                    sl = 2 * pp + (blk != (pp * per) // steps).to(tl.int32)
+                    live = q_off * 0 + pp <= p1
+                    t0 += tl.load(ws_ptr + sl * part + q_off, mask=live, other=0.0, cache_modifier=".cg")
+                    t1 += tl.load(ws_ptr + sl * part + 32 * NW * 4 + q_off, mask=live, other=0.0,
+                                  cache_modifier=".cg")
+                _mma_out(t0, row, c, 0, os_row, bias_ptr, y_ptr, t_ptr, lb_ptr, res_ptr, M, N, stride_ym,
+                         stride_t, stride_res, HAS_BIAS, HAS_LORA, R, HAS_RES)
+                _mma_out(t1, row, c, 1, os_row, bias_ptr, y_ptr, t_ptr, lb_ptr, res_ptr, M, N, stride_ym,
+                         stride_t, stride_res, HAS_BIAS, HAS_LORA, R, HAS_RES)
+                tl.atomic_xchg(cnt_ptr + blk, 0)
+
     @triton.jit(do_not_specialize=["M"])
     def _fp4_mma(
             # pointers (x32: the activations as int32 pairs)
             x32_ptr, w_ptr, s_ptr, os_ptr, bias_ptr, y_ptr, ws_ptr, cnt_ptr, t_ptr, lb_ptr, res_ptr,
-            # sizes: KWW = padded K in words (a multiple of 16)
-            M, N, K, KWW,
+            # sizes: KWW = padded K in words (a multiple of 16); TOTAL = row blocks x steps, PER units a program
+            M, N, K, KWW, TOTAL, PER,
             # strides (elements; stride_x32 in int32 pairs)
             stride_x32, stride_wn, stride_sn, stride_ym, stride_os, stride_t, stride_res,
             # meta
             SCALE_KIND: tl.constexpr, BF16: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_LORA: tl.constexpr,
             R: tl.constexpr, HAS_RES: tl.constexpr, EVEN_K: tl.constexpr, NW: tl.constexpr, MAX_PARTS: tl.constexpr,
             STAGES: tl.constexpr):
-        """The interpreter's kernel (the GPU runs `_fp4_mma_gl`, the same algorithm with the asm's operand layout
-        pinned): program (pid_n, pid_s), weight rows pid_n * 32 NW + [0, 32 NW), the pid_s-th of SPLIT (the grid's
-        second dimension) equal runs of 128-column steps. STAGES: the GPU kernel's ring depth (unused here)."""
-        pid_n = tl.program_id(0)
-        pid_s = tl.program_id(1)
-        SPLIT = tl.num_programs(1)
+        """The interpreter's kernel (the GPU runs `_fp4_mma_gl`, the same programs with the asm's operand layout
+        pinned and a cp.async ring): program pid takes units [pid PER, (pid + 1) PER) of the (row block, 128-column
+        step) sequence, row block major; STAGES: the GPU kernel's ring depth (unused here)."""
+        pid = tl.program_id(0)
         steps = KWW // 16
-        per = tl.cdiv(steps, SPLIT)
-        st0 = pid_s * per
-        st1 = tl.minimum(st0 + per, steps)
+        u0 = pid * PER
+        u1 = tl.minimum(u0 + PER, TOTAL)
         L = tl.arange(0, 32 * NW)
         g = (L % 32) // 4
         c = L % 4
-        row = pid_n * (32 * NW) + (L // 32) * 32 + g      # this lane's rows: row + 8 h, h = 0..3
+        rbase = (L // 32) * 32 + g      # a lane's rows in its block: rbase + 8 h, h = 0..3
         rb = tl.arange(0, 4)
-        wp = w_ptr + row[:, None] * stride_wn + (4 * c)[:, None] + rb[None, :]
-        sp = s_ptr + row[:, None] * stride_sn + rb[None, :]
+        wp = w_ptr + rbase[:, None] * stride_wn + (4 * c)[:, None] + rb[None, :]
+        sp = s_ptr + rbase[:, None] * stride_sn + rb[None, :]
         xp = x32_ptr + g[:, None] * stride_x32 + c[:, None] + 16 * rb[None, :]
         xk = c[:, None] + 16 * rb[None, :]                  # pair index in the step, q = 0 (q adds 4 q)
         x_ok = (g < M)[:, None]
         w8 = 8 * stride_wn
         s8 = 8 * stride_sn
+        wblk = 32 * NW * stride_wn
+        sblk = 32 * NW * stride_sn
         kp = K // 2
-        # step st0's operands; each step then loads the next one's before its MMAs
-        w0 = tl.load(wp + 16 * st0)
-        w1 = tl.load(wp + w8 + 16 * st0)
-        w2 = tl.load(wp + 2 * w8 + 16 * st0)
-        w3 = tl.load(wp + 3 * w8 + 16 * st0)
-        s0 = tl.load(sp + 4 * st0).to(tl.int16)
-        s1 = tl.load(sp + s8 + 4 * st0).to(tl.int16)
-        s2 = tl.load(sp + 2 * s8 + 4 * st0).to(tl.int16)
-        s3 = tl.load(sp + 3 * s8 + 4 * st0).to(tl.int16)
-        if EVEN_K:
-            x0 = tl.load(xp + 64 * st0, mask=x_ok, other=0)
-            x1 = tl.load(xp + 64 * st0 + 4, mask=x_ok, other=0)
-            x2 = tl.load(xp + 64 * st0 + 8, mask=x_ok, other=0)
-            x3 = tl.load(xp + 64 * st0 + 12, mask=x_ok, other=0)
-        else:
-            x0 = tl.load(xp + 64 * st0, mask=x_ok & (xk + 64 * st0 < kp), other=0)
-            x1 = tl.load(xp + 64 * st0 + 4, mask=x_ok & (xk + 64 * st0 + 4 < kp), other=0)
-            x2 = tl.load(xp + 64 * st0 + 8, mask=x_ok & (xk + 64 * st0 + 8 < kp), other=0)
-            x3 = tl.load(xp + 64 * st0 + 12, mask=x_ok & (xk + 64 * st0 + 12 < kp), other=0)
+        os_row = os_ptr + BF16 * stride_os
         a0 = tl.zeros([32 * NW, 4], dtype=tl.float32)
         a1 = tl.zeros([32 * NW, 4], dtype=tl.float32)
         a2 = tl.zeros([32 * NW, 4], dtype=tl.float32)
@@ -235,62 +262,41 @@ if HAVE_TRITON:
         a5 = tl.zeros([32 * NW, 4], dtype=tl.float32)
         a6 = tl.zeros([32 * NW, 4], dtype=tl.float32)
         a7 = tl.zeros([32 * NW, 4], dtype=tl.float32)
-        for st in range(st0, st1):
-            nx = tl.minimum(st + 1, st1 - 1)  # the last step reloads itself (in L1) instead of a masked load
-            n0 = tl.load(wp + 16 * nx)
-            n1 = tl.load(wp + w8 + 16 * nx)
-            n2 = tl.load(wp + 2 * w8 + 16 * nx)
-            n3 = tl.load(wp + 3 * w8 + 16 * nx)
-            t0 = tl.load(sp + 4 * nx).to(tl.int16)
-            t1 = tl.load(sp + s8 + 4 * nx).to(tl.int16)
-            t2 = tl.load(sp + 2 * s8 + 4 * nx).to(tl.int16)
-            t3 = tl.load(sp + 3 * s8 + 4 * nx).to(tl.int16)
+        for u in range(u0, u1):
+            blk = u // steps
+            st = u - blk * steps
+            w0 = tl.load(wp + blk * wblk + 16 * st)
+            w1 = tl.load(wp + blk * wblk + w8 + 16 * st)
+            w2 = tl.load(wp + blk * wblk + 2 * w8 + 16 * st)
+            w3 = tl.load(wp + blk * wblk + 3 * w8 + 16 * st)
+            s0 = tl.load(sp + blk * sblk + 4 * st).to(tl.int16)
+            s1 = tl.load(sp + blk * sblk + s8 + 4 * st).to(tl.int16)
+            s2 = tl.load(sp + blk * sblk + 2 * s8 + 4 * st).to(tl.int16)
+            s3 = tl.load(sp + blk * sblk + 3 * s8 + 4 * st).to(tl.int16)
             if EVEN_K:
-                y0 = tl.load(xp + 64 * nx, mask=x_ok, other=0)
-                y1 = tl.load(xp + 64 * nx + 4, mask=x_ok, other=0)
-                y2 = tl.load(xp + 64 * nx + 8, mask=x_ok, other=0)
-                y3 = tl.load(xp + 64 * nx + 12, mask=x_ok, other=0)
+                x0 = tl.load(xp + 64 * st, mask=x_ok, other=0)
+                x1 = tl.load(xp + 64 * st + 4, mask=x_ok, other=0)
+                x2 = tl.load(xp + 64 * st + 8, mask=x_ok, other=0)
+                x3 = tl.load(xp + 64 * st + 12, mask=x_ok, other=0)
             else:
-                y0 = tl.load(xp + 64 * nx, mask=x_ok & (xk + 64 * nx < kp), other=0)
-                y1 = tl.load(xp + 64 * nx + 4, mask=x_ok & (xk + 64 * nx + 4 < kp), other=0)
-                y2 = tl.load(xp + 64 * nx + 8, mask=x_ok & (xk + 64 * nx + 8 < kp), other=0)
-                y3 = tl.load(xp + 64 * nx + 12, mask=x_ok & (xk + 64 * nx + 12 < kp), other=0)
+                x0 = tl.load(xp + 64 * st, mask=x_ok & (xk + 64 * st < kp), other=0)
+                x1 = tl.load(xp + 64 * st + 4, mask=x_ok & (xk + 64 * st + 4 < kp), other=0)
+                x2 = tl.load(xp + 64 * st + 8, mask=x_ok & (xk + 64 * st + 8 < kp), other=0)
+                x3 = tl.load(xp + 64 * st + 12, mask=x_ok & (xk + 64 * st + 12 < kp), other=0)
             a0, a1, a2, a3, a4, a5, a6, a7 = _mma_step(w0, w1, w2, w3, s0, s1, s2, s3, x0, x1, x2, x3,
                                                        a0, a1, a2, a3, a4, a5, a6, a7, SCALE_KIND, BF16, NW)
-            w0, w1, w2, w3 = n0, n1, n2, n3
-            s0, s1, s2, s3 = t0, t1, t2, t3
-            x0, x1, x2, x3 = y0, y1, y2, y3
-        # the four words of each element were four 32-column blocks: sum them in the thread
-        q0 = _quad(a0, a1, a2, a3)
-        q1 = _quad(a4, a5, a6, a7)
-        os_row = os_ptr + BF16 * stride_os
-        if SPLIT == 1:
-            _mma_out(q0, row, c, 0, os_row, bias_ptr, y_ptr, t_ptr, lb_ptr, res_ptr, M, N, stride_ym, stride_t,
-                     stride_res, HAS_BIAS, HAS_LORA, R, HAS_RES)
-            _mma_out(q1, row, c, 1, os_row, bias_ptr, y_ptr, t_ptr, lb_ptr, res_ptr, M, N, stride_ym, stride_t,
-                     stride_res, HAS_BIAS, HAS_LORA, R, HAS_RES)
-        else:
-            # park the partials (16 bytes a thread and tile); the last of the SPLIT programs of this row block
-            # sums them in slice order, every part's loads issued at once (unrolled, masked past SPLIT)
-            q_off = L[:, None] * 4 + tl.arange(0, 4)[None, :]
-            part = 2 * 32 * NW * 4
-            tl.store(ws_ptr + (pid_n * SPLIT + pid_s) * part + q_off, q0)
-            tl.store(ws_ptr + (pid_n * SPLIT + pid_s) * part + 32 * NW * 4 + q_off, q1)
-            tl.debug_barrier()  # every thread's stores precede the one arrival (release is cumulative)
-            arrived = tl.atomic_add(cnt_ptr + pid_n, 1, sem="acq_rel", scope="gpu")
-            if arrived == SPLIT - 1:
-                t0 = tl.zeros([32 * NW, 4], dtype=tl.float32)
-                t1 = tl.zeros([32 * NW, 4], dtype=tl.float32)
-                for p in tl.static_range(MAX_PARTS):
-                    base = ws_ptr + (pid_n * SPLIT + p) * part + q_off
-                    live = q_off * 0 + p < SPLIT
-                    t0 += tl.load(base, mask=live, other=0.0, cache_modifier=".cg")
-                    t1 += tl.load(base + 32 * NW * 4, mask=live, other=0.0, cache_modifier=".cg")
-                _mma_out(t0, row, c, 0, os_row, bias_ptr, y_ptr, t_ptr, lb_ptr, res_ptr, M, N, stride_ym,
-                         stride_t, stride_res, HAS_BIAS, HAS_LORA, R, HAS_RES)
-                _mma_out(t1, row, c, 1, os_row, bias_ptr, y_ptr, t_ptr, lb_ptr, res_ptr, M, N, stride_ym,
-                         stride_t, stride_res, HAS_BIAS, HAS_LORA, R, HAS_RES)
-                tl.atomic_xchg(cnt_ptr + pid_n, 0)
+            if (st == steps - 1) | (u == u1 - 1):
+                _run_end(a0, a1, a2, a3, a4, a5, a6, a7, u, u0, pid, PER, steps, L, c, rbase, os_row, bias_ptr,
+                         y_ptr, ws_ptr, cnt_ptr, t_ptr, lb_ptr, res_ptr, M, N, stride_ym, stride_t, stride_res,
+                         HAS_BIAS, HAS_LORA, R, HAS_RES, NW, MAX_PARTS)
+                a0 = tl.zeros([32 * NW, 4], dtype=tl.float32)
+                a1 = tl.zeros([32 * NW, 4], dtype=tl.float32)
+                a2 = tl.zeros([32 * NW, 4], dtype=tl.float32)
+                a3 = tl.zeros([32 * NW, 4], dtype=tl.float32)
+                a4 = tl.zeros([32 * NW, 4], dtype=tl.float32)
+                a5 = tl.zeros([32 * NW, 4], dtype=tl.float32)
+                a6 = tl.zeros([32 * NW, 4], dtype=tl.float32)
+                a7 = tl.zeros([32 * NW, 4], dtype=tl.float32)
 
 
 if HAVE_GLUON:
@@ -323,12 +329,14 @@ if HAVE_GLUON:
         return out
 
     @gluon.jit
-    def _gl_issue(w_ring, s_ring, wp, sp, w8, s8, st, slot):
-        """cp.async of one step's words and scale entries (each thread its own 16 / 8 / 4 bytes a row, read back by
-        the same thread: no barrier) into ring slot `slot`, as one commit group."""
+    def _gl_issue(w_ring, s_ring, wp, sp, w8, s8, wblk, sblk, uu, steps, slot):
+        """cp.async of unit uu's words and scale entries (row block uu // steps, step uu % steps; each thread its
+        own 16 / 8 / 4 bytes a row, read back by the same thread) into ring slot `slot`, as one commit group."""
+        blk = uu // steps
+        st = uu - blk * steps
         for h in gl.static_range(4):
-            _cp_async(w_ring.index(slot * 4 + h), wp + h * w8 + 16 * st)
-            _cp_async(s_ring.index(slot * 4 + h), sp + h * s8 + 4 * st)
+            _cp_async(w_ring.index(slot * 4 + h), wp + (blk * wblk + h * w8 + 16 * st))
+            _cp_async(s_ring.index(slot * 4 + h), sp + (blk * sblk + h * s8 + 4 * st))
         async_copy.commit_group()
 
     @gluon.jit
@@ -384,36 +392,77 @@ if HAVE_GLUON:
             out += gl.load(res_ptr + n * stride_res + rows, mask=ok, other=0.0).to(gl.float32)
         gl.store(y_ptr + n * stride_ym + rows, out.to(y_ptr.dtype.element_ty), mask=ok)
 
+    @gluon.jit
+    def _gl_run_end(a0, a1, a2, a3, a4, a5, a6, a7, u, u0, pid, per, steps, L, c, rbase,
+                    os_row, bias_ptr, y_ptr, ws_ptr, cnt_ptr, t_ptr, lb_ptr, res_ptr, M, N, stride_ym, stride_t,
+                    stride_res, HAS_BIAS: gl.constexpr, HAS_LORA: gl.constexpr, R: gl.constexpr,
+                    HAS_RES: gl.constexpr, NW: gl.constexpr, MAX_PARTS: gl.constexpr, LW: gl.constexpr):
+        """`_run_end` with the layouts pinned."""
+        blk = u // steps
+        row = blk * (32 * NW) + rbase
+        q0 = _gl_col(a0, 0, LW) + _gl_col(a1, 1, LW) + _gl_col(a2, 2, LW) + _gl_col(a3, 3, LW)
+        q1 = _gl_col(a4, 0, LW) + _gl_col(a5, 1, LW) + _gl_col(a6, 2, LW) + _gl_col(a7, 3, LW)
+        first = blk * steps
+        if (first >= u0) & (u == first + steps - 1):
+            _gl_out(q0, row, c, 0, os_row, bias_ptr, y_ptr, t_ptr, lb_ptr, res_ptr, M, N, stride_ym, stride_t,
+                    stride_res, HAS_BIAS, HAS_LORA, R, HAS_RES, NW, LW)
+            _gl_out(q1, row, c, 1, os_row, bias_ptr, y_ptr, t_ptr, lb_ptr, res_ptr, M, N, stride_ym, stride_t,
+                    stride_res, HAS_BIAS, HAS_LORA, R, HAS_RES, NW, LW)
+        else:
+            q_off = gl.expand_dims(L * 4, 1) + gl.expand_dims(gl.arange(0, 4, layout=gl.SliceLayout(0, LW)), 0)
+            part = 2 * 32 * NW * 4
+            slot = 2 * pid + (blk != u0 // steps).to(gl.int32)
+            gl.store(ws_ptr + slot * part + q_off, q0)
+            gl.store(ws_ptr + slot * part + 32 * NW * 4 + q_off, q1)
+            _cta_barrier()  # every thread's stores precede the one arrival (release is cumulative)
+            p0 = first // per
+            p1 = (first + steps - 1) // per
+            arrived = gl.atomic_add(cnt_ptr + blk, 1, sem="acq_rel", scope="gpu")
+            if arrived == p1 - p0:
+                t0 = gl.zeros([32 * NW, 4], gl.float32, layout=LW)
+                t1 = gl.zeros([32 * NW, 4], gl.float32, layout=LW)
+                for i in gl.static_range(MAX_PARTS):
+                    pp = p0 + i
+                    sl = 2 * pp + (blk != (pp * per) // steps).to(gl.int32)
+                    live = q_off * 0 + pp <= p1
+                    t0 += gl.load(ws_ptr + sl * part + q_off, mask=live, other=0.0, cache_modifier=".cg")
+                    t1 += gl.load(ws_ptr + sl * part + 32 * NW * 4 + q_off, mask=live, other=0.0,
+                                  cache_modifier=".cg")
+                _gl_out(t0, row, c, 0, os_row, bias_ptr, y_ptr, t_ptr, lb_ptr, res_ptr, M, N, stride_ym, stride_t,
+                        stride_res, HAS_BIAS, HAS_LORA, R, HAS_RES, NW, LW)
+                _gl_out(t1, row, c, 1, os_row, bias_ptr, y_ptr, t_ptr, lb_ptr, res_ptr, M, N, stride_ym, stride_t,
+                        stride_res, HAS_BIAS, HAS_LORA, R, HAS_RES, NW, LW)
+                gl.atomic_xchg(cnt_ptr + blk, 0)
+
     @gluon.jit(do_not_specialize=["M"])
     def _fp4_mma_gl(
             x32_ptr, w_ptr, s_ptr, os_ptr, bias_ptr, y_ptr, ws_ptr, cnt_ptr, t_ptr, lb_ptr, res_ptr,
-            M, N, K, KWW,
+            M, N, K, KWW, TOTAL, PER,
             stride_x32, stride_wn, stride_sn, stride_ym, stride_os, stride_t, stride_res,
             SCALE_KIND: gl.constexpr, BF16: gl.constexpr, HAS_BIAS: gl.constexpr, HAS_LORA: gl.constexpr,
             R: gl.constexpr, HAS_RES: gl.constexpr, EVEN_K: gl.constexpr, NW: gl.constexpr,
             MAX_PARTS: gl.constexpr, STAGES: gl.constexpr):
         """The GPU kernel (`_fp4_mma` is its interpreter twin): the same programs, with the words and scale entries
-        streamed through a STAGES-deep cp.async ring in shared memory (each thread its own bytes) and every tensor
-        on the layout LW: [32 NW, 4], slot L = warp L // 32, lane L % 32, the 4 words of a row in one thread."""
+        streamed through a STAGES-deep cp.async ring in shared memory (each thread its own bytes, across row-block
+        boundaries) and every tensor on the layout LW: [32 NW, 4], slot L = warp L // 32, lane L % 32, the 4 words
+        of a row in one thread."""
         LW: gl.constexpr = gl.BlockedLayout([1, 4], [32, 1], [NW, 1], [1, 0])
         LV: gl.constexpr = gl.SliceLayout(1, LW)
         SM: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
-        pid_n = gl.program_id(0)
-        pid_s = gl.program_id(1)
-        SPLIT = gl.num_programs(1)
+        pid = gl.program_id(0)
         steps = KWW // 16
-        per = gl.cdiv(steps, SPLIT)
-        st0 = pid_s * per
-        st1 = gl.minimum(st0 + per, steps)
+        u0 = pid * PER
+        u1 = gl.minimum(u0 + PER, TOTAL)
         L = gl.arange(0, 32 * NW, layout=LV)
         g = (L % 32) // 4
         c = L % 4
-        row = pid_n * (32 * NW) + (L // 32) * 32 + g
+        rbase = (L // 32) * 32 + g
         rb = gl.expand_dims(gl.arange(0, 4, layout=gl.SliceLayout(0, LW)), 0)
-        wp = w_ptr + gl.expand_dims(row * stride_wn + 4 * c, 1) + rb
+        wp = w_ptr + gl.expand_dims(rbase * stride_wn + 4 * c, 1) + rb
         # a row's scale entries start 8 bytes aligned (K_pad / 32 entries, a multiple of 4): say so, or the 8-byte
         # (NVFP4) / 4-byte (MXFP4) copies fall back to 2-byte ones, which cp.async does not have
-        sp = s_ptr + gl.expand_dims(row * (stride_sn // 4) * 4, 1) + rb
+        sq = (stride_sn // 4) * 4
+        sp = s_ptr + gl.expand_dims(rbase * sq, 1) + rb
         # lanes of activation rows >= M read row M - 1: their MMA columns are never stored
         xp = x32_ptr + gl.expand_dims(gl.minimum(g, M - 1) * stride_x32, 1)
         xk = gl.expand_dims(c, 1) + 16 * rb
@@ -421,12 +470,14 @@ if HAVE_GLUON:
             xp = xp + xk
         kp = K // 2
         w8 = 8 * stride_wn
-        s8 = 8 * stride_sn
+        s8 = 8 * sq
+        wblk = 32 * NW * stride_wn
+        sblk = 32 * NW * sq
+        os_row = os_ptr + BF16 * stride_os
         w_ring = gl.allocate_shared_memory(gl.int32, [STAGES * 4, 32 * NW, 4], SM)
         s_ring = gl.allocate_shared_memory(s_ptr.dtype.element_ty, [STAGES * 4, 32 * NW, 4], SM)
         for i in gl.static_range(STAGES - 1):
-            _gl_issue(w_ring, s_ring, wp, sp, w8, s8, gl.minimum(st0 + i, st1 - 1), i)
-        x0, x1, x2, x3 = _gl_x(xp, st0, kp, EVEN_K, xk)
+            _gl_issue(w_ring, s_ring, wp, sp, w8, s8, wblk, sblk, gl.minimum(u0 + i, u1 - 1), steps, i)
         a0 = gl.zeros([32 * NW, 4], gl.float32, layout=LW)
         a1 = gl.zeros([32 * NW, 4], gl.float32, layout=LW)
         a2 = gl.zeros([32 * NW, 4], gl.float32, layout=LW)
@@ -435,10 +486,13 @@ if HAVE_GLUON:
         a5 = gl.zeros([32 * NW, 4], gl.float32, layout=LW)
         a6 = gl.zeros([32 * NW, 4], gl.float32, layout=LW)
         a7 = gl.zeros([32 * NW, 4], gl.float32, layout=LW)
-        for st in range(st0, st1):
-            j = st - st0
-            # refill the slot the previous step read (this thread's own bytes: no barrier), then wait for this one
-            _gl_issue(w_ring, s_ring, wp, sp, w8, s8, gl.minimum(st + STAGES - 1, st1 - 1), (j + STAGES - 1) % STAGES)
+        for u in range(u0, u1):
+            j = u - u0
+            # refill the slot the previous unit read (this thread's own bytes), then wait for this unit's
+            _gl_issue(w_ring, s_ring, wp, sp, w8, s8, wblk, sblk, gl.minimum(u + STAGES - 1, u1 - 1), steps,
+                      (j + STAGES - 1) % STAGES)
+            st = u % steps
+            x0, x1, x2, x3 = _gl_x(xp, st, kp, EVEN_K, xk)
             async_copy.wait_group(STAGES - 1)
             slot = (j % STAGES) * 4
             w0 = w_ring.index(slot).load(LW)
@@ -449,53 +503,35 @@ if HAVE_GLUON:
             s1 = s_ring.index(slot + 1).load(LW).to(gl.int16)
             s2 = s_ring.index(slot + 2).load(LW).to(gl.int16)
             s3 = s_ring.index(slot + 3).load(LW).to(gl.int16)
-            y0, y1, y2, y3 = _gl_x(xp, gl.minimum(st + 1, st1 - 1), kp, EVEN_K, xk)
             a0, a1, a2, a3, a4, a5, a6, a7 = _gl_step(w0, w1, w2, w3, s0, s1, s2, s3, x0, x1, x2, x3,
                                                       a0, a1, a2, a3, a4, a5, a6, a7, SCALE_KIND, BF16)
-            x0, x1, x2, x3 = y0, y1, y2, y3
+            if (st == steps - 1) | (u == u1 - 1):
+                _gl_run_end(a0, a1, a2, a3, a4, a5, a6, a7, u, u0, pid, PER, steps, L, c, rbase, os_row, bias_ptr,
+                            y_ptr, ws_ptr, cnt_ptr, t_ptr, lb_ptr, res_ptr, M, N, stride_ym, stride_t, stride_res,
+                            HAS_BIAS, HAS_LORA, R, HAS_RES, NW, MAX_PARTS, LW)
+                a0 = gl.zeros([32 * NW, 4], gl.float32, layout=LW)
+                a1 = gl.zeros([32 * NW, 4], gl.float32, layout=LW)
+                a2 = gl.zeros([32 * NW, 4], gl.float32, layout=LW)
+                a3 = gl.zeros([32 * NW, 4], gl.float32, layout=LW)
+                a4 = gl.zeros([32 * NW, 4], gl.float32, layout=LW)
+                a5 = gl.zeros([32 * NW, 4], gl.float32, layout=LW)
+                a6 = gl.zeros([32 * NW, 4], gl.float32, layout=LW)
+                a7 = gl.zeros([32 * NW, 4], gl.float32, layout=LW)
         async_copy.wait_group(0)
-        q0 = _gl_col(a0, 0, LW) + _gl_col(a1, 1, LW) + _gl_col(a2, 2, LW) + _gl_col(a3, 3, LW)
-        q1 = _gl_col(a4, 0, LW) + _gl_col(a5, 1, LW) + _gl_col(a6, 2, LW) + _gl_col(a7, 3, LW)
-        os_row = os_ptr + BF16 * stride_os
-        if SPLIT == 1:
-            _gl_out(q0, row, c, 0, os_row, bias_ptr, y_ptr, t_ptr, lb_ptr, res_ptr, M, N, stride_ym, stride_t,
-                    stride_res, HAS_BIAS, HAS_LORA, R, HAS_RES, NW, LW)
-            _gl_out(q1, row, c, 1, os_row, bias_ptr, y_ptr, t_ptr, lb_ptr, res_ptr, M, N, stride_ym, stride_t,
-                    stride_res, HAS_BIAS, HAS_LORA, R, HAS_RES, NW, LW)
-        else:
-            q_off = gl.expand_dims(L * 4, 1) + rb
-            part = 2 * 32 * NW * 4
-            gl.store(ws_ptr + (pid_n * SPLIT + pid_s) * part + q_off, q0)
-            gl.store(ws_ptr + (pid_n * SPLIT + pid_s) * part + 32 * NW * 4 + q_off, q1)
-            _cta_barrier()  # every thread's stores precede the one arrival (release is cumulative)
-            arrived = gl.atomic_add(cnt_ptr + pid_n, 1, sem="acq_rel", scope="gpu")
-            if arrived == SPLIT - 1:
-                t0 = gl.zeros([32 * NW, 4], gl.float32, layout=LW)
-                t1 = gl.zeros([32 * NW, 4], gl.float32, layout=LW)
-                for p in gl.static_range(MAX_PARTS):
-                    base = ws_ptr + (pid_n * SPLIT + p) * part + q_off
-                    live = q_off * 0 + p < SPLIT
-                    t0 += gl.load(base, mask=live, other=0.0, cache_modifier=".cg")
-                    t1 += gl.load(base + 32 * NW * 4, mask=live, other=0.0, cache_modifier=".cg")
-                _gl_out(t0, row, c, 0, os_row, bias_ptr, y_ptr, t_ptr, lb_ptr, res_ptr, M, N, stride_ym, stride_t,
-                        stride_res, HAS_BIAS, HAS_LORA, R, HAS_RES, NW, LW)
-                _gl_out(t1, row, c, 1, os_row, bias_ptr, y_ptr, t_ptr, lb_ptr, res_ptr, M, N, stride_ym, stride_t,
-                        stride_res, HAS_BIAS, HAS_LORA, R, HAS_RES, NW, LW)
-                gl.atomic_xchg(cnt_ptr + pid_n, 0)
 
 
-
-def mma_config(n_pad: int, k_words: int, n_sm: int, cps: int = 12, nw: int = 1, stages: int = 4) -> dict:
-    """Knobs for N_pad weight rows and K_pad / 8 words on n_sm SMs: NW warps a CTA (32 NW rows), STAGES steps in
-    the cp.async ring, SPLIT slices of K so that the grid has about `cps` CTAs per SM (at most one slice per
-    128-column step and MAX_SPLIT in all, no empty slice). One warp a CTA by default: the shared-memory barriers
-    Triton's analysis puts between the ring's refills and reads (it cannot see that each thread reads only its own
-    bytes) then synchronise one warp, not four."""
+def mma_config(n_pad: int, k_words: int, n_sm: int, cps: int = 16, nw: int = 1, stages: int = 3) -> dict:
+    """Knobs for N_pad weight rows and K_pad / 8 words on n_sm SMs: NW warps a CTA (32 NW rows), STAGES units in
+    the cp.async ring, and the persistent grid: PER (row block, step) units a program, so that about `cps` programs
+    run on each SM (one wave: call 47's split-K grid of 1.1 waves ran 1.4x slower than 0.6) and a row block is
+    shared by at most MAX_SPLIT programs. One warp a CTA by default: the shared-memory barriers Triton's analysis
+    puts between the ring's refills and reads (it cannot see that each thread reads only its own bytes) then
+    synchronise one warp, not four."""
     blocks = -(-n_pad // (32 * nw))
     steps = k_words // 16
-    split = max(1, min(MAX_SPLIT, steps, -(-cps * n_sm // blocks)))
-    per = -(-steps // split)
-    return dict(NW=nw, STAGES=stages, SPLIT=-(-steps // per))
+    total = blocks * steps
+    per = max(-(-total // (cps * n_sm)), -(-steps // (MAX_SPLIT - 1)), 1)
+    return dict(NW=nw, STAGES=stages, PER=per, GRID=-(-total // per))
 
 
 def selected(x: torch.Tensor) -> bool:
@@ -518,8 +554,8 @@ def fp4_gemm_mma(x: torch.Tensor, w: PreparedFP4, bias: torch.Tensor | None = No
         w: PreparedFP4 (single weight or `concat_prepared` group; NVFP4 or MXFP4).
         bias: optional [N]. lora: optional (t [M, R], B [>= N, R] contiguous): t @ B^T added (fp4_launch.fp4_gemm
             checks its shapes). residual: optional [M, N] added last.
-        config: knobs overriding `mma_config`: NW (warps a CTA: 1, 2 or 4), SPLIT (K slices) or CPS (CTAs per SM
-            to aim at; SPLIT follows), STAGES (the cp.async ring's depth, 2-8).
+        config: knobs overriding `mma_config`: NW (warps a CTA: 1, 2 or 4), STAGES (the cp.async ring's depth,
+            2-8), PER (units a program) or CPS (programs per SM to aim at; PER follows).
 
     Raises:
         ValueError: shape, dtype or device mismatch, M > 8, or bad knobs.
@@ -559,30 +595,33 @@ def launch_args(x: torch.Tensor, w: PreparedFP4, bias, lora, residual, y: torch.
     m = x.shape[0]
     n_pad, kww = w.words.shape
     config = dict(config or {})
-    cps = int(config.pop("CPS", 12))
-    cfg = mma_config(n_pad, kww, n_sm, cps, int(config.get("NW", 1)))
-    cfg.update(config)
-    nw, split, stages = int(cfg["NW"]), int(cfg["SPLIT"]), int(cfg["STAGES"])
-    if nw not in (1, 2, 4) or n_pad % (32 * nw) or kww % 16 or not 1 <= split <= min(MAX_SPLIT, kww // 16) or \
-            not 2 <= stages <= 8:
+    cps = int(config.pop("CPS", 16))
+    cfg = mma_config(n_pad, kww, n_sm, cps, int(config.get("NW", 1)), int(config.get("STAGES", 3)))
+    if "PER" in config:
+        cfg.update(PER=int(config["PER"]), GRID=-(-(n_pad // (32 * cfg["NW"])) * (kww // 16) // int(config["PER"])))
+    nw, stages, per, grid = cfg["NW"], cfg["STAGES"], cfg["PER"], cfg["GRID"]
+    steps = kww // 16
+    if nw not in (1, 2, 4) or n_pad % (32 * nw) or kww % 16 or not 2 <= stages <= 8 or \
+            not max(1, -(-steps // (MAX_SPLIT - 1))) <= per:
         raise ValueError(f"fp4_gemm_mma: bad knobs {cfg} for {n_pad} padded rows and {kww} words a row (NW 1, 2 "
-                         f"or 4; SPLIT in 1..min({MAX_SPLIT}, 128-column steps); STAGES 2-8)")
+                         f"or 4; STAGES 2-8; PER >= the 128-column steps / {MAX_SPLIT - 1}, so that at most "
+                         f"{MAX_SPLIT} programs share a row block)")
     blocks = n_pad // (32 * nw)
-    ws, cnt = _workspace(x.device, blocks * split * 2 * 32 * nw * 4 if split > 1 else 1, blocks)
+    ws, cnt = _workspace(x.device, grid * 2 * 2 * 32 * nw * 4, blocks)
     dummy = w.out_scales
     t_arg, lb_arg = (lora[0], lora[1]) if lora is not None else (dummy, dummy)
     res_arg = residual if residual is not None else dummy
     x32 = x.view(torch.int32)  # K is a multiple of 16 for both formats: whole pairs per row
     args = (x32, w.words, w.scales, w.out_scales, bias.contiguous() if bias is not None else dummy, y, ws, cnt,
             t_arg, lb_arg, res_arg,
-            m, w.n, w.k, kww,
+            m, w.n, w.k, kww, blocks * steps, per,
             x32.stride(0), w.words.stride(0), w.scales.stride(0), y.stride(0), w.out_scales.stride(0),
             t_arg.stride(0), res_arg.stride(0))
     meta = dict(SCALE_KIND=w.scale_kind, BF16=x.dtype == torch.bfloat16, HAS_BIAS=bias is not None,
                 HAS_LORA=lora is not None, R=lora[1].shape[1] if lora is not None else 16,
                 HAS_RES=residual is not None, EVEN_K=w.k == kww * 8, NW=nw, MAX_PARTS=MAX_SPLIT, STAGES=stages,
                 num_warps=nw)
-    return (blocks, split), args, meta
+    return (grid,), args, meta
 
 
 def check_layout(ttgir: str, nw: int) -> bool:
@@ -617,9 +656,9 @@ def compile_variants() -> dict[str, tuple]:
         "qkv-m8": (4608, 3584, 8, 0, True, False, False, False, None),
         "o-nw2-m1": (3584, 3584, 1, 0, True, False, True, True, {"NW": 2}),
         "mx-fp16-bias-m3": (18944, 3584, 3, 1, False, True, False, False, None),
-        "ragged-m2": (200, 400, 2, 0, True, True, False, False, None),
-        "tiny-k256-lora-m3": (81, 256, 3, 0, True, False, True, True, {"NW": 1, "SPLIT": 2}),
-        "tiny-mx-nw1-m1": (81, 416, 1, 1, True, False, False, False, {"NW": 1, "SPLIT": 4}),
+        "ragged-m2": (200, 400, 2, 0, True, True, False, False, {"PER": 2}),
+        "tiny-k256-lora-m3": (81, 256, 3, 0, True, False, True, True, {"NW": 1, "PER": 3}),
+        "tiny-mx-nw1-m1": (81, 416, 1, 1, True, False, False, False, {"NW": 1, "PER": 3}),
     }
 
 
@@ -640,8 +679,10 @@ def _build(name: str, arch: int = 90):
 
 
 def loop_sass(cubin: bytes) -> dict:
-    """The SASS of the kernel's longest loop (the main loop): instructions, MMAs (HMMA) and global loads (LDG);
-    {} where the bundled cuobjdump is missing."""
+    """The SASS of the kernel's main loop as a unit takes it when the run does not end there: from the loop head
+    (the target of the last backward branch) to the first forward branch after the loop's last MMA (which skips the
+    run-end code), then from that branch's target to the backward branch. Instructions, MMAs (HMMA), global loads
+    (LDG), cp.async copies (LDGSTS) and barriers (BAR) on that path; {} where the bundled cuobjdump is missing."""
     import subprocess
     import tempfile
     from triton.backends.nvidia import compiler as nv
@@ -652,18 +693,32 @@ def loop_sass(cubin: bytes) -> dict:
         with open(f"{tmp}/k.cubin", "wb") as f:
             f.write(cubin)
         sass = subprocess.run([tool, "-sass", f"{tmp}/k.cubin"], capture_output=True, text=True).stdout
-    ins = [(int(a, 16), op) for a, op in re.findall(r"/\*([0-9a-f]{4})\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)[^;]*;",
-                                                  sass)]
-    best: list = []
-    for i, (a, op) in enumerate(ins):
-        if op.startswith("BRA"):
-            tgt = re.search(rf"/\*{a:04x}\*/[^;]*BRA[^;]*?0x([0-9a-f]+)", sass)
-            if tgt and int(tgt.group(1), 16) < a:
-                body = [o for b, o in ins if int(tgt.group(1), 16) <= b <= a]
-                if len(body) > len(best):
-                    best = body
-    return dict(loop=len(best), hmma=sum(o.startswith("HMMA") for o in best),
-                ldg=sum(o.startswith("LDG") for o in best))
+    ins = [(int(a, 16), op, rest) for a, op, rest in
+           re.findall(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)([^;]*);", sass)]
+    at = {a: i for i, (a, _, _) in enumerate(ins)}
+
+    def target(i):
+        t = re.search(r"0x([0-9a-f]+)", ins[i][2]) if ins[i][1].startswith("BRA") else None
+        return int(t.group(1), 16) if t else None
+
+    back = [i for i in range(len(ins)) if target(i) is not None and target(i) < ins[i][0] and target(i) in at]
+    if not back:
+        return dict(loop=None, hmma=None, ldg=None, ldgsts=None, bar=None)
+    end = back[-1]
+    head = at[target(end)]
+    body = list(range(head, end + 1))
+    mmas = [i for i in body if ins[i][1].startswith("HMMA")]
+    hot = body
+    if mmas:
+        for i in range(mmas[-1], end):
+            t = target(i)
+            if t is not None and ins[i][0] < t <= ins[end][0]:
+                hot = list(range(head, i + 1)) + list(range(at[t], end + 1))
+                break
+    ops = [ins[i][1] for i in hot]
+    return dict(loop=len(ops), hmma=sum(o.startswith("HMMA") for o in ops), ldg=sum(o.startswith("LDG.") or
+                o == "LDG" for o in ops), ldgsts=sum(o.startswith("LDGSTS") for o in ops),
+                bar=sum(o.startswith("BAR") for o in ops))
 
 
 def compile_variant(name: str, arch: int = 90) -> dict:
@@ -680,7 +735,8 @@ def compile_variant(name: str, arch: int = 90) -> dict:
     per_word = round(loop["loop"] / 16, 1) if loop.get("loop") else None  # a thread decodes 4 rows x 4 words a step
     return dict(name=name, status="ok", grid=list(grid), NW=meta["NW"], regs=use["regs"], spill_st=use["spill_st"],
                 spill_ld=use["spill_ld"], layout_ok=check_layout(compiled.asm["ttgir"], meta["NW"]),
-                loop_sass=loop.get("loop"), hmma=loop.get("hmma"), ldg=loop.get("ldg"), sass_per_word=per_word)
+                loop_sass=loop.get("loop"), hmma=loop.get("hmma"), ldg=loop.get("ldg"), ldgsts=loop.get("ldgsts"),
+                bar=loop.get("bar"), sass_per_word=per_word)
 
 
 def main(argv=None) -> int:

@@ -15,7 +15,7 @@ Run:  python -m qerl_kernels.tune --shapes 18944x3584 3584x3584 --m 1 16 64
           (WGMMA_SWEEP: consumer warps, largest M block, group columns, ring depths, wgmmas in flight; beside the
           default path and cuBLAS bf16)
       python -m qerl_kernels.tune --mma --shapes 37888x3584 3584x18944 --m 1 8   # the decode-size MMA kernel's
-          (MMA_SWEEP: warps a CTA, CTAs per SM; beside the default path and cuBLAS bf16)
+          (MMA_SWEEP: warps a CTA, ring depth, programs per SM; beside the default path and cuBLAS bf16)
       python -m qerl_kernels.tune --gemv --shapes 18944x3584 3584x18944 --m 1 16   # the skinny-M kernel's sweep
           (GEMV_SWEEP: mode, BN, BW, warps, stages, CTAs per SM; beside the default path and cuBLAS bf16, each
           timed on rotating weight copies as in the benchmark; prints the best knobs per shape and M)
@@ -65,9 +65,9 @@ GEMV_SWEEP = {
     "dot": [(64, 32, 4, 3), (64, 16, 4, 4), (128, 16, 8, 3), (128, 32, 8, 3), (64, 64, 4, 2)],
 }
 GEMV_CPS = (3, 6, 12)
-# fp4_mma.fp4_gemm_mma's knobs: warps a CTA (32 rows each), cp.async ring depth, CTAs per SM the split aims at (no
-# compile-time constant: one compile per (NW, STAGES))
-MMA_SWEEP = [(nw, stages, cps) for nw, stages in ((1, 2), (1, 3), (2, 2), (2, 3), (4, 3)) for cps in (8, 16)]
+# fp4_mma.fp4_gemm_mma's knobs: (warps a CTA (32 rows each), cp.async ring depth, programs an SM the persistent grid
+# aims at; one compile per (NW, STAGES)): one wave at 128 registers is 16 one-warp programs an SM
+MMA_SWEEP = [(1, 2, 16), (1, 3, 16), (1, 4, 16), (1, 3, 12), (1, 3, 8), (2, 3, 8), (2, 2, 8), (4, 3, 4)]
 
 
 def parse_cfg(s: str):

@@ -38,13 +38,15 @@ def _check_close(y, ref, scale):
     assert R.rel_error(y, ref) < (6e-3 if y.dtype == torch.bfloat16 else 1e-3)
 
 
-# (M, K for nvfp4 / mxfp4, knobs): split-K off and on (one slice a step), K ragged (400 / 416) or whole steps (512);
-# NW 1 keeps the interpreter's tensors small (32 lanes), NW 2 covers two warps a CTA
+# (M, K for nvfp4 / mxfp4, knobs): N = 81 pads to 128 rows, 4 row blocks of 32 (NW 1) or 2 of 64 (NW 2); K 400 /
+# 416 (ragged against the 128-column step) or 512: 4 steps a block, 16 units. PER 3: runs that start and end inside
+# row blocks (parts reduced across programs, a program with two runs), PER 4: whole blocks, PER 16: one program;
+# NW 1 keeps the interpreter's tensors small (32 lanes)
 CASES = {
-    "m1-ragged-split": (1, (400, 416), dict(NW=1, SPLIT=4)),
-    "m1-nosplit": (1, (512, 512), dict(NW=2, SPLIT=1)),
-    "m3-split": (3, (512, 512), dict(NW=1, SPLIT=2)),
-    "m8-ragged-nosplit": (8, (400, 416), dict(NW=1, SPLIT=1)),
+    "m1-ragged-per3": (1, (400, 416), dict(NW=1, PER=3)),
+    "m1-per4-nw2": (1, (512, 512), dict(NW=2, PER=4)),
+    "m3-per3": (3, (512, 512), dict(NW=1, PER=3)),
+    "m8-ragged-per16": (8, (400, 416), dict(NW=1, PER=16)),
 }
 
 
@@ -67,8 +69,8 @@ def test_mma_matches_reference(case, fmt, dtype, bias):
 
 
 @pytest.mark.triton_device
-@pytest.mark.parametrize("m,split", [(1, 2), (5, 1)])
-def test_mma_lora_and_residual(m, split):
+@pytest.mark.parametrize("m,per", [(1, 3), (5, 16)])
+def test_mma_lora_and_residual(m, per):
     """t @ B^T (B with more rows than the weight, as the engine's stacked factors) and the residual stream."""
     k, r = 256, 16
     p, dense, _ = _weight("nvfp4", N, k, seed=7)
@@ -77,7 +79,7 @@ def test_mma_lora_and_residual(m, split):
     t = torch.randn(m, r, generator=gen).to(DEV, torch.bfloat16)
     lb = (0.1 * torch.randn(128, r, generator=gen)).to(DEV, torch.bfloat16)
     res = torch.randn(m, N, generator=gen).to(DEV, torch.bfloat16)
-    y = fp4_mma.fp4_gemm_mma(x, p, lora=(t, lb), residual=res, config=dict(NW=1, SPLIT=split))
+    y = fp4_mma.fp4_gemm_mma(x, p, lora=(t, lb), residual=res, config=dict(NW=1, PER=per))
     ref = x.float() @ dense.t() + t.float() @ lb[:N].float().t() + res.float()
     _check_close(y, ref, x.float().abs() @ dense.abs().t() + res.float().abs())
 
@@ -96,12 +98,13 @@ def test_mma_group_and_default_knobs():
 
 
 def test_mma_config_and_bad_input():
-    """The split heuristic (no empty slice, at most MAX_SPLIT), and errors that name what is wrong."""
-    assert fp4_mma.mma_config(37888, 448, 132, cps=4, nw=4)["SPLIT"] == 2   # 296 row blocks: 2 slices
-    assert fp4_mma.mma_config(3584, 2368, 132, cps=4, nw=4)["SPLIT"] == 15  # 28 blocks, 148 steps: 16 would leave one empty
-    cfg = fp4_mma.mma_config(3584, 448, 132)                                # 28 steps
-    per = -(-28 // cfg["SPLIT"])
-    assert (cfg["SPLIT"] - 1) * per < 28
+    """The persistent grid (one wave of about CPS programs an SM; at most MAX_SPLIT programs a row block), and
+    errors that name what is wrong."""
+    cfg = fp4_mma.mma_config(37888, 448, 132)                  # 7B gate/up: 1184 blocks x 28 steps
+    assert cfg["PER"] == 16 and cfg["GRID"] == 2072 <= 16 * 132
+    cfg = fp4_mma.mma_config(3584, 2368, 132)                  # down: 112 blocks x 148 steps
+    assert cfg["PER"] == 10 and cfg["GRID"] * cfg["PER"] >= 112 * 148   # 148 / 15 steps a program at least
+    assert (148 - 1) // cfg["PER"] + 1 <= fp4_mma.MAX_SPLIT
     p, _, _ = _weight("nvfp4", N, 256, seed=1)
     x = torch.randn(9, 256).to(DEV, torch.bfloat16)
     with pytest.raises(ValueError, match="M = 9"):
