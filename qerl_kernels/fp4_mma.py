@@ -26,8 +26,9 @@ Here the decoder's packed pairs are the MMA's A fragments as they come out of th
    double-buffered everything in registers: 133 registers, one step in flight, 48 % of the read ceiling on the
    7B gate/up group.)
 4. A program's run that covers only part of a row block parks its partial sums in the shared workspace; the last
-   part of a row block to arrive (gpu-scope acq_rel counter) sums them in program order and runs the epilogue: the per-row factor (out_scales), bias, the LoRA update t @ B^T
-   (fp32 products over the rank) and the residual. Deterministic, bit for bit from run to run.
+   part of a row block to arrive (gpu-scope acq_rel counter) sums them in program order and runs the epilogue:
+   the per-row factor (out_scales), bias, the LoRA update t @ B^T (fp32 products over the rank) and the residual.
+   Deterministic, bit for bit from run to run.
 
 The MMA crosses lanes, so the asm's operands must sit on the layout whose slot L of the [32 NW, 4] tensors is warp
 L // 32, lane L % 32. Triton picks layouts itself (call 45: with one warp and the LoRA epilogue it put the asm on
