@@ -83,36 +83,48 @@ _LAYOUT = re.compile(r"sizePerThread = \[1, 4\], threadsPerWarp = \[32, 1\], war
                      r"order = \[1, 0\]")
 
 
-def _mma_asm(scale_kind: int, bf16: bool) -> str:
-    """PTX of one element: the words of rows g, g+8, g+16, g+24 ($8-$11) and their scale entries ($12-$15) decoded
-    to A fragments, x's pairs q = 0..3 ($16-$19) as B, two m16n8k16 MMAs per 16-row tile: $0-$3 = $20-$23 + rows
-    (g, g+8) x (n 2c, 2c+1) of this block's product, $4-$7 = $24-$27 + rows (g+16, g+24)."""
+def _mma_asm(scale_kind: int, bf16: bool, ch: int = 1) -> str:
+    """PTX of one element: four words and their scale entries decoded to A fragments, x's pairs as B, two m16n8k16
+    MMAs per (16-row tile, 32-column block).
+
+    ch 1 (one 128-column chunk a unit, two tiles): words of rows g, g+8, g+16, g+24 ($8-$11), scale entries
+    ($12-$15), x's pairs q = 0..3 ($16-$19); $0-$3 = $20-$23 + rows (g, g+8) x (n 2c, 2c+1) of the block's
+    product, $4-$7 = $24-$27 + rows (g+16, g+24).
+    ch 2 (two consecutive chunks a unit, one tile: 128 contiguous bytes of each row a unit): words of rows g, g+8
+    in chunk 0, then in chunk 1 ($4-$7), scale entries ($8-$11), x's pairs q = 0..3 of chunk 0, then of chunk 1
+    ($12-$19); $0-$3 = $20-$23 + rows (g, g+8) x (n 2c, 2c+1) of both blocks' products."""
     ty = "bf16" if bf16 else "f16"
     mma = f"mma.sync.aligned.m16n8k16.row.col.f32.{ty}.{ty}.f32"
+    w0, s0, x0 = (8, 12, 16) if ch == 1 else (4, 8, 12)
     decls, body = [], []
     for i in range(4):
-        d, b = decode_ptx(scale_kind, bf16, f"${8 + i}", f"${12 + i}", f"_{i}")
+        d, b = decode_ptx(scale_kind, bf16, f"${w0 + i}", f"${s0 + i}", f"_{i}")
         decls.append(d)
         body.append(b)
-    for blk in range(2):
-        u, v = 2 * blk, 2 * blk + 1
-        o, a = 4 * blk, 20 + 4 * blk
-        body.append(f"{mma} {{p0, p1, p2, p3}}, {{h0_{u}, h0_{v}, h1_{u}, h1_{v}}}, {{$16, $17}}, "
-                    f"{{${a}, ${a + 1}, ${a + 2}, ${a + 3}}};\n"
-                    f"{mma} {{${o}, ${o + 1}, ${o + 2}, ${o + 3}}}, {{h2_{u}, h2_{v}, h3_{u}, h3_{v}}}, "
-                    f"{{$18, $19}}, {{p0, p1, p2, p3}};\n")
-    return "{\n" + "".join(decls) + ".reg .f32 p0, p1, p2, p3;\n" + "".join(body) + "}"
+    # (words u, v: the tile's two rows; x pairs from operand xq; accumulator in; result out)
+    if ch == 1:
+        plan = [(0, 1, x0, [f"${20 + k}" for k in range(4)], [f"${k}" for k in range(4)]),
+                (2, 3, x0, [f"${24 + k}" for k in range(4)], [f"${4 + k}" for k in range(4)])]
+    else:
+        mid = [f"q{k}" for k in range(4)]
+        plan = [(0, 1, x0, [f"${20 + k}" for k in range(4)], mid),
+                (2, 3, x0 + 4, mid, [f"${k}" for k in range(4)])]
+    for u, v, xq, acc, out in plan:
+        body.append(f"{mma} {{p0, p1, p2, p3}}, {{h0_{u}, h0_{v}, h1_{u}, h1_{v}}}, {{${xq}, ${xq + 1}}}, "
+                    f"{{{', '.join(acc)}}};\n"
+                    f"{mma} {{{', '.join(out)}}}, {{h2_{u}, h2_{v}, h3_{u}, h3_{v}}}, {{${xq + 2}, ${xq + 3}}}, "
+                    f"{{p0, p1, p2, p3}};\n")
+    return "{\n" + "".join(decls) + ".reg .f32 p0, p1, p2, p3, q0, q1, q2, q3;\n" + "".join(body) + "}"
 
 
-_CONSTRAINTS = ",".join(["=f"] * 8 + ["r"] * 4 + ["h"] * 4 + ["r"] * 4 + ["f"] * 8)
+def _constraints(ch: int) -> str:
+    """The asm's operand constraints: outputs (fp32), words, scale entries (16 bits), x's pairs, accumulators."""
+    if ch == 1:
+        return ",".join(["=f"] * 8 + ["r"] * 4 + ["h"] * 4 + ["r"] * 4 + ["f"] * 8)
+    return ",".join(["=f"] * 4 + ["r"] * 4 + ["h"] * 4 + ["r"] * 8 + ["f"] * 4)
+
 
 if HAVE_TRITON:
-    _MMA_NV_F16 = tl.constexpr(_mma_asm(0, False))
-    _MMA_NV_BF16 = tl.constexpr(_mma_asm(0, True))
-    _MMA_MX_F16 = tl.constexpr(_mma_asm(1, False))
-    _MMA_MX_BF16 = tl.constexpr(_mma_asm(1, True))
-    _MMA_CONSTRAINTS = tl.constexpr(_CONSTRAINTS)
-
     @triton.jit
     def _outer(o, v, NW: tl.constexpr):
         """[NW, 8 (weight lane row), 8 (activation row), 4 (c), 4 (b)]: o (weights of lane (g, c)) times v (x of
@@ -145,6 +157,39 @@ if HAVE_TRITON:
         e2, d2 = _twin_row(w2, s2, v0, v1, v2, v3, v4, v5, v6, v7, SCALE_KIND, BF16, NW)
         e3, d3 = _twin_row(w3, s3, v0, v1, v2, v3, v4, v5, v6, v7, SCALE_KIND, BF16, NW)
         return a0 + e0, a1 + d0, a2 + e1, a3 + d1, a4 + e2, a5 + d2, a6 + e3, a7 + d3
+
+    @triton.jit
+    def _mma_step2(w0, w1, w2, w3, s0, s1, s2, s3, x0, x1, x2, x3, x4, x5, x6, x7, a0, a1, a2, a3,
+                   SCALE_KIND: tl.constexpr, BF16: tl.constexpr, NW: tl.constexpr):
+        """`_mma_step` for two chunks a unit (the asm's ch 2): rows g, g + 8 of one tile over both chunks."""
+        v0, v1 = _pair_to_f32(x0, BF16)
+        v2, v3 = _pair_to_f32(x1, BF16)
+        v4, v5 = _pair_to_f32(x2, BF16)
+        v6, v7 = _pair_to_f32(x3, BF16)
+        e0, d0 = _twin_row(w0, s0, v0, v1, v2, v3, v4, v5, v6, v7, SCALE_KIND, BF16, NW)
+        e1, d1 = _twin_row(w1, s1, v0, v1, v2, v3, v4, v5, v6, v7, SCALE_KIND, BF16, NW)
+        v0, v1 = _pair_to_f32(x4, BF16)
+        v2, v3 = _pair_to_f32(x5, BF16)
+        v4, v5 = _pair_to_f32(x6, BF16)
+        v6, v7 = _pair_to_f32(x7, BF16)
+        e2, d2 = _twin_row(w2, s2, v0, v1, v2, v3, v4, v5, v6, v7, SCALE_KIND, BF16, NW)
+        e3, d3 = _twin_row(w3, s3, v0, v1, v2, v3, v4, v5, v6, v7, SCALE_KIND, BF16, NW)
+        return a0 + (e0 + e2), a1 + (d0 + d2), a2 + (e1 + e3), a3 + (d1 + d3)
+
+    @triton.jit
+    def _x_twin(xp, kk, x_ok, xk, kp, EVEN_K: tl.constexpr):
+        """Chunk kk's activation pairs q = 0..3 (masked: rows >= M, and past K)."""
+        if EVEN_K:
+            x0 = tl.load(xp + 64 * kk, mask=x_ok, other=0)
+            x1 = tl.load(xp + 64 * kk + 4, mask=x_ok, other=0)
+            x2 = tl.load(xp + 64 * kk + 8, mask=x_ok, other=0)
+            x3 = tl.load(xp + 64 * kk + 12, mask=x_ok, other=0)
+        else:
+            x0 = tl.load(xp + 64 * kk, mask=x_ok & (xk + 64 * kk < kp), other=0)
+            x1 = tl.load(xp + 64 * kk + 4, mask=x_ok & (xk + 64 * kk + 4 < kp), other=0)
+            x2 = tl.load(xp + 64 * kk + 8, mask=x_ok & (xk + 64 * kk + 8 < kp), other=0)
+            x3 = tl.load(xp + 64 * kk + 12, mask=x_ok & (xk + 64 * kk + 12 < kp), other=0)
+        return x0, x1, x2, x3
 
     @triton.jit
     def _mma_out(q, row, c, blk: tl.constexpr, os_ptr, bias_ptr, y_ptr, t_ptr, lb_ptr, res_ptr, M, N, stride_ym,
@@ -180,20 +225,22 @@ if HAVE_TRITON:
     def _run_end(a0, a1, a2, a3, a4, a5, a6, a7, u, u0, pid, per, steps, L, c, rbase,
                  os_row, bias_ptr, y_ptr, ws_ptr, cnt_ptr, t_ptr, lb_ptr, res_ptr, M, N, stride_ym, stride_t,
                  stride_res, HAS_BIAS: tl.constexpr, HAS_LORA: tl.constexpr, R: tl.constexpr, HAS_RES: tl.constexpr,
-                 NW: tl.constexpr, MAX_PARTS: tl.constexpr):
+                 NW: tl.constexpr, MAX_PARTS: tl.constexpr, TILES: tl.constexpr):
         """The end of this program's run over row block u // steps (its last step, or the program's last unit):
         the whole block -> the epilogue; a part -> park it (slot 2 pid + (0: the program's first run, 1: its last)),
-        and the block's last part to arrive sums the parts in program order and runs the epilogue."""
+        and the block's last part to arrive sums the parts in program order and runs the epilogue. TILES: 16-row
+        tiles a warp (a4-a7 are the second's)."""
         blk = u // steps
-        row = blk * (32 * NW) + rbase
+        row = blk * (16 * TILES * NW) + rbase
         q0 = _quad(a0, a1, a2, a3)
         q1 = _quad(a4, a5, a6, a7)
         first = blk * steps
         if (first >= u0) & (u == first + steps - 1):
             _mma_out(q0, row, c, 0, os_row, bias_ptr, y_ptr, t_ptr, lb_ptr, res_ptr, M, N, stride_ym, stride_t,
                      stride_res, HAS_BIAS, HAS_LORA, R, HAS_RES)
-            _mma_out(q1, row, c, 1, os_row, bias_ptr, y_ptr, t_ptr, lb_ptr, res_ptr, M, N, stride_ym, stride_t,
-                     stride_res, HAS_BIAS, HAS_LORA, R, HAS_RES)
+            if TILES == 2:
+                _mma_out(q1, row, c, 1, os_row, bias_ptr, y_ptr, t_ptr, lb_ptr, res_ptr, M, N, stride_ym,
+                         stride_t, stride_res, HAS_BIAS, HAS_LORA, R, HAS_RES)
         else:
             q_off = L[:, None] * 4 + tl.arange(0, 4)[None, :]
             part = 2 * 32 * NW * 4
@@ -216,8 +263,9 @@ if HAVE_TRITON:
                                   cache_modifier=".cg")
                 _mma_out(t0, row, c, 0, os_row, bias_ptr, y_ptr, t_ptr, lb_ptr, res_ptr, M, N, stride_ym,
                          stride_t, stride_res, HAS_BIAS, HAS_LORA, R, HAS_RES)
-                _mma_out(t1, row, c, 1, os_row, bias_ptr, y_ptr, t_ptr, lb_ptr, res_ptr, M, N, stride_ym,
-                         stride_t, stride_res, HAS_BIAS, HAS_LORA, R, HAS_RES)
+                if TILES == 2:
+                    _mma_out(t1, row, c, 1, os_row, bias_ptr, y_ptr, t_ptr, lb_ptr, res_ptr, M, N, stride_ym,
+                             stride_t, stride_res, HAS_BIAS, HAS_LORA, R, HAS_RES)
                 tl.atomic_xchg(cnt_ptr + blk, 0)
 
     @triton.jit(do_not_specialize=["M"])
@@ -231,28 +279,30 @@ if HAVE_TRITON:
             # meta
             SCALE_KIND: tl.constexpr, BF16: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_LORA: tl.constexpr,
             R: tl.constexpr, HAS_RES: tl.constexpr, EVEN_K: tl.constexpr, NW: tl.constexpr, MAX_PARTS: tl.constexpr,
-            STAGES: tl.constexpr):
+            STAGES: tl.constexpr, CH: tl.constexpr):
         """The interpreter's kernel (the GPU runs `_fp4_mma_gl`, the same programs with the asm's operand layout
-        pinned and a cp.async ring): program pid takes units [pid PER, (pid + 1) PER) of the (row block, 128-column
-        step) sequence, row block major; STAGES: the GPU kernel's ring depth (unused here)."""
+        pinned and a cp.async ring): program pid takes units [pid PER, (pid + 1) PER) of the (row block, step of CH
+        128-column chunks) sequence, row block major; STAGES: the GPU kernel's ring depth (unused here)."""
+        TILES: tl.constexpr = 2 // CH
+        ROWS: tl.constexpr = 4 // CH        # rows of a lane a chunk: g + 8 h, h < ROWS
         pid = tl.program_id(0)
-        steps = KWW // 16
+        steps = KWW // (16 * CH)
         u0 = pid * PER
         u1 = tl.minimum(u0 + PER, TOTAL)
         L = tl.arange(0, 32 * NW)
         g = (L % 32) // 4
         c = L % 4
-        rbase = (L // 32) * 32 + g      # a lane's rows in its block: rbase + 8 h, h = 0..3
+        rbase = (L // 32) * (16 * TILES) + g      # a lane's rows in its block: rbase + 8 h
         rb = tl.arange(0, 4)
         wp = w_ptr + rbase[:, None] * stride_wn + (4 * c)[:, None] + rb[None, :]
         sp = s_ptr + rbase[:, None] * stride_sn + rb[None, :]
         xp = x32_ptr + g[:, None] * stride_x32 + c[:, None] + 16 * rb[None, :]
-        xk = c[:, None] + 16 * rb[None, :]                  # pair index in the step, q = 0 (q adds 4 q)
+        xk = c[:, None] + 16 * rb[None, :]                  # pair index in the chunk, q = 0 (q adds 4 q)
         x_ok = (g < M)[:, None]
         w8 = 8 * stride_wn
         s8 = 8 * stride_sn
-        wblk = 32 * NW * stride_wn
-        sblk = 32 * NW * stride_sn
+        wblk = 16 * TILES * NW * stride_wn
+        sblk = 16 * TILES * NW * stride_sn
         kp = K // 2
         os_row = os_ptr + BF16 * stride_os
         a0 = tl.zeros([32 * NW, 4], dtype=tl.float32)
@@ -266,30 +316,27 @@ if HAVE_TRITON:
         for u in range(u0, u1):
             blk = u // steps
             st = u - blk * steps
-            w0 = tl.load(wp + blk * wblk + 16 * st)
-            w1 = tl.load(wp + blk * wblk + w8 + 16 * st)
-            w2 = tl.load(wp + blk * wblk + 2 * w8 + 16 * st)
-            w3 = tl.load(wp + blk * wblk + 3 * w8 + 16 * st)
-            s0 = tl.load(sp + blk * sblk + 4 * st).to(tl.int16)
-            s1 = tl.load(sp + blk * sblk + s8 + 4 * st).to(tl.int16)
-            s2 = tl.load(sp + blk * sblk + 2 * s8 + 4 * st).to(tl.int16)
-            s3 = tl.load(sp + blk * sblk + 3 * s8 + 4 * st).to(tl.int16)
-            if EVEN_K:
-                x0 = tl.load(xp + 64 * st, mask=x_ok, other=0)
-                x1 = tl.load(xp + 64 * st + 4, mask=x_ok, other=0)
-                x2 = tl.load(xp + 64 * st + 8, mask=x_ok, other=0)
-                x3 = tl.load(xp + 64 * st + 12, mask=x_ok, other=0)
+            # word i: row offset 8 (i % ROWS), chunk CH st + i // ROWS
+            w0 = tl.load(wp + blk * wblk + 16 * (CH * st))
+            w1 = tl.load(wp + blk * wblk + (1 % ROWS) * w8 + 16 * (CH * st + 1 // ROWS))
+            w2 = tl.load(wp + blk * wblk + (2 % ROWS) * w8 + 16 * (CH * st + 2 // ROWS))
+            w3 = tl.load(wp + blk * wblk + (3 % ROWS) * w8 + 16 * (CH * st + 3 // ROWS))
+            s0 = tl.load(sp + blk * sblk + 4 * (CH * st)).to(tl.int16)
+            s1 = tl.load(sp + blk * sblk + (1 % ROWS) * s8 + 4 * (CH * st + 1 // ROWS)).to(tl.int16)
+            s2 = tl.load(sp + blk * sblk + (2 % ROWS) * s8 + 4 * (CH * st + 2 // ROWS)).to(tl.int16)
+            s3 = tl.load(sp + blk * sblk + (3 % ROWS) * s8 + 4 * (CH * st + 3 // ROWS)).to(tl.int16)
+            x0, x1, x2, x3 = _x_twin(xp, CH * st, x_ok, xk, kp, EVEN_K)
+            if CH == 1:
+                a0, a1, a2, a3, a4, a5, a6, a7 = _mma_step(w0, w1, w2, w3, s0, s1, s2, s3, x0, x1, x2, x3,
+                                                           a0, a1, a2, a3, a4, a5, a6, a7, SCALE_KIND, BF16, NW)
             else:
-                x0 = tl.load(xp + 64 * st, mask=x_ok & (xk + 64 * st < kp), other=0)
-                x1 = tl.load(xp + 64 * st + 4, mask=x_ok & (xk + 64 * st + 4 < kp), other=0)
-                x2 = tl.load(xp + 64 * st + 8, mask=x_ok & (xk + 64 * st + 8 < kp), other=0)
-                x3 = tl.load(xp + 64 * st + 12, mask=x_ok & (xk + 64 * st + 12 < kp), other=0)
-            a0, a1, a2, a3, a4, a5, a6, a7 = _mma_step(w0, w1, w2, w3, s0, s1, s2, s3, x0, x1, x2, x3,
-                                                       a0, a1, a2, a3, a4, a5, a6, a7, SCALE_KIND, BF16, NW)
+                x4, x5, x6, x7 = _x_twin(xp, CH * st + 1, x_ok, xk, kp, EVEN_K)
+                a0, a1, a2, a3 = _mma_step2(w0, w1, w2, w3, s0, s1, s2, s3, x0, x1, x2, x3, x4, x5, x6, x7,
+                                            a0, a1, a2, a3, SCALE_KIND, BF16, NW)
             if (st == steps - 1) | (u == u1 - 1):
                 _run_end(a0, a1, a2, a3, a4, a5, a6, a7, u, u0, pid, PER, steps, L, c, rbase, os_row, bias_ptr,
                          y_ptr, ws_ptr, cnt_ptr, t_ptr, lb_ptr, res_ptr, M, N, stride_ym, stride_t, stride_res,
-                         HAS_BIAS, HAS_LORA, R, HAS_RES, NW, MAX_PARTS)
+                         HAS_BIAS, HAS_LORA, R, HAS_RES, NW, MAX_PARTS, TILES)
                 a0 = tl.zeros([32 * NW, 4], dtype=tl.float32)
                 a1 = tl.zeros([32 * NW, 4], dtype=tl.float32)
                 a2 = tl.zeros([32 * NW, 4], dtype=tl.float32)
@@ -305,7 +352,12 @@ if HAVE_GLUON:
     _G_NV_BF16 = gl.constexpr(_mma_asm(0, True))
     _G_MX_F16 = gl.constexpr(_mma_asm(1, False))
     _G_MX_BF16 = gl.constexpr(_mma_asm(1, True))
-    _G_CONSTRAINTS = gl.constexpr(_CONSTRAINTS)
+    _G_CONSTRAINTS = gl.constexpr(_constraints(1))
+    _G2_NV_F16 = gl.constexpr(_mma_asm(0, False, 2))
+    _G2_NV_BF16 = gl.constexpr(_mma_asm(0, True, 2))
+    _G2_MX_F16 = gl.constexpr(_mma_asm(1, False, 2))
+    _G2_MX_BF16 = gl.constexpr(_mma_asm(1, True, 2))
+    _G2_CONSTRAINTS = gl.constexpr(_constraints(2))
 
     @gluon.jit
     def _gl_step(w0, w1, w2, w3, s0, s1, s2, s3, x0, x1, x2, x3, a0, a1, a2, a3, a4, a5, a6, a7,
@@ -330,14 +382,38 @@ if HAVE_GLUON:
         return out
 
     @gluon.jit
-    def _gl_issue(w_ring, s_ring, wp, sp, w8, s8, wblk, sblk, uu, steps, slot):
-        """cp.async of unit uu's words and scale entries (row block uu // steps, step uu % steps; each thread its
-        own 16 / 8 / 4 bytes a row, read back by the same thread) into ring slot `slot`, as one commit group."""
+    def _gl_step2(w0, w1, w2, w3, s0, s1, s2, s3, x0, x1, x2, x3, x4, x5, x6, x7, a0, a1, a2, a3,
+                  SCALE_KIND: gl.constexpr, BF16: gl.constexpr):
+        """`_gl_step` for two chunks a unit (`_mma_asm` ch 2)."""
+        args = [w0, w1, w2, w3, s0, s1, s2, s3, x0, x1, x2, x3, x4, x5, x6, x7, a0, a1, a2, a3]
+        if SCALE_KIND == 0:
+            if BF16:
+                out = gl.inline_asm_elementwise(_G2_NV_BF16, _G2_CONSTRAINTS, args, dtype=(gl.float32,) * 4,
+                                                is_pure=True, pack=1)
+            else:
+                out = gl.inline_asm_elementwise(_G2_NV_F16, _G2_CONSTRAINTS, args, dtype=(gl.float32,) * 4,
+                                                is_pure=True, pack=1)
+        else:
+            if BF16:
+                out = gl.inline_asm_elementwise(_G2_MX_BF16, _G2_CONSTRAINTS, args, dtype=(gl.float32,) * 4,
+                                                is_pure=True, pack=1)
+            else:
+                out = gl.inline_asm_elementwise(_G2_MX_F16, _G2_CONSTRAINTS, args, dtype=(gl.float32,) * 4,
+                                                is_pure=True, pack=1)
+        return out
+
+    @gluon.jit
+    def _gl_issue(w_ring, s_ring, wp, sp, w8, s8, wblk, sblk, uu, steps, slot, CH: gl.constexpr):
+        """cp.async of unit uu's words and scale entries (row block uu // steps, step uu % steps: word i at row
+        offset 8 (i % (4 // CH)), chunk CH step + i // (4 // CH); each thread its own 16 / 8 / 4 bytes a row, read
+        back by the same thread) into ring slot `slot`, as one commit group."""
         blk = uu // steps
         st = uu - blk * steps
-        for h in gl.static_range(4):
-            _cp_async(w_ring.index(slot * 4 + h), wp + (blk * wblk + h * w8 + 16 * st))
-            _cp_async(s_ring.index(slot * 4 + h), sp + (blk * sblk + h * s8 + 4 * st))
+        for i in gl.static_range(4):
+            _cp_async(w_ring.index(slot * 4 + i), wp + (blk * wblk + (i % (4 // CH)) * w8 +
+                                                        16 * (CH * st + i // (4 // CH))))
+            _cp_async(s_ring.index(slot * 4 + i), sp + (blk * sblk + (i % (4 // CH)) * s8 +
+                                                        4 * (CH * st + i // (4 // CH))))
         async_copy.commit_group()
 
     @gluon.jit
@@ -366,8 +442,7 @@ if HAVE_GLUON:
     def _gl_out(q, row, c, blk: gl.constexpr, os_ptr, bias_ptr, y_ptr, t_ptr, lb_ptr, res_ptr, M, N, stride_ym,
                 stride_t, stride_res, HAS_BIAS: gl.constexpr, HAS_LORA: gl.constexpr, R: gl.constexpr,
                 HAS_RES: gl.constexpr, NW: gl.constexpr, LW: gl.constexpr):
-        """`_mma_out` with the layouts pinned: the LoRA products in chunks of 8 ranks on a 3-D layout whose
-        (slot, column) mapping is LW's (the conversions trivial)."""
+        """`_mma_out` with the layouts pinned."""
         i = gl.expand_dims(gl.arange(0, 4, layout=gl.SliceLayout(0, LW)), 0)
         rows = gl.expand_dims(row, 1) + 16 * blk + 8 * (i // 2)
         n = gl.expand_dims(2 * c, 1) + i % 2
@@ -376,19 +451,22 @@ if HAVE_GLUON:
         if HAS_BIAS:
             out += gl.load(bias_ptr + rows, mask=rows < N, other=0.0).to(gl.float32)
         if HAS_LORA:
-            L3: gl.constexpr = gl.BlockedLayout([1, 4, 8], [32, 1, 1], [NW, 1, 1], [2, 1, 0])
-            S3: gl.constexpr = gl.SliceLayout(2, L3)
-            rows3 = gl.expand_dims(gl.convert_layout(rows, S3), 2)
-            n3 = gl.expand_dims(gl.convert_layout(n, S3), 2)
-            ok3 = gl.expand_dims(gl.convert_layout(ok, S3), 2)
-            rr = gl.expand_dims(gl.expand_dims(gl.arange(0, 8, layout=gl.SliceLayout(0, gl.SliceLayout(0, L3))), 0),
-                                0)
-            lora = gl.zeros([32 * NW, 4], gl.float32, layout=S3)
-            for r0 in gl.static_range(0, R, 8):
-                bt = gl.load(lb_ptr + rows3 * R + r0 + rr, mask=ok3, other=0.0)
-                tt = gl.load(t_ptr + n3 * stride_t + r0 + rr, mask=ok3, other=0.0)
-                lora += gl.sum(bt.to(gl.float32) * tt.to(gl.float32), axis=2)
-            out += gl.convert_layout(lora, LW)
+            # one rank at a time on LW itself (a 3-D [32 NW, 4, R] tile cost the whole kernel 150 registers), four
+            # ranks a loop step so that their loads overlap
+            bp = lb_ptr + rows * R
+            tp = t_ptr + n * stride_t
+            lora = gl.zeros([32 * NW, 4], gl.float32, layout=LW)
+            for r0 in range(0, R, 4):
+                b0 = gl.load(bp + r0, mask=ok, other=0.0).to(gl.float32)
+                b1 = gl.load(bp + r0 + 1, mask=ok, other=0.0).to(gl.float32)
+                b2 = gl.load(bp + r0 + 2, mask=ok, other=0.0).to(gl.float32)
+                b3 = gl.load(bp + r0 + 3, mask=ok, other=0.0).to(gl.float32)
+                e0 = gl.load(tp + r0, mask=ok, other=0.0).to(gl.float32)
+                e1 = gl.load(tp + r0 + 1, mask=ok, other=0.0).to(gl.float32)
+                e2 = gl.load(tp + r0 + 2, mask=ok, other=0.0).to(gl.float32)
+                e3 = gl.load(tp + r0 + 3, mask=ok, other=0.0).to(gl.float32)
+                lora += b0 * e0 + b1 * e1 + b2 * e2 + b3 * e3
+            out += lora
         if HAS_RES:
             out += gl.load(res_ptr + n * stride_res + rows, mask=ok, other=0.0).to(gl.float32)
         gl.store(y_ptr + n * stride_ym + rows, out.to(y_ptr.dtype.element_ty), mask=ok)
@@ -397,18 +475,20 @@ if HAVE_GLUON:
     def _gl_run_end(a0, a1, a2, a3, a4, a5, a6, a7, u, u0, pid, per, steps, L, c, rbase,
                     os_row, bias_ptr, y_ptr, ws_ptr, cnt_ptr, t_ptr, lb_ptr, res_ptr, M, N, stride_ym, stride_t,
                     stride_res, HAS_BIAS: gl.constexpr, HAS_LORA: gl.constexpr, R: gl.constexpr,
-                    HAS_RES: gl.constexpr, NW: gl.constexpr, MAX_PARTS: gl.constexpr, LW: gl.constexpr):
+                    HAS_RES: gl.constexpr, NW: gl.constexpr, MAX_PARTS: gl.constexpr, LW: gl.constexpr,
+                    TILES: gl.constexpr):
         """`_run_end` with the layouts pinned."""
         blk = u // steps
-        row = blk * (32 * NW) + rbase
+        row = blk * (16 * TILES * NW) + rbase
         q0 = _gl_col(a0, 0, LW) + _gl_col(a1, 1, LW) + _gl_col(a2, 2, LW) + _gl_col(a3, 3, LW)
         q1 = _gl_col(a4, 0, LW) + _gl_col(a5, 1, LW) + _gl_col(a6, 2, LW) + _gl_col(a7, 3, LW)
         first = blk * steps
         if (first >= u0) & (u == first + steps - 1):
             _gl_out(q0, row, c, 0, os_row, bias_ptr, y_ptr, t_ptr, lb_ptr, res_ptr, M, N, stride_ym, stride_t,
                     stride_res, HAS_BIAS, HAS_LORA, R, HAS_RES, NW, LW)
-            _gl_out(q1, row, c, 1, os_row, bias_ptr, y_ptr, t_ptr, lb_ptr, res_ptr, M, N, stride_ym, stride_t,
-                    stride_res, HAS_BIAS, HAS_LORA, R, HAS_RES, NW, LW)
+            if TILES == 2:
+                _gl_out(q1, row, c, 1, os_row, bias_ptr, y_ptr, t_ptr, lb_ptr, res_ptr, M, N, stride_ym, stride_t,
+                        stride_res, HAS_BIAS, HAS_LORA, R, HAS_RES, NW, LW)
         else:
             q_off = gl.expand_dims(L * 4, 1) + gl.expand_dims(gl.arange(0, 4, layout=gl.SliceLayout(0, LW)), 0)
             part = 2 * 32 * NW * 4
@@ -431,8 +511,9 @@ if HAVE_GLUON:
                                   cache_modifier=".cg")
                 _gl_out(t0, row, c, 0, os_row, bias_ptr, y_ptr, t_ptr, lb_ptr, res_ptr, M, N, stride_ym, stride_t,
                         stride_res, HAS_BIAS, HAS_LORA, R, HAS_RES, NW, LW)
-                _gl_out(t1, row, c, 1, os_row, bias_ptr, y_ptr, t_ptr, lb_ptr, res_ptr, M, N, stride_ym, stride_t,
-                        stride_res, HAS_BIAS, HAS_LORA, R, HAS_RES, NW, LW)
+                if TILES == 2:
+                    _gl_out(t1, row, c, 1, os_row, bias_ptr, y_ptr, t_ptr, lb_ptr, res_ptr, M, N, stride_ym,
+                            stride_t, stride_res, HAS_BIAS, HAS_LORA, R, HAS_RES, NW, LW)
                 gl.atomic_xchg(cnt_ptr + blk, 0)
 
     @gluon.jit(do_not_specialize=["M"])
@@ -442,7 +523,7 @@ if HAVE_GLUON:
             stride_x32, stride_wn, stride_sn, stride_ym, stride_os, stride_t, stride_res,
             SCALE_KIND: gl.constexpr, BF16: gl.constexpr, HAS_BIAS: gl.constexpr, HAS_LORA: gl.constexpr,
             R: gl.constexpr, HAS_RES: gl.constexpr, EVEN_K: gl.constexpr, NW: gl.constexpr,
-            MAX_PARTS: gl.constexpr, STAGES: gl.constexpr):
+            MAX_PARTS: gl.constexpr, STAGES: gl.constexpr, CH: gl.constexpr):
         """The GPU kernel (`_fp4_mma` is its interpreter twin): the same programs, with the words and scale entries
         streamed through a STAGES-deep cp.async ring in shared memory (each thread its own bytes, across row-block
         boundaries) and every tensor on the layout LW: [32 NW, 4], slot L = warp L // 32, lane L % 32, the 4 words
@@ -450,14 +531,15 @@ if HAVE_GLUON:
         LW: gl.constexpr = gl.BlockedLayout([1, 4], [32, 1], [NW, 1], [1, 0])
         LV: gl.constexpr = gl.SliceLayout(1, LW)
         SM: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
+        TILES: gl.constexpr = 2 // CH
         pid = gl.program_id(0)
-        steps = KWW // 16
+        steps = KWW // (16 * CH)
         u0 = pid * PER
         u1 = gl.minimum(u0 + PER, TOTAL)
         L = gl.arange(0, 32 * NW, layout=LV)
         g = (L % 32) // 4
         c = L % 4
-        rbase = (L // 32) * 32 + g
+        rbase = (L // 32) * (16 * TILES) + g
         rb = gl.expand_dims(gl.arange(0, 4, layout=gl.SliceLayout(0, LW)), 0)
         wp = w_ptr + gl.expand_dims(rbase * stride_wn + 4 * c, 1) + rb
         # a row's scale entries start 8 bytes aligned (K_pad / 32 entries, a multiple of 4): say so, or the 8-byte
@@ -472,13 +554,13 @@ if HAVE_GLUON:
         kp = K // 2
         w8 = 8 * stride_wn
         s8 = 8 * sq
-        wblk = 32 * NW * stride_wn
-        sblk = 32 * NW * sq
+        wblk = 16 * TILES * NW * stride_wn
+        sblk = 16 * TILES * NW * sq
         os_row = os_ptr + BF16 * stride_os
         w_ring = gl.allocate_shared_memory(gl.int32, [STAGES * 4, 32 * NW, 4], SM)
         s_ring = gl.allocate_shared_memory(s_ptr.dtype.element_ty, [STAGES * 4, 32 * NW, 4], SM)
         for i in gl.static_range(STAGES - 1):
-            _gl_issue(w_ring, s_ring, wp, sp, w8, s8, wblk, sblk, gl.minimum(u0 + i, u1 - 1), steps, i)
+            _gl_issue(w_ring, s_ring, wp, sp, w8, s8, wblk, sblk, gl.minimum(u0 + i, u1 - 1), steps, i, CH)
         a0 = gl.zeros([32 * NW, 4], gl.float32, layout=LW)
         a1 = gl.zeros([32 * NW, 4], gl.float32, layout=LW)
         a2 = gl.zeros([32 * NW, 4], gl.float32, layout=LW)
@@ -491,9 +573,9 @@ if HAVE_GLUON:
             j = u - u0
             # refill the slot the previous unit read (this thread's own bytes), then wait for this unit's
             _gl_issue(w_ring, s_ring, wp, sp, w8, s8, wblk, sblk, gl.minimum(u + STAGES - 1, u1 - 1), steps,
-                      (j + STAGES - 1) % STAGES)
+                      (j + STAGES - 1) % STAGES, CH)
             st = u % steps
-            x0, x1, x2, x3 = _gl_x(xp, st, kp, EVEN_K, xk)
+            x0, x1, x2, x3 = _gl_x(xp, CH * st, kp, EVEN_K, xk)
             async_copy.wait_group(STAGES - 1)
             slot = (j % STAGES) * 4
             w0 = w_ring.index(slot).load(LW)
@@ -504,12 +586,17 @@ if HAVE_GLUON:
             s1 = s_ring.index(slot + 1).load(LW).to(gl.int16)
             s2 = s_ring.index(slot + 2).load(LW).to(gl.int16)
             s3 = s_ring.index(slot + 3).load(LW).to(gl.int16)
-            a0, a1, a2, a3, a4, a5, a6, a7 = _gl_step(w0, w1, w2, w3, s0, s1, s2, s3, x0, x1, x2, x3,
-                                                      a0, a1, a2, a3, a4, a5, a6, a7, SCALE_KIND, BF16)
+            if CH == 1:
+                a0, a1, a2, a3, a4, a5, a6, a7 = _gl_step(w0, w1, w2, w3, s0, s1, s2, s3, x0, x1, x2, x3,
+                                                          a0, a1, a2, a3, a4, a5, a6, a7, SCALE_KIND, BF16)
+            else:
+                x4, x5, x6, x7 = _gl_x(xp, CH * st + 1, kp, EVEN_K, xk)
+                a0, a1, a2, a3 = _gl_step2(w0, w1, w2, w3, s0, s1, s2, s3, x0, x1, x2, x3, x4, x5, x6, x7,
+                                           a0, a1, a2, a3, SCALE_KIND, BF16)
             if (st == steps - 1) | (u == u1 - 1):
                 _gl_run_end(a0, a1, a2, a3, a4, a5, a6, a7, u, u0, pid, PER, steps, L, c, rbase, os_row, bias_ptr,
                             y_ptr, ws_ptr, cnt_ptr, t_ptr, lb_ptr, res_ptr, M, N, stride_ym, stride_t, stride_res,
-                            HAS_BIAS, HAS_LORA, R, HAS_RES, NW, MAX_PARTS, LW)
+                            HAS_BIAS, HAS_LORA, R, HAS_RES, NW, MAX_PARTS, LW, TILES)
                 a0 = gl.zeros([32 * NW, 4], gl.float32, layout=LW)
                 a1 = gl.zeros([32 * NW, 4], gl.float32, layout=LW)
                 a2 = gl.zeros([32 * NW, 4], gl.float32, layout=LW)
@@ -521,18 +608,22 @@ if HAVE_GLUON:
         async_copy.wait_group(0)
 
 
-def mma_config(n_pad: int, k_words: int, n_sm: int, cps: int = 16, nw: int = 1, stages: int = 3) -> dict:
-    """Knobs for N_pad weight rows and K_pad / 8 words on n_sm SMs: NW warps a CTA (32 NW rows), STAGES units in
-    the cp.async ring, and the persistent grid: PER (row block, step) units a program, so that about `cps` programs
-    run on each SM (one wave: call 47's split-K grid of 1.1 waves ran 1.4x slower than 0.6) and a row block is
-    shared by at most MAX_SPLIT programs. One warp a CTA by default: the shared-memory barriers Triton's analysis
-    puts between the ring's refills and reads (it cannot see that each thread reads only its own bytes) then
-    synchronise one warp, not four."""
-    blocks = -(-n_pad // (32 * nw))
-    steps = k_words // 16
+def mma_config(n_pad: int, k_words: int, n_sm: int, cps: int = 16, nw: int = 1, stages: int = 3,
+               ch: int | None = None) -> dict:
+    """Knobs for N_pad weight rows and K_pad / 8 words on n_sm SMs: NW warps a CTA, CH 128-column chunks a unit
+    (2 where the chunks pair up: each row's 128 contiguous bytes a unit, one 16-row tile a warp; 1: 64 bytes of
+    two tiles), STAGES units in the cp.async ring, and the persistent grid: PER (row block, unit) units a program,
+    so that about `cps` programs run on each SM (one wave: call 46's split-K grid of 1.1 waves ran 1.4x slower than
+    0.6) and a row block is shared by at most MAX_SPLIT programs. One warp a CTA by default: the shared-memory
+    barriers Triton's analysis puts between the ring's refills and reads (it cannot see that each thread reads only
+    its own bytes) then synchronise one warp, not four."""
+    chunks = k_words // 16
+    ch = (2 if chunks % 2 == 0 else 1) if ch is None else ch
+    blocks = -(-n_pad // (32 * nw // ch))
+    steps = chunks // ch
     total = blocks * steps
     per = max(-(-total // (cps * n_sm)), -(-steps // (MAX_SPLIT - 1)), 1)
-    return dict(NW=nw, STAGES=stages, PER=per, GRID=-(-total // per))
+    return dict(NW=nw, CH=ch, STAGES=stages, PER=per, GRID=-(-total // per))
 
 
 def selected(x: torch.Tensor) -> bool:
@@ -555,8 +646,9 @@ def fp4_gemm_mma(x: torch.Tensor, w: PreparedFP4, bias: torch.Tensor | None = No
         w: PreparedFP4 (single weight or `concat_prepared` group; NVFP4 or MXFP4).
         bias: optional [N]. lora: optional (t [M, R], B [>= N, R] contiguous): t @ B^T added (fp4_launch.fp4_gemm
             checks its shapes). residual: optional [M, N] added last.
-        config: knobs overriding `mma_config`: NW (warps a CTA: 1, 2 or 4), STAGES (the cp.async ring's depth,
-            2-8), PER (units a program) or CPS (programs per SM to aim at; PER follows).
+        config: knobs overriding `mma_config`: NW (warps a CTA: 1, 2 or 4), CH (128-column chunks a unit: 1 or
+            2), STAGES (the cp.async ring's depth, 2-8), PER (units a program) or CPS (programs per SM to aim at;
+            PER follows).
 
     Raises:
         ValueError: shape, dtype or device mismatch, M > 8, or bad knobs.
@@ -597,17 +689,19 @@ def launch_args(x: torch.Tensor, w: PreparedFP4, bias, lora, residual, y: torch.
     n_pad, kww = w.words.shape
     config = dict(config or {})
     cps = int(config.pop("CPS", 16))
-    cfg = mma_config(n_pad, kww, n_sm, cps, int(config.get("NW", 1)), int(config.get("STAGES", 3)))
+    cfg = mma_config(n_pad, kww, n_sm, cps, int(config.get("NW", 1)), int(config.get("STAGES", 3)),
+                     config.get("CH"))
+    nw, ch, stages = cfg["NW"], cfg["CH"], cfg["STAGES"]
+    steps = kww // (16 * ch) if ch in (1, 2) else 0
+    blocks = n_pad // (32 * nw // ch) if ch in (1, 2) else 0
     if "PER" in config:
-        cfg.update(PER=int(config["PER"]), GRID=-(-(n_pad // (32 * cfg["NW"])) * (kww // 16) // int(config["PER"])))
-    nw, stages, per, grid = cfg["NW"], cfg["STAGES"], cfg["PER"], cfg["GRID"]
-    steps = kww // 16
-    if nw not in (1, 2, 4) or n_pad % (32 * nw) or kww % 16 or not 2 <= stages <= 8 or \
-            not max(1, -(-steps // (MAX_SPLIT - 1))) <= per:
+        cfg.update(PER=int(config["PER"]), GRID=-(-blocks * steps // int(config["PER"])))
+    per, grid = cfg["PER"], cfg["GRID"]
+    if nw not in (1, 2, 4) or ch not in (1, 2) or n_pad % (32 * nw // ch) or kww % (16 * ch) or \
+            not 2 <= stages <= 8 or not max(1, -(-steps // (MAX_SPLIT - 1))) <= per:
         raise ValueError(f"fp4_gemm_mma: bad knobs {cfg} for {n_pad} padded rows and {kww} words a row (NW 1, 2 "
-                         f"or 4; STAGES 2-8; PER >= the 128-column steps / {MAX_SPLIT - 1}, so that at most "
-                         f"{MAX_SPLIT} programs share a row block)")
-    blocks = n_pad // (32 * nw)
+                         f"or 4; CH 1 or 2, dividing the 128-column chunks; STAGES 2-8; PER >= the units a row "
+                         f"block / {MAX_SPLIT - 1}, so that at most {MAX_SPLIT} programs share a row block)")
     ws, cnt = _workspace(x.device, grid * 2 * 2 * 32 * nw * 4, blocks)
     dummy = w.out_scales
     t_arg, lb_arg = (lora[0], lora[1]) if lora is not None else (dummy, dummy)
@@ -621,7 +715,7 @@ def launch_args(x: torch.Tensor, w: PreparedFP4, bias, lora, residual, y: torch.
     meta = dict(SCALE_KIND=w.scale_kind, BF16=x.dtype == torch.bfloat16, HAS_BIAS=bias is not None,
                 HAS_LORA=lora is not None, R=lora[1].shape[1] if lora is not None else 16,
                 HAS_RES=residual is not None, EVEN_K=w.k == kww * 8, NW=nw, MAX_PARTS=MAX_SPLIT, STAGES=stages,
-                num_warps=nw)
+                CH=ch, num_warps=nw)
     return (grid,), args, meta
 
 
@@ -683,7 +777,8 @@ def loop_sass(cubin: bytes) -> dict:
     """The SASS of the kernel's main loop as a unit takes it when the run does not end there: from the loop head
     (the target of the last backward branch) to the first forward branch after the loop's last MMA (which skips the
     run-end code), then from that branch's target to the backward branch. Instructions, MMAs (HMMA), global loads
-    (LDG), cp.async copies (LDGSTS) and barriers (BAR) on that path; {} where the bundled cuobjdump is missing."""
+    (LDG), cp.async copies (LDGSTS) and barriers (BAR) on that path (the loop: the last backward branch whose body
+    has an MMA); {} where the bundled cuobjdump is missing."""
     import subprocess
     import tempfile
     from triton.backends.nvidia import compiler as nv
@@ -702,7 +797,8 @@ def loop_sass(cubin: bytes) -> dict:
         t = re.search(r"0x([0-9a-f]+)", ins[i][2]) if ins[i][1].startswith("BRA") else None
         return int(t.group(1), 16) if t else None
 
-    back = [i for i in range(len(ins)) if target(i) is not None and target(i) < ins[i][0] and target(i) in at]
+    back = [i for i in range(len(ins)) if target(i) is not None and target(i) < ins[i][0] and target(i) in at and
+            any(ins[k][1].startswith("HMMA") for k in range(at[target(i)], i))]
     if not back:
         return dict(loop=None, hmma=None, ldg=None, ldgsts=None, bar=None)
     end = back[-1]
@@ -734,7 +830,8 @@ def compile_variant(name: str, arch: int = 90) -> dict:
         return dict(name=name, status=f"{type(e).__name__}: {str(e).splitlines()[0][:200]}")
     loop = loop_sass(compiled.asm["cubin"])
     per_word = round(loop["loop"] / 16, 1) if loop.get("loop") else None  # a thread decodes 4 rows x 4 words a step
-    return dict(name=name, status="ok", grid=list(grid), NW=meta["NW"], regs=use["regs"], spill_st=use["spill_st"],
+    return dict(name=name, status="ok", grid=list(grid), NW=meta["NW"], CH=meta["CH"], even_k=meta["EVEN_K"],
+                regs=use["regs"], spill_st=use["spill_st"],
                 spill_ld=use["spill_ld"], layout_ok=check_layout(compiled.asm["ttgir"], meta["NW"]),
                 loop_sass=loop.get("loop"), hmma=loop.get("hmma"), ldg=loop.get("ldg"), ldgsts=loop.get("ldgsts"),
                 bar=loop.get("bar"), sass_per_word=per_word)

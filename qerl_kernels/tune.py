@@ -65,9 +65,10 @@ GEMV_SWEEP = {
     "dot": [(64, 32, 4, 3), (64, 16, 4, 4), (128, 16, 8, 3), (128, 32, 8, 3), (64, 64, 4, 2)],
 }
 GEMV_CPS = (3, 6, 12)
-# fp4_mma.fp4_gemm_mma's knobs: (warps a CTA (32 rows each), cp.async ring depth, programs an SM the persistent grid
-# aims at; one compile per (NW, STAGES)): one wave at 128 registers is 16 one-warp programs an SM
-MMA_SWEEP = [(1, 2, 16), (1, 3, 16), (1, 4, 16), (1, 3, 12), (1, 3, 8), (2, 3, 8), (2, 2, 8), (4, 3, 4)]
+# fp4_mma.fp4_gemm_mma's knobs: (warps a CTA, 128-column chunks a unit, cp.async ring depth, programs an SM the
+# persistent grid aims at; one compile per (NW, CH, STAGES)): one wave at 96 registers is 21 one-warp programs an SM
+MMA_SWEEP = [(1, 2, 2, 16), (1, 2, 3, 16), (1, 2, 3, 20), (1, 2, 4, 20), (1, 1, 2, 16), (2, 2, 3, 10),
+             (2, 2, 2, 10), (4, 2, 3, 5)]
 
 
 def parse_cfg(s: str):
@@ -98,7 +99,7 @@ def main(argv=None) -> int:
     ap.add_argument("--wgmma", action="store_true", help="sweep WGMMA_SWEEP for fp4_wgmma.fp4_gemm_wgmma instead")
     ap.add_argument("--mma", action="store_true", help="sweep MMA_SWEEP for fp4_mma.fp4_gemm_mma instead (with "
                     "--profile: one call of it at M <= 8 beside the default path's)")
-    ap.add_argument("--mma-config", default=None, help="--profile --mma: its knobs NW,STAGES,CPS (default: the "
+    ap.add_argument("--mma-config", default=None, help="--profile --mma: its knobs NW,CH,STAGES,CPS (default: the "
                     "heuristic's)")
     args = ap.parse_args(argv)
     if args.profile:
@@ -284,17 +285,17 @@ def sweep_mma(args) -> int:
         print(f"mma {shape} M={m}: bf16 {t_bf * 1e3:.1f} us, default path {t_def * 1e3:.1f} us, mma "
               f"heuristic {t_heur * 1e3:.1f} us ({p.nbytes / t_heur / 1e6:.0f} GB/s)", flush=True)
         best = []
-        for nw, stages, cps in MMA_SWEEP:
-            res = _time_knobs(fp4_gemm_mma, x, p, copies, ref, {"config": dict(NW=nw, STAGES=stages, CPS=cps)},
-                              f"mma {shape} M={m}")
+        for nw, ch, stages, cps in MMA_SWEEP:
+            res = _time_knobs(fp4_gemm_mma, x, p, copies, ref,
+                              {"config": dict(NW=nw, CH=ch, STAGES=stages, CPS=cps)}, f"mma {shape} M={m}")
             if res is None:
                 continue
             t, err = res
-            best.append((t, nw, stages, cps))
-            print(f"mma {shape} M={m} warps={nw} stages={stages} ctas/SM={cps}: {t * 1e3:7.1f} us "
+            best.append((t, nw, ch, stages, cps))
+            print(f"mma {shape} M={m} warps={nw} ch={ch} stages={stages} ctas/SM={cps}: {t * 1e3:7.1f} us "
                   f"{p.nbytes / t / 1e6:6.0f} GB/s x{t_bf / t:.2f} bf16 x{t_def / t:.2f} default err {err:.1e}",
                   flush=True)
-        _print_best(f"mma best {shape} M={m} (warps, stages, ctas/SM)", best,
+        _print_best(f"mma best {shape} M={m} (warps, ch, stages, ctas/SM)", best,
                     f" | default {t_def * 1e3:.1f}us heuristic {t_heur * 1e3:.1f}us bf16 {t_bf * 1e3:.1f}us")
     return 0
 
@@ -313,7 +314,7 @@ def profile(args) -> int:
             mma = args.mma and m <= 8
             if mma:
                 from qerl_kernels.fp4_mma import fp4_gemm_mma
-                knobs = dict(zip(("NW", "STAGES", "CPS"), (int(v) for v in args.mma_config.split(",")))) \
+                knobs = dict(zip(("NW", "CH", "STAGES", "CPS"), (int(v) for v in args.mma_config.split(",")))) \
                     if args.mma_config else None
             if gluon:
                 from qerl_kernels.fp4_gluon import fp4_gemm_gluon
