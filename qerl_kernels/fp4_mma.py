@@ -279,10 +279,11 @@ if HAVE_TRITON:
             # meta
             SCALE_KIND: tl.constexpr, BF16: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_LORA: tl.constexpr,
             R: tl.constexpr, HAS_RES: tl.constexpr, EVEN_K: tl.constexpr, NW: tl.constexpr, MAX_PARTS: tl.constexpr,
-            STAGES: tl.constexpr, CH: tl.constexpr):
+            STAGES: tl.constexpr, CH: tl.constexpr, PF: tl.constexpr = 0):
         """The interpreter's kernel (the GPU runs `_fp4_mma_gl`, the same programs with the asm's operand layout
         pinned and a cp.async ring): program pid takes units [pid PER, (pid + 1) PER) of the (row block, step of CH
-        128-column chunks) sequence, row block major; STAGES: the GPU kernel's ring depth (unused here)."""
+        128-column chunks) sequence, row block major; STAGES, PF: the GPU kernel's ring depth and L2 prefetch
+        distance (unused here)."""
         TILES: tl.constexpr = 2 // CH
         ROWS: tl.constexpr = 4 // CH        # rows of a lane a chunk: g + 8 h, h < ROWS
         pid = tl.program_id(0)
@@ -523,7 +524,7 @@ if HAVE_GLUON:
             stride_x32, stride_wn, stride_sn, stride_ym, stride_os, stride_t, stride_res,
             SCALE_KIND: gl.constexpr, BF16: gl.constexpr, HAS_BIAS: gl.constexpr, HAS_LORA: gl.constexpr,
             R: gl.constexpr, HAS_RES: gl.constexpr, EVEN_K: gl.constexpr, NW: gl.constexpr,
-            MAX_PARTS: gl.constexpr, STAGES: gl.constexpr, CH: gl.constexpr):
+            MAX_PARTS: gl.constexpr, STAGES: gl.constexpr, CH: gl.constexpr, PF: gl.constexpr = 0):
         """The GPU kernel (`_fp4_mma` is its interpreter twin): the same programs, with the words and scale entries
         streamed through a STAGES-deep cp.async ring in shared memory (each thread its own bytes, across row-block
         boundaries) and every tensor on the layout LW: [32 NW, 4], slot L = warp L // 32, lane L % 32, the 4 words
@@ -575,6 +576,17 @@ if HAVE_GLUON:
             _gl_issue(w_ring, s_ring, wp, sp, w8, s8, wblk, sblk, gl.minimum(u + STAGES - 1, u1 - 1), steps,
                       (j + STAGES - 1) % STAGES, CH)
             st = u % steps
+            if PF > 0:
+                # an L2 prefetch of rows g and g + 8, PF units past the ring's newest: their 128-byte lines reach
+                # the L2 before the ring's copies ask for them
+                pu = gl.minimum(u + STAGES - 1 + PF, u1 - 1)
+                pb = pu // steps
+                pst = pu - pb * steps
+                pa = w_ptr + (pb * wblk + rbase * stride_wn + 4 * c + 16 * (CH * pst))
+                gl.inline_asm_elementwise("prefetch.global.L2 [$1];\nmov.b32 $0, 0;", "=r,l", [pa], dtype=gl.int32,
+                                          is_pure=False, pack=1)
+                gl.inline_asm_elementwise("prefetch.global.L2 [$1];\nmov.b32 $0, 0;", "=r,l", [pa + w8],
+                                          dtype=gl.int32, is_pure=False, pack=1)
             x0, x1, x2, x3 = _gl_x(xp, CH * st, kp, EVEN_K, xk)
             async_copy.wait_group(STAGES - 1)
             slot = (j % STAGES) * 4
@@ -648,7 +660,7 @@ def fp4_gemm_mma(x: torch.Tensor, w: PreparedFP4, bias: torch.Tensor | None = No
             checks its shapes). residual: optional [M, N] added last.
         config: knobs overriding `mma_config`: NW (warps a CTA: 1, 2 or 4), CH (128-column chunks a unit: 1 or
             2), STAGES (the cp.async ring's depth, 2-8), PER (units a program) or CPS (programs per SM to aim at;
-            PER follows).
+            PER follows), PF (units past the ring to prefetch into L2; 0: none).
 
     Raises:
         ValueError: shape, dtype or device mismatch, M > 8, or bad knobs.
@@ -715,14 +727,14 @@ def launch_args(x: torch.Tensor, w: PreparedFP4, bias, lora, residual, y: torch.
     meta = dict(SCALE_KIND=w.scale_kind, BF16=x.dtype == torch.bfloat16, HAS_BIAS=bias is not None,
                 HAS_LORA=lora is not None, R=lora[1].shape[1] if lora is not None else 16,
                 HAS_RES=residual is not None, EVEN_K=w.k == kww * 8, NW=nw, MAX_PARTS=MAX_SPLIT, STAGES=stages,
-                CH=ch, num_warps=nw)
+                CH=ch, PF=int(config.get("PF", 0)), num_warps=nw)
     return (grid,), args, meta
 
 
 def check_layout(ttgir: str, nw: int) -> bool:
     """Whether the compiled kernel's inline-asm MMA step runs on the [32 NW, 4] blocked layout whose dimension-0
     slot L is warp L // 32, lane L % 32 (what the MMA's lane roles assume)."""
-    asm_ops = [line for line in ttgir.splitlines() if "elementwise_inline_asm" in line]
+    asm_ops = [line for line in ttgir.splitlines() if "elementwise_inline_asm" in line and "mma.sync" in line]
     if not asm_ops:
         return False
     layouts = dict(re.findall(r"(#\w+) = #ttg\.blocked<\{(.*?)\}>", ttgir))

@@ -66,9 +66,10 @@ GEMV_SWEEP = {
 }
 GEMV_CPS = (3, 6, 12)
 # fp4_mma.fp4_gemm_mma's knobs: (warps a CTA, 128-column chunks a unit, cp.async ring depth, programs an SM the
-# persistent grid aims at; one compile per (NW, CH, STAGES)): one wave at 96 registers is 21 one-warp programs an SM
-MMA_SWEEP = [(1, 2, 2, 16), (1, 2, 3, 16), (1, 2, 3, 20), (1, 2, 4, 20), (1, 1, 2, 16), (2, 2, 3, 10),
-             (2, 2, 2, 10), (4, 2, 3, 5)]
+# persistent grid aims at, L2 prefetch distance in units; one compile per (NW, CH, STAGES, PF)): one wave at 96
+# registers is 21 one-warp programs an SM
+MMA_SWEEP = [(1, 2, 2, 16, 0), (1, 2, 2, 16, 2), (1, 2, 2, 16, 4), (1, 2, 2, 16, 8), (1, 2, 3, 16, 2),
+             (2, 2, 2, 10, 2), (1, 1, 2, 16, 2), (1, 1, 2, 16, 4)]
 
 
 def parse_cfg(s: str):
@@ -285,17 +286,17 @@ def sweep_mma(args) -> int:
         print(f"mma {shape} M={m}: bf16 {t_bf * 1e3:.1f} us, default path {t_def * 1e3:.1f} us, mma "
               f"heuristic {t_heur * 1e3:.1f} us ({p.nbytes / t_heur / 1e6:.0f} GB/s)", flush=True)
         best = []
-        for nw, ch, stages, cps in MMA_SWEEP:
+        for nw, ch, stages, cps, pf in MMA_SWEEP:
             res = _time_knobs(fp4_gemm_mma, x, p, copies, ref,
-                              {"config": dict(NW=nw, CH=ch, STAGES=stages, CPS=cps)}, f"mma {shape} M={m}")
+                              {"config": dict(NW=nw, CH=ch, STAGES=stages, CPS=cps, PF=pf)}, f"mma {shape} M={m}")
             if res is None:
                 continue
             t, err = res
-            best.append((t, nw, ch, stages, cps))
-            print(f"mma {shape} M={m} warps={nw} ch={ch} stages={stages} ctas/SM={cps}: {t * 1e3:7.1f} us "
+            best.append((t, nw, ch, stages, cps, pf))
+            print(f"mma {shape} M={m} warps={nw} ch={ch} stages={stages} ctas/SM={cps} pf={pf}: {t * 1e3:7.1f} us "
                   f"{p.nbytes / t / 1e6:6.0f} GB/s x{t_bf / t:.2f} bf16 x{t_def / t:.2f} default err {err:.1e}",
                   flush=True)
-        _print_best(f"mma best {shape} M={m} (warps, ch, stages, ctas/SM)", best,
+        _print_best(f"mma best {shape} M={m} (warps, ch, stages, ctas/SM, prefetch)", best,
                     f" | default {t_def * 1e3:.1f}us heuristic {t_heur * 1e3:.1f}us bf16 {t_bf * 1e3:.1f}us")
     return 0
 
