@@ -154,7 +154,7 @@ def test_mma_7b_shapes_and_repeatable(n, k, m):
 
 def test_offline_build(offline_build):
     """Every variant compiles for sm_90, spills nothing, runs its asm on the layout the MMA's lane roles assume,
-    and its main loop issues one MMA and under 34 SASS instructions a 4-byte word (40 with K ragged against the
+    and its main loop issues one MMA and under 36 SASS instructions a 4-byte word (40 with K ragged against the
     128-column chunk: the activation indices clamped; the skinny-M kernel's FMA mode: 51)."""
     r, rows = offline_build("qerl_kernels.fp4_mma")
     assert rows and len(rows) == len(fp4_mma.compile_variants()), r.stderr[-2000:]
@@ -162,4 +162,4 @@ def test_offline_build(offline_build):
         assert row["status"] == "ok", row
         assert row["spill_st"] == 0 and row["layout_ok"], row
         if row.get("loop_sass") is not None:
-            assert row["hmma"] == 16 and row["sass_per_word"] < (34 if row["even_k"] else 40), row
+            assert row["hmma"] == 16 and row["sass_per_word"] < (36 if row["even_k"] else 40), row
