@@ -1,46 +1,51 @@
 """The decode-size (M <= 8) FP4 W4A16 forward on the tensor cores with register operands: y[M, N] = x[M, K] @ W^T
-(+ bias) (+ t @ B^T) (+ residual), one `mma.sync` per decoded word pair and no shared memory (issue 22, item 4).
+(+ bias) (+ t @ B^T) (+ residual), one `mma.sync` per decoded word pair (issue 22, item 4). Built, exact, and
+slower than the default path on the launches that carry the bytes: off by default (see "Measured" below).
 
-Why: at batch 1-8 the product is a weight stream, so the kernel must issue few instructions per 4-byte word of
-codes. The main loop of the skinny-M kernel's FMA mode (fp4_gemv, M = 1, 7B gate; its sm_90 SASS read offline,
-2026-11-27) issues 51 instructions a word (decode and scale ~28, bf16 -> fp32
-conversions 8, FMUL / FFMA / FADD 12, loads and addresses ~3): 2.3 TB/s of codes even at a perfect issue rate, and
-it measured 1.5 TB/s (call 5). The stream-K kernel's decoded tile goes through a layout change before its wgmma.
-Here the decoder's packed pairs are the MMA's A fragments as they come out of the registers:
+Why it was built: at batch 1-8 the product is a weight stream. The main loop of the skinny-M kernel's FMA mode
+(fp4_gemv, M = 1, 7B gate; its sm_90 SASS read offline, 2026-11-27) issues 51 instructions a 4-byte word of codes
+(decode and scale ~28, bf16 -> fp32 conversions 8, FMUL / FFMA / FADD 12, loads and addresses ~3): 2.3 TB/s of
+codes even at a perfect issue rate; it measured 1.5 TB/s (call 5). Here the decoder's packed pairs are the MMA's A
+fragments as they come out of the registers, about 27-31 instructions a word:
 
 1. The load-time layout (layout.prepare_codes) puts columns 32b + 8q + 2c + r of a 32-column block in word
    16t + 4c + b of a row, pair q in register h_q (fp4_decoder.decode_ptx). For lane (g = lane / 4, c = lane % 4)
    of an m16n8k16 MMA, the A fragment is rows g and g + 8 at columns 2c + r and 8 + 2c + r: exactly h0 and h1 of
-   the lane's words of rows g and g + 8 (the next 16 columns: h2, h3). So a lane loads its rows' words b = 0..3
-   with one 16-byte load a row, decodes each word into four registers and issues two MMAs a word pair: about 20
-   integer instructions and one MMA a word, nothing through shared memory, fp32 accumulators.
+   the lane's words of rows g and g + 8 (the next 16 columns: h2, h3). So a lane takes its rows' words b = 0..3
+   (16 bytes a row), decodes each word into four registers and issues two MMAs a word pair, fp32 accumulators.
 2. B is x^T: lane (g, c) holds activation row n = g at the same columns (four 4-byte pair loads a block, from L1),
-   so M = 1..8 costs the same (rows >= M load zeros); D's lane (g, c) ends with rows g, g + 8 of W for
-   activation rows 2c, 2c + 1.
-3. A warp covers 32 weight rows (two 16-row MMA tiles: the asm of one element decodes four rows' words), a CTA
-   of NW warps 32 NW rows. The grid is persistent (stream-K): program p takes PER consecutive units of the (row
-   block, 128-column step) sequence, row block major, sized so that the programs fill the SMs in one wave. The
-   words and scale
-   entries stream through a STAGES-deep cp.async ring in shared memory, each thread copying the bytes it will read
-   back itself; the activations, from L1, are loaded a step ahead into registers. (The first version, call 45,
-   double-buffered everything in registers: 133 registers, one step in flight, 48 % of the read ceiling on the
-   7B gate/up group.)
+   so M = 1..8 costs the same (lanes of rows >= M read row M - 1: their columns are never stored); D's lane (g, c)
+   ends with rows g, g + 8 of W for activation rows 2c, 2c + 1.
+3. A unit of work is CH 128-column chunks of a row block: CH 2 (the default where the chunks pair up) is one
+   16-row tile a warp over 256 columns (each row's 128 contiguous bytes), CH 1 two tiles over 128 columns. A CTA
+   has NW warps. The grid is persistent (stream-K): program p takes PER consecutive units of the (row block, unit)
+   sequence, row block major, sized so that the programs fill the SMs in one wave. The words and scale entries
+   stream through a STAGES-deep cp.async ring in shared memory, each thread copying the bytes it will read back
+   itself (PF > 0 adds an L2 prefetch PF units ahead); the activations are loaded in the step.
 4. A program's run that covers only part of a row block parks its partial sums in the shared workspace; the last
    part of a row block to arrive (gpu-scope acq_rel counter) sums them in program order and runs the epilogue:
-   the per-row factor (out_scales), bias, the LoRA update t @ B^T (fp32 products over the rank) and the residual.
-   Deterministic, bit for bit from run to run.
+   the per-row factor (out_scales), bias, the LoRA update t @ B^T (fp32 products over the rank, one rank at a
+   time) and the residual. Deterministic, bit for bit from run to run.
 
 The MMA crosses lanes, so the asm's operands must sit on the layout whose slot L of the [32 NW, 4] tensors is warp
 L // 32, lane L % 32. Triton picks layouts itself (call 45: with one warp and the LoRA epilogue it put the asm on
 threadsPerWarp [8, 4], and the results were wrong), so the GPU kernel (`_fp4_mma_gl`) is Gluon, which states every
 layout; `check_layout` reads the asm's layout back from the compiled TTGIR (the offline build test asserts it).
 
+Measured (H100, issue 22 calls 45-51, kernels.notes.md "Calls 45-51"; results/measured/h100/kernels/mma_call45/,
+mma_calls46-51/): every benchmark check exact and repeatable, 27 GPU tests pass; 7B gate/up group at M = 1 45.0 us
+at best against the default path's 39.3, down 26.0 vs 24.5, o 9.6 vs 10.3; the 7B rollout with it for every 4-bit
+GEMM: QeRL 228.5 tok/s at batch 1 against 254.7 without it, 1,227 against 1,671 at batch 8. Halving the
+instructions a word left the kernel at 1.5-1.8 TB/s, and every change that put more bytes in flight (deeper rings,
+more warps, the L2 prefetch) made it slower.
+
 CPU: TRITON_INTERPRET=1 runs `_fp4_mma`, the Triton twin of the same programs (no ring; `_twin_row` stands for the
 asm: the decoded values times x summed over the lanes of each MMA, as the MMA does).
 
 Dispatch: fp4_launch.fp4_gemm takes this kernel for M <= MMA_MAX_M where `selected` says so: QERL_FP4_MMA=1 every
-eligible call, =0 never, unset: CUDA devices of compute capability 8.0+ when DEFAULT_ON (set from a GPU measurement:
-kernels.notes.md).
+eligible call, =0 never, unset: only when DEFAULT_ON (False: the measurements above). Benchmark methods nvfp4_mma /
+mxfp4_mma (qerl_kernels.bench), knob sweep `python -m qerl_kernels.tune --mma`, offline build `python -m
+qerl_kernels.fp4_mma`, device call `bash qerl_kernels/run_device.sh mma`.
 """
 from __future__ import annotations
 
@@ -78,7 +83,7 @@ __all__ = ["fp4_gemm_mma", "launch_args", "mma_config", "selected", "check_layou
 
 MMA_MAX_M = 8        # the MMA's n = 8 columns are the activation rows
 MAX_SPLIT = 16       # programs that may share a row block (the last one's sum of their parts)
-DEFAULT_ON = False   # the default forward takes this kernel for M <= 8 (set from a GPU measurement)
+DEFAULT_ON = False   # the default forward takes this kernel for M <= 8: no (calls 45-51: slower on the big launches)
 _LAYOUT = re.compile(r"sizePerThread = \[1, 4\], threadsPerWarp = \[32, 1\], warpsPerCTA = \[(\d+), 1\], "
                      r"order = \[1, 0\]")
 
