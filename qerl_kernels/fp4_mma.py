@@ -78,8 +78,8 @@ if HAVE_TRITON:
 else:
     HAVE_GLUON = False
 
-__all__ = ["fp4_gemm_mma", "launch_args", "mma_config", "selected", "check_layout", "MMA_MAX_M", "DEFAULT_ON",
-           "compile_variants", "compile_variant"]
+__all__ = ["fp4_gemm_mma", "launch_args", "mma_config", "selected", "check_layout", "tile_prepared", "MMA_MAX_M",
+           "DEFAULT_ON", "compile_variants", "compile_variant"]
 
 MMA_MAX_M = 8        # the MMA's n = 8 columns are the activation rows
 MAX_SPLIT = 16       # programs that may share a row block (the last one's sum of their parts)
@@ -284,7 +284,7 @@ if HAVE_TRITON:
             # meta
             SCALE_KIND: tl.constexpr, BF16: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_LORA: tl.constexpr,
             R: tl.constexpr, HAS_RES: tl.constexpr, EVEN_K: tl.constexpr, NW: tl.constexpr, MAX_PARTS: tl.constexpr,
-            STAGES: tl.constexpr, CH: tl.constexpr, PF: tl.constexpr = 0):
+            STAGES: tl.constexpr, CH: tl.constexpr, PF: tl.constexpr = 0, TILED: tl.constexpr = False):
         """The interpreter's kernel (the GPU runs `_fp4_mma_gl`, the same programs with the asm's operand layout
         pinned and a cp.async ring): program pid takes units [pid PER, (pid + 1) PER) of the (row block, step of CH
         128-column chunks) sequence, row block major; STAGES, PF: the GPU kernel's ring depth and L2 prefetch
@@ -300,15 +300,28 @@ if HAVE_TRITON:
         c = L % 4
         rbase = (L // 32) * (16 * TILES) + g      # a lane's rows in its block: rbase + 8 h
         rb = tl.arange(0, 4)
-        wp = w_ptr + rbase[:, None] * stride_wn + (4 * c)[:, None] + rb[None, :]
-        sp = s_ptr + rbase[:, None] * stride_sn + rb[None, :]
+        ROWS_BLK: tl.constexpr = 16 * TILES * NW
+        if TILED:  # `tile_prepared`: each (row block, unit) tile stored contiguously, rows 16 CH words apart
+            roww = 16 * CH
+            rows_ = 4 * CH
+            wst = ROWS_BLK * 16 * CH
+            sst = ROWS_BLK * 4 * CH
+            wblk = steps * wst
+            sblk = steps * sst
+        else:
+            roww = stride_wn
+            rows_ = stride_sn
+            wst = 16 * CH
+            sst = 4 * CH
+            wblk = ROWS_BLK * stride_wn
+            sblk = ROWS_BLK * stride_sn
+        wp = w_ptr + rbase[:, None] * roww + (4 * c)[:, None] + rb[None, :]
+        sp = s_ptr + rbase[:, None] * rows_ + rb[None, :]
         xp = x32_ptr + g[:, None] * stride_x32 + c[:, None] + 16 * rb[None, :]
         xk = c[:, None] + 16 * rb[None, :]                  # pair index in the chunk, q = 0 (q adds 4 q)
         x_ok = (g < M)[:, None]
-        w8 = 8 * stride_wn
-        s8 = 8 * stride_sn
-        wblk = 16 * TILES * NW * stride_wn
-        sblk = 16 * TILES * NW * stride_sn
+        w8 = 8 * roww
+        s8 = 8 * rows_
         kp = K // 2
         os_row = os_ptr + BF16 * stride_os
         a0 = tl.zeros([32 * NW, 4], dtype=tl.float32)
@@ -322,15 +335,17 @@ if HAVE_TRITON:
         for u in range(u0, u1):
             blk = u // steps
             st = u - blk * steps
-            # word i: row offset 8 (i % ROWS), chunk CH st + i // ROWS
-            w0 = tl.load(wp + blk * wblk + 16 * (CH * st))
-            w1 = tl.load(wp + blk * wblk + (1 % ROWS) * w8 + 16 * (CH * st + 1 // ROWS))
-            w2 = tl.load(wp + blk * wblk + (2 % ROWS) * w8 + 16 * (CH * st + 2 // ROWS))
-            w3 = tl.load(wp + blk * wblk + (3 % ROWS) * w8 + 16 * (CH * st + 3 // ROWS))
-            s0 = tl.load(sp + blk * sblk + 4 * (CH * st)).to(tl.int16)
-            s1 = tl.load(sp + blk * sblk + (1 % ROWS) * s8 + 4 * (CH * st + 1 // ROWS)).to(tl.int16)
-            s2 = tl.load(sp + blk * sblk + (2 % ROWS) * s8 + 4 * (CH * st + 2 // ROWS)).to(tl.int16)
-            s3 = tl.load(sp + blk * sblk + (3 % ROWS) * s8 + 4 * (CH * st + 3 // ROWS)).to(tl.int16)
+            # the unit at blk * wblk + st * wst; word i at row offset 8 (i % ROWS), chunk i // ROWS of the unit
+            wu = wp + blk * wblk + st * wst
+            su = sp + blk * sblk + st * sst
+            w0 = tl.load(wu)
+            w1 = tl.load(wu + (1 % ROWS) * w8 + 16 * (1 // ROWS))
+            w2 = tl.load(wu + (2 % ROWS) * w8 + 16 * (2 // ROWS))
+            w3 = tl.load(wu + (3 % ROWS) * w8 + 16 * (3 // ROWS))
+            s0 = tl.load(su).to(tl.int16)
+            s1 = tl.load(su + (1 % ROWS) * s8 + 4 * (1 // ROWS)).to(tl.int16)
+            s2 = tl.load(su + (2 % ROWS) * s8 + 4 * (2 // ROWS)).to(tl.int16)
+            s3 = tl.load(su + (3 % ROWS) * s8 + 4 * (3 // ROWS)).to(tl.int16)
             x0, x1, x2, x3 = _x_twin(xp, CH * st, x_ok, xk, kp, EVEN_K)
             if CH == 1:
                 a0, a1, a2, a3, a4, a5, a6, a7 = _mma_step(w0, w1, w2, w3, s0, s1, s2, s3, x0, x1, x2, x3,
@@ -409,17 +424,17 @@ if HAVE_GLUON:
         return out
 
     @gluon.jit
-    def _gl_issue(w_ring, s_ring, wp, sp, w8, s8, wblk, sblk, uu, steps, slot, CH: gl.constexpr):
-        """cp.async of unit uu's words and scale entries (row block uu // steps, step uu % steps: word i at row
-        offset 8 (i % (4 // CH)), chunk CH step + i // (4 // CH); each thread its own 16 / 8 / 4 bytes a row, read
-        back by the same thread) into ring slot `slot`, as one commit group."""
+    def _gl_issue(w_ring, s_ring, wp, sp, w8, s8, wblk, sblk, wst, sst, uu, steps, slot, CH: gl.constexpr):
+        """cp.async of unit uu's words and scale entries (row block uu // steps, step uu % steps: the unit at
+        blk * wblk + step * wst, its word i at row offset 8 (i % (4 // CH)) and chunk i // (4 // CH); each thread its
+        own 16 / 8 / 4 bytes a row, read back by the same thread) into ring slot `slot`, as one commit group."""
         blk = uu // steps
         st = uu - blk * steps
         for i in gl.static_range(4):
-            _cp_async(w_ring.index(slot * 4 + i), wp + (blk * wblk + (i % (4 // CH)) * w8 +
-                                                        16 * (CH * st + i // (4 // CH))))
-            _cp_async(s_ring.index(slot * 4 + i), sp + (blk * sblk + (i % (4 // CH)) * s8 +
-                                                        4 * (CH * st + i // (4 // CH))))
+            _cp_async(w_ring.index(slot * 4 + i), wp + (blk * wblk + st * wst + (i % (4 // CH)) * w8 +
+                                                        16 * (i // (4 // CH))))
+            _cp_async(s_ring.index(slot * 4 + i), sp + (blk * sblk + st * sst + (i % (4 // CH)) * s8 +
+                                                        4 * (i // (4 // CH))))
         async_copy.commit_group()
 
     @gluon.jit
@@ -529,7 +544,8 @@ if HAVE_GLUON:
             stride_x32, stride_wn, stride_sn, stride_ym, stride_os, stride_t, stride_res,
             SCALE_KIND: gl.constexpr, BF16: gl.constexpr, HAS_BIAS: gl.constexpr, HAS_LORA: gl.constexpr,
             R: gl.constexpr, HAS_RES: gl.constexpr, EVEN_K: gl.constexpr, NW: gl.constexpr,
-            MAX_PARTS: gl.constexpr, STAGES: gl.constexpr, CH: gl.constexpr, PF: gl.constexpr = 0):
+            MAX_PARTS: gl.constexpr, STAGES: gl.constexpr, CH: gl.constexpr, PF: gl.constexpr = 0,
+            TILED: gl.constexpr = False):
         """The GPU kernel (`_fp4_mma` is its interpreter twin): the same programs, with the words and scale entries
         streamed through a STAGES-deep cp.async ring in shared memory (each thread its own bytes, across row-block
         boundaries) and every tensor on the layout LW: [32 NW, 4], slot L = warp L // 32, lane L % 32, the 4 words
@@ -547,26 +563,40 @@ if HAVE_GLUON:
         c = L % 4
         rbase = (L // 32) * (16 * TILES) + g
         rb = gl.expand_dims(gl.arange(0, 4, layout=gl.SliceLayout(0, LW)), 0)
-        wp = w_ptr + gl.expand_dims(rbase * stride_wn + 4 * c, 1) + rb
         # a row's scale entries start 8 bytes aligned (K_pad / 32 entries, a multiple of 4): say so, or the 8-byte
         # (NVFP4) / 4-byte (MXFP4) copies fall back to 2-byte ones, which cp.async does not have
         sq = (stride_sn // 4) * 4
-        sp = s_ptr + gl.expand_dims(rbase * sq, 1) + rb
+        ROWS_BLK: gl.constexpr = 16 * TILES * NW
+        if TILED:  # `tile_prepared`: each (row block, unit) tile stored contiguously, rows 16 CH words apart
+            roww = 16 * CH
+            rows_ = 4 * CH
+            wst = ROWS_BLK * 16 * CH
+            sst = ROWS_BLK * 4 * CH
+            wblk = steps * wst
+            sblk = steps * sst
+        else:
+            roww = stride_wn
+            rows_ = sq
+            wst = 16 * CH
+            sst = 4 * CH
+            wblk = ROWS_BLK * stride_wn
+            sblk = ROWS_BLK * sq
+        wp = w_ptr + gl.expand_dims(rbase * roww + 4 * c, 1) + rb
+        sp = s_ptr + gl.expand_dims(rbase * rows_, 1) + rb
         # lanes of activation rows >= M read row M - 1: their MMA columns are never stored
         xp = x32_ptr + gl.expand_dims(gl.minimum(g, M - 1) * stride_x32, 1)
         xk = gl.expand_dims(c, 1) + 16 * rb
         if EVEN_K:
             xp = xp + xk
         kp = K // 2
-        w8 = 8 * stride_wn
-        s8 = 8 * sq
-        wblk = 16 * TILES * NW * stride_wn
-        sblk = 16 * TILES * NW * sq
+        w8 = 8 * roww
+        s8 = 8 * rows_
         os_row = os_ptr + BF16 * stride_os
         w_ring = gl.allocate_shared_memory(gl.int32, [STAGES * 4, 32 * NW, 4], SM)
         s_ring = gl.allocate_shared_memory(s_ptr.dtype.element_ty, [STAGES * 4, 32 * NW, 4], SM)
         for i in gl.static_range(STAGES - 1):
-            _gl_issue(w_ring, s_ring, wp, sp, w8, s8, wblk, sblk, gl.minimum(u0 + i, u1 - 1), steps, i, CH)
+            _gl_issue(w_ring, s_ring, wp, sp, w8, s8, wblk, sblk, wst, sst, gl.minimum(u0 + i, u1 - 1), steps, i,
+                      CH)
         a0 = gl.zeros([32 * NW, 4], gl.float32, layout=LW)
         a1 = gl.zeros([32 * NW, 4], gl.float32, layout=LW)
         a2 = gl.zeros([32 * NW, 4], gl.float32, layout=LW)
@@ -578,8 +608,8 @@ if HAVE_GLUON:
         for u in range(u0, u1):
             j = u - u0
             # refill the slot the previous unit read (this thread's own bytes), then wait for this unit's
-            _gl_issue(w_ring, s_ring, wp, sp, w8, s8, wblk, sblk, gl.minimum(u + STAGES - 1, u1 - 1), steps,
-                      (j + STAGES - 1) % STAGES, CH)
+            _gl_issue(w_ring, s_ring, wp, sp, w8, s8, wblk, sblk, wst, sst, gl.minimum(u + STAGES - 1, u1 - 1),
+                      steps, (j + STAGES - 1) % STAGES, CH)
             st = u % steps
             if PF > 0:
                 # an L2 prefetch of rows g and g + 8, PF units past the ring's newest: their 128-byte lines reach
@@ -587,7 +617,7 @@ if HAVE_GLUON:
                 pu = gl.minimum(u + STAGES - 1 + PF, u1 - 1)
                 pb = pu // steps
                 pst = pu - pb * steps
-                pa = w_ptr + (pb * wblk + rbase * stride_wn + 4 * c + 16 * (CH * pst))
+                pa = w_ptr + (pb * wblk + pst * wst + rbase * roww + 4 * c)
                 gl.inline_asm_elementwise("prefetch.global.L2 [$1];\nmov.b32 $0, 0;", "=r,l", [pa], dtype=gl.int32,
                                           is_pure=False, pack=1)
                 gl.inline_asm_elementwise("prefetch.global.L2 [$1];\nmov.b32 $0, 0;", "=r,l", [pa + w8],
@@ -643,6 +673,24 @@ def mma_config(n_pad: int, k_words: int, n_sm: int, cps: int = 16, nw: int = 1, 
     return dict(NW=nw, CH=ch, STAGES=stages, PER=per, GRID=-(-total // per))
 
 
+def tile_prepared(w: PreparedFP4, nw: int = 1, ch: int = 2) -> PreparedFP4:
+    """A copy of w whose codes and scale entries are stored tile by tile: each (row block of 16 (2 // ch) nw rows,
+    unit of ch 128-column chunks) of `fp4_gemm_mma`'s work contiguous (2 KB of codes at nw 1, ch 2), so that a unit
+    is one contiguous read instead of a short read from each of its rows (the question of issue 22's calls 47-50).
+    Only fp4_gemm_mma reads it, with config TILED=True and the same NW and CH; an experiment, not a load-time
+    layout (every other kernel reads the row-major one)."""
+    n_pad, kww = w.words.shape
+    rows = 16 * (2 // ch) * nw
+    if ch not in (1, 2) or n_pad % rows or kww % (16 * ch):
+        raise ValueError(f"tile_prepared: {n_pad} x {kww} words do not tile into {rows} rows x {16 * ch} words")
+    blocks, steps = n_pad // rows, kww // (16 * ch)
+
+    def tile(t, per_unit):
+        return t.reshape(blocks, rows, steps, per_unit).permute(0, 2, 1, 3).contiguous().reshape(t.shape)
+    return PreparedFP4(tile(w.words, 16 * ch), tile(w.scales, 4 * ch), w.out_scales, w.n, w.k, w.scale_kind,
+                       w.parts)
+
+
 def selected(x: torch.Tensor) -> bool:
     """Whether the default forward should take this kernel for x: M <= MMA_MAX_M and QERL_FP4_MMA=1, or unset with
     DEFAULT_ON on a CUDA device of compute capability 8.0+ (QERL_FP4_MMA=0: never)."""
@@ -665,7 +713,8 @@ def fp4_gemm_mma(x: torch.Tensor, w: PreparedFP4, bias: torch.Tensor | None = No
             checks its shapes). residual: optional [M, N] added last.
         config: knobs overriding `mma_config`: NW (warps a CTA: 1, 2 or 4), CH (128-column chunks a unit: 1 or
             2), STAGES (the cp.async ring's depth, 2-8), PER (units a program) or CPS (programs per SM to aim at;
-            PER follows), PF (units past the ring to prefetch into L2; 0: none).
+            PER follows), PF (units past the ring to prefetch into L2; 0: none), TILED (w is `tile_prepared`'s,
+            with this NW and CH).
 
     Raises:
         ValueError: shape, dtype or device mismatch, M > 8, or bad knobs.
@@ -732,7 +781,7 @@ def launch_args(x: torch.Tensor, w: PreparedFP4, bias, lora, residual, y: torch.
     meta = dict(SCALE_KIND=w.scale_kind, BF16=x.dtype == torch.bfloat16, HAS_BIAS=bias is not None,
                 HAS_LORA=lora is not None, R=lora[1].shape[1] if lora is not None else 16,
                 HAS_RES=residual is not None, EVEN_K=w.k == kww * 8, NW=nw, MAX_PARTS=MAX_SPLIT, STAGES=stages,
-                CH=ch, PF=int(config.get("PF", 0)), num_warps=nw)
+                CH=ch, PF=int(config.get("PF", 0)), TILED=bool(config.get("TILED", False)), num_warps=nw)
     return (grid,), args, meta
 
 
@@ -769,6 +818,7 @@ def compile_variants() -> dict[str, tuple]:
         "o-nw2-m1": (3584, 3584, 1, 0, True, False, True, True, {"NW": 2}),
         "mx-fp16-bias-m3": (18944, 3584, 3, 1, False, True, False, False, None),
         "ragged-m2": (200, 400, 2, 0, True, True, False, False, {"PER": 2}),
+        "gateup-tiled-m1": (37888, 3584, 1, 0, True, False, False, False, {"TILED": True}),
         "tiny-k256-lora-m3": (81, 256, 3, 0, True, False, True, True, {"NW": 1, "PER": 3}),
         "tiny-mx-nw1-m1": (81, 416, 1, 1, True, False, False, False, {"NW": 1, "PER": 3}),
     }

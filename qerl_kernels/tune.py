@@ -70,6 +70,9 @@ GEMV_CPS = (3, 6, 12)
 # registers is 21 one-warp programs an SM
 MMA_SWEEP = [(1, 2, 2, 16, 0), (1, 2, 2, 16, 2), (1, 2, 2, 16, 4), (1, 2, 2, 16, 8), (1, 2, 3, 16, 2),
              (2, 2, 2, 10, 2), (1, 1, 2, 16, 2), (1, 1, 2, 16, 4)]
+# the same kernel on tile_prepared's copies (--tiled): ring depths and grids, the L2 prefetch
+MMA_TILED_SWEEP = [(1, 2, 2, 16, 0), (1, 2, 3, 16, 0), (1, 2, 4, 16, 0), (1, 2, 2, 8, 0), (2, 2, 3, 10, 0),
+                   (1, 2, 2, 16, 2), (1, 1, 2, 16, 0)]
 
 
 def parse_cfg(s: str):
@@ -100,6 +103,8 @@ def main(argv=None) -> int:
     ap.add_argument("--wgmma", action="store_true", help="sweep WGMMA_SWEEP for fp4_wgmma.fp4_gemm_wgmma instead")
     ap.add_argument("--mma", action="store_true", help="sweep MMA_SWEEP for fp4_mma.fp4_gemm_mma instead (with "
                     "--profile: one call of it at M <= 8 beside the default path's)")
+    ap.add_argument("--tiled", action="store_true", help="--mma: also time MMA_TILED_SWEEP on the weight stored "
+                    "tile by tile (fp4_mma.tile_prepared)")
     ap.add_argument("--mma-config", default=None, help="--profile --mma: its knobs NW,CH,STAGES,CPS (default: the "
                     "heuristic's)")
     args = ap.parse_args(argv)
@@ -298,6 +303,24 @@ def sweep_mma(args) -> int:
                   flush=True)
         _print_best(f"mma best {shape} M={m} (warps, ch, stages, ctas/SM, prefetch)", best,
                     f" | default {t_def * 1e3:.1f}us heuristic {t_heur * 1e3:.1f}us bf16 {t_bf * 1e3:.1f}us")
+        if args.tiled:  # the same kernel on fp4_mma.tile_prepared's copies: each unit one contiguous read
+            from qerl_kernels.fp4_mma import tile_prepared
+            best = []
+            for nw, ch, stages, cps, pf in MMA_TILED_SWEEP:
+                tiled = [tile_prepared(q, nw, ch) for q in copies]
+                res = _time_knobs(fp4_gemm_mma, x, tiled[0], tiled, ref,
+                                  {"config": dict(NW=nw, CH=ch, STAGES=stages, CPS=cps, PF=pf, TILED=True)},
+                                  f"mma-tiled {shape} M={m}")
+                del tiled
+                if res is None:
+                    continue
+                t, err = res
+                best.append((t, nw, ch, stages, cps, pf))
+                print(f"mma-tiled {shape} M={m} warps={nw} ch={ch} stages={stages} ctas/SM={cps} pf={pf}: "
+                      f"{t * 1e3:7.1f} us {p.nbytes / t / 1e6:6.0f} GB/s x{t_bf / t:.2f} bf16 x{t_def / t:.2f} "
+                      f"default err {err:.1e}", flush=True)
+            _print_best(f"mma-tiled best {shape} M={m} (warps, ch, stages, ctas/SM, prefetch)", best,
+                        f" | default {t_def * 1e3:.1f}us bf16 {t_bf * 1e3:.1f}us")
     return 0
 
 

@@ -102,6 +102,20 @@ def test_mma_group_and_default_knobs():
     _check_close(y, x.float() @ dense.t(), x.float().abs() @ dense.abs().t())
 
 
+@pytest.mark.triton_device
+@pytest.mark.parametrize("nw,ch,per", [(1, 2, 3), (1, 1, 3), (2, 2, 2)])
+def test_mma_tiled_weight_same_bits(nw, ch, per):
+    """The kernel on `tile_prepared`'s copy (TILED) gives the same bits as on the row-major weight."""
+    p, _, _ = _weight("nvfp4", N, 512, seed=5)
+    x = torch.randn(2, 512, generator=torch.Generator().manual_seed(4)).to(DEV, torch.bfloat16)
+    cfg = dict(NW=nw, CH=ch, PER=per)
+    y = fp4_mma.fp4_gemm_mma(x, p, config=cfg)
+    yt = fp4_mma.fp4_gemm_mma(x, fp4_mma.tile_prepared(p, nw, ch), config=dict(cfg, TILED=True))
+    assert torch.equal(y, yt)
+    with pytest.raises(ValueError, match="tile"):
+        fp4_mma.tile_prepared(p, 1, 3)
+
+
 def test_mma_config_and_bad_input():
     """The persistent grid (one wave of about CPS programs an SM; at most MAX_SPLIT programs a row block), and
     errors that name what is wrong."""
