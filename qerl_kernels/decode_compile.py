@@ -21,9 +21,7 @@ import argparse
 import json
 import os
 import re
-import subprocess
 import sys
-import tempfile
 
 import torch
 
@@ -95,15 +93,11 @@ def launches(rows: int) -> dict:
 
 def sass_facts(cubin: bytes) -> dict:
     """SASS instructions, and the global loads (LDG) before the first barrier (BAR.SYNC), from the bundled
-    cuobjdump; {} where it is missing."""
-    from triton.backends.nvidia import compiler as nv
-    tool = os.path.join(os.path.dirname(nv.__file__), "bin", "cuobjdump")
-    if not os.path.exists(tool):
+    cuobjdump (gluon_compile.cuobjdump_sass); {} where it is missing."""
+    from qerl_kernels.gluon_compile import cuobjdump_sass
+    sass = cuobjdump_sass(cubin)
+    if sass is None:
         return {}
-    with tempfile.TemporaryDirectory() as tmp:
-        with open(f"{tmp}/k.cubin", "wb") as f:
-            f.write(cubin)
-        sass = subprocess.run([tool, "-sass", f"{tmp}/k.cubin"], capture_output=True, text=True).stdout
     ops = re.findall(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", sass)
     bar = next((j for j, op in enumerate(ops) if op.startswith("BAR.")), len(ops))
     return dict(sass=len(ops), ldg=sum(op.startswith("LDG") for op in ops),

@@ -437,16 +437,9 @@ def compile_variant(name: str, arch: int = 90) -> dict:
 
 
 def main(argv=None) -> int:
-    import argparse
-    import json
-    ap = argparse.ArgumentParser(description="offline sm_90 compile check of the skinny-M kernel (no GPU needed)")
-    ap.add_argument("--only", nargs="*", default=None, help=f"variants (of {list(compile_variants())})")
-    ap.add_argument("--json", action="store_true", help="one JSON object per line instead of a table")
-    args = ap.parse_args(argv)
-    rows = [compile_variant(v) for v in (args.only or compile_variants())]
-    for r in rows:
-        print(json.dumps(r) if args.json else " ".join(f"{k}={v}" for k, v in r.items()), flush=True)
-    return 0 if all(r["status"] == "ok" for r in rows) else 1
+    from qerl_kernels.gluon_compile import variants_main
+    return variants_main(argv, "offline sm_90 compile check of the skinny-M kernel (no GPU needed)",
+                         list(compile_variants()), compile_variant)
 
 
 if __name__ == "__main__":

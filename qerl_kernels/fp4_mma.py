@@ -370,59 +370,10 @@ if HAVE_TRITON:
 
 
 if HAVE_GLUON:
-    _G_NV_F16 = gl.constexpr(_mma_asm(0, False))
-    _G_NV_BF16 = gl.constexpr(_mma_asm(0, True))
-    _G_MX_F16 = gl.constexpr(_mma_asm(1, False))
-    _G_MX_BF16 = gl.constexpr(_mma_asm(1, True))
-    _G_CONSTRAINTS = gl.constexpr(_constraints(1))
-    _G2_NV_F16 = gl.constexpr(_mma_asm(0, False, 2))
-    _G2_NV_BF16 = gl.constexpr(_mma_asm(0, True, 2))
-    _G2_MX_F16 = gl.constexpr(_mma_asm(1, False, 2))
-    _G2_MX_BF16 = gl.constexpr(_mma_asm(1, True, 2))
-    _G2_CONSTRAINTS = gl.constexpr(_constraints(2))
-
-    @gluon.jit
-    def _gl_step(w0, w1, w2, w3, s0, s1, s2, s3, x0, x1, x2, x3, a0, a1, a2, a3, a4, a5, a6, a7,
-                 SCALE_KIND: gl.constexpr, BF16: gl.constexpr):
-        """One 128-column step of every element: `_mma_asm` on the [32 NW, 4] operands (their layout is the
-        caller's, whose slot L is warp L // 32, lane L % 32)."""
-        args = [w0, w1, w2, w3, s0, s1, s2, s3, x0, x1, x2, x3, a0, a1, a2, a3, a4, a5, a6, a7]
-        if SCALE_KIND == 0:
-            if BF16:
-                out = gl.inline_asm_elementwise(_G_NV_BF16, _G_CONSTRAINTS, args, dtype=(gl.float32,) * 8,
-                                                is_pure=True, pack=1)
-            else:
-                out = gl.inline_asm_elementwise(_G_NV_F16, _G_CONSTRAINTS, args, dtype=(gl.float32,) * 8,
-                                                is_pure=True, pack=1)
-        else:
-            if BF16:
-                out = gl.inline_asm_elementwise(_G_MX_BF16, _G_CONSTRAINTS, args, dtype=(gl.float32,) * 8,
-                                                is_pure=True, pack=1)
-            else:
-                out = gl.inline_asm_elementwise(_G_MX_F16, _G_CONSTRAINTS, args, dtype=(gl.float32,) * 8,
-                                                is_pure=True, pack=1)
-        return out
-
-    @gluon.jit
-    def _gl_step2(w0, w1, w2, w3, s0, s1, s2, s3, x0, x1, x2, x3, x4, x5, x6, x7, a0, a1, a2, a3,
-                  SCALE_KIND: gl.constexpr, BF16: gl.constexpr):
-        """`_gl_step` for two chunks a unit (`_mma_asm` ch 2)."""
-        args = [w0, w1, w2, w3, s0, s1, s2, s3, x0, x1, x2, x3, x4, x5, x6, x7, a0, a1, a2, a3]
-        if SCALE_KIND == 0:
-            if BF16:
-                out = gl.inline_asm_elementwise(_G2_NV_BF16, _G2_CONSTRAINTS, args, dtype=(gl.float32,) * 4,
-                                                is_pure=True, pack=1)
-            else:
-                out = gl.inline_asm_elementwise(_G2_NV_F16, _G2_CONSTRAINTS, args, dtype=(gl.float32,) * 4,
-                                                is_pure=True, pack=1)
-        else:
-            if BF16:
-                out = gl.inline_asm_elementwise(_G2_MX_BF16, _G2_CONSTRAINTS, args, dtype=(gl.float32,) * 4,
-                                                is_pure=True, pack=1)
-            else:
-                out = gl.inline_asm_elementwise(_G2_MX_F16, _G2_CONSTRAINTS, args, dtype=(gl.float32,) * 4,
-                                                is_pure=True, pack=1)
-        return out
+    # `_mma_asm`'s PTX for every (format, dtype, unit), index 4 SCALE_KIND + 2 BF16 + CH - 1, and the constraints
+    # by CH - 1
+    _G_ASM = gl.constexpr(tuple(_mma_asm(k, b, ch) for k in (0, 1) for b in (False, True) for ch in (1, 2)))
+    _G_CONSTRAINTS = gl.constexpr((_constraints(1), _constraints(2)))
 
     @gluon.jit
     def _gl_issue(w_ring, s_ring, wp, sp, w8, s8, wblk, sblk, wst, sst, uu, steps, slot, CH: gl.constexpr):
@@ -634,13 +585,18 @@ if HAVE_GLUON:
             s1 = s_ring.index(slot + 1).load(LW).to(gl.int16)
             s2 = s_ring.index(slot + 2).load(LW).to(gl.int16)
             s3 = s_ring.index(slot + 3).load(LW).to(gl.int16)
+            # `_mma_asm` on the [32 NW, 4] operands, whose slot L is warp L // 32, lane L % 32 (LW)
             if CH == 1:
-                a0, a1, a2, a3, a4, a5, a6, a7 = _gl_step(w0, w1, w2, w3, s0, s1, s2, s3, x0, x1, x2, x3,
-                                                          a0, a1, a2, a3, a4, a5, a6, a7, SCALE_KIND, BF16)
+                a0, a1, a2, a3, a4, a5, a6, a7 = gl.inline_asm_elementwise(
+                    _G_ASM[4 * SCALE_KIND + 2 * BF16 + CH - 1], _G_CONSTRAINTS[CH - 1],
+                    [w0, w1, w2, w3, s0, s1, s2, s3, x0, x1, x2, x3, a0, a1, a2, a3, a4, a5, a6, a7],
+                    dtype=(gl.float32,) * 8, is_pure=True, pack=1)
             else:
                 x4, x5, x6, x7 = _gl_x(xp, CH * st + 1, kp, EVEN_K, xk)
-                a0, a1, a2, a3 = _gl_step2(w0, w1, w2, w3, s0, s1, s2, s3, x0, x1, x2, x3, x4, x5, x6, x7,
-                                           a0, a1, a2, a3, SCALE_KIND, BF16)
+                a0, a1, a2, a3 = gl.inline_asm_elementwise(
+                    _G_ASM[4 * SCALE_KIND + 2 * BF16 + CH - 1], _G_CONSTRAINTS[CH - 1],
+                    [w0, w1, w2, w3, s0, s1, s2, s3, x0, x1, x2, x3, x4, x5, x6, x7, a0, a1, a2, a3],
+                    dtype=(gl.float32,) * 4, is_pure=True, pack=1)
             if (st == steps - 1) | (u == u1 - 1):
                 _gl_run_end(a0, a1, a2, a3, a4, a5, a6, a7, u, u0, pid, PER, steps, L, c, rbase, os_row, bias_ptr,
                             y_ptr, ws_ptr, cnt_ptr, t_ptr, lb_ptr, res_ptr, M, N, stride_ym, stride_t, stride_res,
@@ -847,16 +803,10 @@ def loop_sass(cubin: bytes) -> dict:
     run-end code), then from that branch's target to the backward branch. Instructions, MMAs (HMMA), global loads
     (LDG), cp.async copies (LDGSTS) and barriers (BAR) on that path (the loop: the last backward branch whose body
     has an MMA); {} where the bundled cuobjdump is missing."""
-    import subprocess
-    import tempfile
-    from triton.backends.nvidia import compiler as nv
-    tool = os.path.join(os.path.dirname(nv.__file__), "bin", "cuobjdump")
-    if not os.path.exists(tool):
+    from qerl_kernels.gluon_compile import cuobjdump_sass
+    sass = cuobjdump_sass(cubin)
+    if sass is None:
         return {}
-    with tempfile.TemporaryDirectory() as tmp:
-        with open(f"{tmp}/k.cubin", "wb") as f:
-            f.write(cubin)
-        sass = subprocess.run([tool, "-sass", f"{tmp}/k.cubin"], capture_output=True, text=True).stdout
     ins = [(int(a, 16), op, rest) for a, op, rest in
            re.findall(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)([^;]*);", sass)]
     at = {a: i for i, (a, _, _) in enumerate(ins)}
@@ -906,16 +856,10 @@ def compile_variant(name: str, arch: int = 90) -> dict:
 
 
 def main(argv=None) -> int:
-    import argparse
-    import json
-    ap = argparse.ArgumentParser(description="offline sm_90 build of the decode-size MMA kernel (no GPU needed)")
-    ap.add_argument("--only", nargs="*", default=None, help=f"variants (of {list(compile_variants())})")
-    ap.add_argument("--json", action="store_true", help="one JSON object per line instead of a table")
-    args = ap.parse_args(argv)
-    rows = [compile_variant(v) for v in (args.only or compile_variants())]
-    for r in rows:
-        print(json.dumps(r) if args.json else " ".join(f"{k}={v}" for k, v in r.items()), flush=True)
-    return 0 if all(r["status"] == "ok" and r["layout_ok"] for r in rows) else 1
+    from qerl_kernels.gluon_compile import variants_main
+    return variants_main(argv, "offline sm_90 build of the decode-size MMA kernel (no GPU needed)",
+                         list(compile_variants()), compile_variant,
+                         lambda r: r["status"] == "ok" and r["layout_ok"])
 
 
 if __name__ == "__main__":

@@ -280,23 +280,49 @@ def wgmma_facts(ptx: str) -> dict:
                 bar_sync=len(re.findall(r"\b(?:bar|barrier)\.sync\b", ptx)))
 
 
-def sass_loop_spills(cubin: bytes) -> dict:
-    """Where the wgmma kernel's spills are, from the SASS of the cubin Triton built (cuobjdump of its backend): the
-    local-memory loads / stores (STL / LDL) between the first HGMMA and the last `WARPGROUP.DEPBAR.LE gsb0, 0x1`
-    (the wait that keeps one group in flight), i.e. inside the main loop, where they would cost every k-step,
-    and outside it (the epilogue: once per tile). {} where cuobjdump is missing."""
+def cuobjdump_sass(cubin: bytes) -> str | None:
+    """The SASS text of a cubin, from the cuobjdump bundled with Triton's NVIDIA backend (or one on PATH); None
+    where neither exists. The one place the offline checks read SASS (sass_loop_spills, decode_compile,
+    fp4_mma)."""
     import os
     import shutil
     from triton.backends.nvidia import compiler as nv
     tool = os.path.join(os.path.dirname(nv.__file__), "bin", "cuobjdump")
-    if not os.path.exists(tool) and not shutil.which("cuobjdump"):
-        return {}
+    if not os.path.exists(tool):
+        tool = shutil.which("cuobjdump")
+        if tool is None:
+            return None
     with tempfile.TemporaryDirectory() as d:
         with open(f"{d}/k.cubin", "wb") as f:
             f.write(cubin)
-        r = subprocess.run([tool if os.path.exists(tool) else "cuobjdump", "-sass", f"{d}/k.cubin"],
-                           capture_output=True, text=True)
-    lines = r.stdout.splitlines()
+        return subprocess.run([tool, "-sass", f"{d}/k.cubin"], capture_output=True, text=True).stdout
+
+
+def variants_main(argv, description: str, names, build, ok=lambda r: r["status"] == "ok") -> int:
+    """The command line of an offline build (fp4_gemv, fp4_mma): `--only NAME ...` of `names`, one row a variant
+    from `build(name)` as `key=value` words or, with --json, one JSON object a line; exit status 0 when every row is
+    `ok`."""
+    import argparse
+    import json
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--only", nargs="*", default=None, help=f"variants (of {list(names)})")
+    ap.add_argument("--json", action="store_true", help="one JSON object per line instead of a table")
+    args = ap.parse_args(argv)
+    rows = [build(v) for v in (args.only or names)]
+    for r in rows:
+        print(json.dumps(r) if args.json else " ".join(f"{k}={v}" for k, v in r.items()), flush=True)
+    return 0 if all(ok(r) for r in rows) else 1
+
+
+def sass_loop_spills(cubin: bytes) -> dict:
+    """Where the wgmma kernel's spills are, from the SASS of the cubin Triton built (`cuobjdump_sass`): the
+    local-memory loads / stores (STL / LDL) between the first HGMMA and the last `WARPGROUP.DEPBAR.LE gsb0, 0x1`
+    (the wait that keeps one group in flight), i.e. inside the main loop, where they would cost every k-step,
+    and outside it (the epilogue: once per tile). {} where cuobjdump is missing."""
+    sass = cuobjdump_sass(cubin)
+    if sass is None:
+        return {}
+    lines = sass.splitlines()
     mma = [i for i, ln in enumerate(lines) if "HGMMA" in ln]
     waits = [i for i, ln in enumerate(lines) if "DEPBAR.LE gsb0, 0x1" in ln]
     local = [i for i, ln in enumerate(lines) if re.search(r"\b(STL|LDL)(\.|\s)", ln)]

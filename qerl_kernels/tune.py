@@ -284,43 +284,29 @@ def sweep_gemv(args) -> int:
 
 def sweep_mma(args) -> int:
     """Time every MMA_SWEEP config of the decode-size MMA kernel per shape and M (<= 8), beside the default path
-    and cuBLAS bf16, all on rotating weight copies."""
-    from qerl_kernels.fp4_mma import fp4_gemm_mma
+    and cuBLAS bf16, all on rotating weight copies; with --tiled also MMA_TILED_SWEEP on tile_prepared's copies."""
+    from qerl_kernels.fp4_mma import fp4_gemm_mma, tile_prepared
     for shape, m, x, p, copies, ref, t_bf, t_def in _sweep_cases(args):
         t_heur, _ = time_calls([lambda q=q: fp4_gemm_mma(x, q) for q in copies])
         print(f"mma {shape} M={m}: bf16 {t_bf * 1e3:.1f} us, default path {t_def * 1e3:.1f} us, mma "
               f"heuristic {t_heur * 1e3:.1f} us ({p.nbytes / t_heur / 1e6:.0f} GB/s)", flush=True)
-        best = []
-        for nw, ch, stages, cps, pf in MMA_SWEEP:
-            res = _time_knobs(fp4_gemm_mma, x, p, copies, ref,
-                              {"config": dict(NW=nw, CH=ch, STAGES=stages, CPS=cps, PF=pf)}, f"mma {shape} M={m}")
-            if res is None:
-                continue
-            t, err = res
-            best.append((t, nw, ch, stages, cps, pf))
-            print(f"mma {shape} M={m} warps={nw} ch={ch} stages={stages} ctas/SM={cps} pf={pf}: {t * 1e3:7.1f} us "
-                  f"{p.nbytes / t / 1e6:6.0f} GB/s x{t_bf / t:.2f} bf16 x{t_def / t:.2f} default err {err:.1e}",
-                  flush=True)
-        _print_best(f"mma best {shape} M={m} (warps, ch, stages, ctas/SM, prefetch)", best,
-                    f" | default {t_def * 1e3:.1f}us heuristic {t_heur * 1e3:.1f}us bf16 {t_bf * 1e3:.1f}us")
-        if args.tiled:  # the same kernel on fp4_mma.tile_prepared's copies: each unit one contiguous read
-            from qerl_kernels.fp4_mma import tile_prepared
+        runs = [("mma", MMA_SWEEP, False)] + ([("mma-tiled", MMA_TILED_SWEEP, True)] if args.tiled else [])
+        for label, sweep, tiled in runs:  # tiled: each unit one contiguous read (fp4_mma.tile_prepared)
             best = []
-            for nw, ch, stages, cps, pf in MMA_TILED_SWEEP:
-                tiled = [tile_prepared(q, nw, ch) for q in copies]
-                res = _time_knobs(fp4_gemm_mma, x, tiled[0], tiled, ref,
-                                  {"config": dict(NW=nw, CH=ch, STAGES=stages, CPS=cps, PF=pf, TILED=True)},
-                                  f"mma-tiled {shape} M={m}")
-                del tiled
+            for nw, ch, stages, cps, pf in sweep:
+                ws = [tile_prepared(q, nw, ch) for q in copies] if tiled else copies
+                res = _time_knobs(fp4_gemm_mma, x, ws[0], ws, ref,
+                                  {"config": dict(NW=nw, CH=ch, STAGES=stages, CPS=cps, PF=pf, TILED=tiled)},
+                                  f"{label} {shape} M={m}")
                 if res is None:
                     continue
                 t, err = res
                 best.append((t, nw, ch, stages, cps, pf))
-                print(f"mma-tiled {shape} M={m} warps={nw} ch={ch} stages={stages} ctas/SM={cps} pf={pf}: "
+                print(f"{label} {shape} M={m} warps={nw} ch={ch} stages={stages} ctas/SM={cps} pf={pf}: "
                       f"{t * 1e3:7.1f} us {p.nbytes / t / 1e6:6.0f} GB/s x{t_bf / t:.2f} bf16 x{t_def / t:.2f} "
                       f"default err {err:.1e}", flush=True)
-            _print_best(f"mma-tiled best {shape} M={m} (warps, ch, stages, ctas/SM, prefetch)", best,
-                        f" | default {t_def * 1e3:.1f}us bf16 {t_bf * 1e3:.1f}us")
+            _print_best(f"{label} best {shape} M={m} (warps, ch, stages, ctas/SM, prefetch)", best,
+                        f" | default {t_def * 1e3:.1f}us heuristic {t_heur * 1e3:.1f}us bf16 {t_bf * 1e3:.1f}us")
     return 0
 
 

@@ -18,24 +18,13 @@ triton = pytest.importorskip("triton")
 
 import qerl_kernels  # noqa: E402
 from qerl_kernels import fp4_launch, fp4_mma, layout  # noqa: E402
-from qerl_kernels import reference as R  # noqa: E402
+from tests.qerl_kernels.bounds import check_w4a16_close  # noqa: E402
 
 CUDA = torch.cuda.is_available()
 DEV = "cuda" if CUDA else "cpu"
 N = 81
 
 _weight = functools.partial(qerl_kernels.random_prepared, device=DEV)
-
-
-def _check_close(y, ref, scale):
-    """y within one rounding to its dtype (two: the interpreter's casts) of the float32 reference, plus fp32
-    summation-order noise relative to sum |x| |w|."""
-    eps = 2.0 ** -8 if y.dtype == torch.bfloat16 else 2.0 ** -11
-    err = (y.float() - ref).abs()
-    bound = 2 * eps * ref.abs() + 1e-5 * scale + 1e-6
-    assert torch.isfinite(y).all()
-    assert (err <= bound).all(), f"max excess {(err - bound).max().item():.3e} (max err {err.max().item():.3e})"
-    assert R.rel_error(y, ref) < (6e-3 if y.dtype == torch.bfloat16 else 1e-3)
 
 
 # (M, K for nvfp4 / mxfp4, knobs): N = 81 pads to 128 rows; K 400 / 416 (ragged against the 128-column chunk) or
@@ -70,7 +59,7 @@ def test_mma_matches_reference(case, form):
     y = fp4_mma.fp4_gemm_mma(x, p, b, config=cfg)
     assert y.shape == (m, N) and y.dtype == dtype
     ref = x.float() @ dense.t() + (b.float() if b is not None else 0)
-    _check_close(y, ref, x.float().abs() @ dense.abs().t())
+    check_w4a16_close(y, ref, x.float().abs() @ dense.abs().t())
 
 
 @pytest.mark.triton_device
@@ -86,7 +75,7 @@ def test_mma_lora_and_residual(m, per):
     res = torch.randn(m, N, generator=gen).to(DEV, torch.bfloat16)
     y = fp4_mma.fp4_gemm_mma(x, p, lora=(t, lb), residual=res, config=dict(NW=1, PER=per))
     ref = x.float() @ dense.t() + t.float() @ lb[:N].float().t() + res.float()
-    _check_close(y, ref, x.float().abs() @ dense.abs().t() + res.float().abs())
+    check_w4a16_close(y, ref, x.float().abs() @ dense.abs().t() + res.float().abs())
 
 
 @pytest.mark.triton_device
@@ -99,7 +88,7 @@ def test_mma_group_and_default_knobs():
     dense[:40], dense[128:] = parts[0][1], parts[1][1]
     x = torch.randn(2, 256, generator=torch.Generator().manual_seed(0)).to(DEV, torch.bfloat16)
     y = fp4_mma.fp4_gemm_mma(x, grp)
-    _check_close(y, x.float() @ dense.t(), x.float().abs() @ dense.abs().t())
+    check_w4a16_close(y, x.float() @ dense.t(), x.float().abs() @ dense.abs().t())
 
 
 @pytest.mark.triton_device
@@ -157,7 +146,7 @@ def test_dispatch_takes_the_mma_kernel(monkeypatch):
     res = torch.randn(1, N, generator=torch.Generator().manual_seed(2)).to(DEV, torch.bfloat16)
     y = fp4_launch.fp4_gemm(x, p, residual=res)
     assert calls == [1]
-    _check_close(y, x.float() @ dense.t() + res.float(), x.float().abs() @ dense.abs().t() + res.float().abs())
+    check_w4a16_close(y, x.float() @ dense.t() + res.float(), x.float().abs() @ dense.abs().t() + res.float().abs())
 
 
 @pytest.mark.skipif(not CUDA, reason="needs a GPU")
@@ -166,7 +155,7 @@ def test_mma_7b_shapes_and_repeatable(n, k, m):
     p, dense, _ = _weight("nvfp4", n, k, seed=n % 97)
     x = torch.randn(m, k, device=DEV).to(torch.bfloat16)
     y = fp4_mma.fp4_gemm_mma(x, p)
-    _check_close(y, x.float() @ dense.t(), x.float().abs() @ dense.abs().t())
+    check_w4a16_close(y, x.float() @ dense.t(), x.float().abs() @ dense.abs().t())
     assert torch.equal(y, fp4_mma.fp4_gemm_mma(x, p))
 
 
