@@ -6,8 +6,12 @@ import types
 import pytest
 import torch
 
-from qerl_kernels import fp4_gemv, fp4_gluon, fp4_wgmma, tune
+from qerl_kernels import fp4_gemv, fp4_gluon, fp4_mma, fp4_wgmma, tune
 from qerl_kernels.layout import dequantize_prepared_reference
+
+# the device is stood in for: on a machine with a GPU, torch's lazy CUDA start-up reads the fake properties and fails
+# (the real sweeps run there through run_device.sh)
+pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="stands in for the GPU")
 
 
 def exact(x, p, b=None, **knobs):
@@ -20,19 +24,24 @@ def on_cpu(monkeypatch):
     monkeypatch.setattr(torch, "randn", lambda *a, device=None, **kw: randn(*a, **kw))
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: types.SimpleNamespace(L2_cache_size=1 << 16))
     monkeypatch.setattr(tune, "time_calls", lambda fns, **kw: (fns[0]() is not None and 1e-3, None))
-    for mod, name in ((fp4_gluon, "fp4_gemm_gluon"), (fp4_wgmma, "fp4_gemm_wgmma"), (fp4_gemv, "fp4_gemm_gemv")):
+    for mod, name in ((fp4_gluon, "fp4_gemm_gluon"), (fp4_wgmma, "fp4_gemm_wgmma"), (fp4_gemv, "fp4_gemm_gemv"),
+                      (fp4_mma, "fp4_gemm_mma")):
         monkeypatch.setattr(mod, name, exact)
     monkeypatch.setattr(tune, "GLUON_SWEEP", tune.GLUON_SWEEP[:2])
     monkeypatch.setattr(tune, "WGMMA_SWEEP", tune.WGMMA_SWEEP[:2])
-    return types.SimpleNamespace(dtype="bf16", shapes=["256x512"], m=[1, 16])
+    monkeypatch.setattr(tune, "MMA_SWEEP", tune.MMA_SWEEP[:2])
+    monkeypatch.setattr(tune, "MMA_TILED_SWEEP", tune.MMA_TILED_SWEEP[:2])
+    return types.SimpleNamespace(dtype="bf16", shapes=["256x512"], m=[1, 16], tiled=True)
 
 
-@pytest.mark.parametrize("kernel", ["gluon", "wgmma", "gemv"])
+@pytest.mark.parametrize("kernel", ["gluon", "wgmma", "gemv", "mma"])
 def test_every_case_and_knob_set_is_timed(on_cpu, capsys, kernel):
     assert getattr(tune, f"sweep_{kernel}")(on_cpu) == 0
     out = capsys.readouterr().out
     assert out.count(f"{kernel} best 256x512") == 2  # one line per M
     assert "M=1 " in out and "M=16 " in out and "err " in out
+    if kernel == "mma":  # --tiled: the same knob sets again on tile_prepared's copies
+        assert out.count("mma-tiled best 256x512") == 2 and out.count("mma-tiled 256x512 M=1 warps") == 2
 
 
 def test_a_knob_set_that_raises_is_reported_and_skipped(on_cpu, capsys, monkeypatch):
