@@ -285,7 +285,8 @@ if HAVE_TRITON:
             # meta
             SCALE_KIND: tl.constexpr, BF16: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_LORA: tl.constexpr,
             R: tl.constexpr, HAS_RES: tl.constexpr, EVEN_K: tl.constexpr, NW: tl.constexpr, MAX_PARTS: tl.constexpr,
-            STAGES: tl.constexpr, CH: tl.constexpr, PF: tl.constexpr = 0, TILED: tl.constexpr = False):
+            STAGES: tl.constexpr, CH: tl.constexpr, PF: tl.constexpr = 0, TILED: tl.constexpr = False,
+            LOAD_ONLY: tl.constexpr = False):
         """The interpreter's kernel (the GPU runs `_fp4_mma_gl`, the same programs with the asm's operand layout
         pinned and a cp.async ring): program pid takes units [pid PER, (pid + 1) PER) of the (row block, step of CH
         128-column chunks) sequence, row block major; STAGES, PF: the GPU kernel's ring depth and L2 prefetch
@@ -348,7 +349,9 @@ if HAVE_TRITON:
             s2 = tl.load(su + (2 % ROWS) * s8 + 4 * (2 // ROWS)).to(tl.int16)
             s3 = tl.load(su + (3 % ROWS) * s8 + 4 * (3 // ROWS)).to(tl.int16)
             x0, x1, x2, x3 = _x_twin(xp, CH * st, x_ok, xk, kp, EVEN_K)
-            if CH == 1:
+            if LOAD_ONLY:  # as the GPU kernel's diagnostic: the loads, no decode and no MMA (the output is not y)
+                a0 += (w0 ^ w1 ^ w2 ^ w3 ^ x0 ^ x1 ^ x2 ^ x3 ^ (s0 ^ s1 ^ s2 ^ s3).to(tl.int32)).to(tl.float32)
+            elif CH == 1:
                 a0, a1, a2, a3, a4, a5, a6, a7 = _mma_step(w0, w1, w2, w3, s0, s1, s2, s3, x0, x1, x2, x3,
                                                            a0, a1, a2, a3, a4, a5, a6, a7, SCALE_KIND, BF16, NW)
             else:
@@ -497,7 +500,7 @@ if HAVE_GLUON:
             SCALE_KIND: gl.constexpr, BF16: gl.constexpr, HAS_BIAS: gl.constexpr, HAS_LORA: gl.constexpr,
             R: gl.constexpr, HAS_RES: gl.constexpr, EVEN_K: gl.constexpr, NW: gl.constexpr,
             MAX_PARTS: gl.constexpr, STAGES: gl.constexpr, CH: gl.constexpr, PF: gl.constexpr = 0,
-            TILED: gl.constexpr = False):
+            TILED: gl.constexpr = False, LOAD_ONLY: gl.constexpr = False):
         """The GPU kernel (`_fp4_mma` is its interpreter twin): the same programs, with the words and scale entries
         streamed through a STAGES-deep cp.async ring in shared memory (each thread its own bytes, across row-block
         boundaries) and every tensor on the layout LW: [32 NW, 4], slot L = warp L // 32, lane L % 32, the 4 words
@@ -586,7 +589,9 @@ if HAVE_GLUON:
             s2 = s_ring.index(slot + 2).load(LW).to(gl.int16)
             s3 = s_ring.index(slot + 3).load(LW).to(gl.int16)
             # `_mma_asm` on the [32 NW, 4] operands, whose slot L is warp L // 32, lane L % 32 (LW)
-            if CH == 1:
+            if LOAD_ONLY:  # diagnostic: every load and the ring, no decode and no MMA (the output is not y)
+                a0 += (w0 ^ w1 ^ w2 ^ w3 ^ x0 ^ x1 ^ x2 ^ x3 ^ (s0 ^ s1 ^ s2 ^ s3).to(gl.int32)).to(gl.float32)
+            elif CH == 1:
                 a0, a1, a2, a3, a4, a5, a6, a7 = gl.inline_asm_elementwise(
                     _G_ASM[4 * SCALE_KIND + 2 * BF16 + CH - 1], _G_CONSTRAINTS[CH - 1],
                     [w0, w1, w2, w3, s0, s1, s2, s3, x0, x1, x2, x3, a0, a1, a2, a3, a4, a5, a6, a7],
@@ -671,7 +676,8 @@ def fp4_gemm_mma(x: torch.Tensor, w: PreparedFP4, bias: torch.Tensor | None = No
         config: knobs overriding `mma_config`: NW (warps a CTA: 1, 2 or 4), CH (128-column chunks a unit: 1 or
             2), STAGES (the cp.async ring's depth, 2-8), PER (units a program) or CPS (programs per SM to aim at;
             PER follows), PF (units past the ring to prefetch into L2; 0: none), TILED (w is `tile_prepared`'s,
-            with this NW and CH).
+            with this NW and CH), LOAD_ONLY (a diagnostic: the same loads without the decode and the MMAs, so the
+            memory pipeline's own time shows; the output is not the product).
 
     Raises:
         ValueError: shape, dtype or device mismatch, M > 8, or bad knobs.
@@ -738,7 +744,8 @@ def launch_args(x: torch.Tensor, w: PreparedFP4, bias, lora, residual, y: torch.
     meta = dict(SCALE_KIND=w.scale_kind, BF16=x.dtype == torch.bfloat16, HAS_BIAS=bias is not None,
                 HAS_LORA=lora is not None, R=lora[1].shape[1] if lora is not None else 16,
                 HAS_RES=residual is not None, EVEN_K=w.k == kww * 8, NW=nw, MAX_PARTS=MAX_SPLIT, STAGES=stages,
-                CH=ch, PF=int(config.get("PF", 0)), TILED=bool(config.get("TILED", False)), num_warps=nw)
+                CH=ch, PF=int(config.get("PF", 0)), TILED=bool(config.get("TILED", False)),
+                LOAD_ONLY=bool(config.get("LOAD_ONLY", False)), num_warps=nw)
     return (grid,), args, meta
 
 

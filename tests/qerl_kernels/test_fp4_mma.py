@@ -105,6 +105,16 @@ def test_mma_tiled_weight_same_bits(nw, ch, per):
         fp4_mma.tile_prepared(p, 1, 3)
 
 
+@pytest.mark.triton_device
+def test_mma_load_only_diagnostic_runs():
+    """LOAD_ONLY (the loads without decode and MMAs) runs to an output of the product's shape, which is not the
+    product."""
+    p, dense, _ = _weight("nvfp4", N, 512, seed=6)
+    x = torch.randn(1, 512, generator=torch.Generator().manual_seed(6)).to(DEV, torch.bfloat16)
+    y = fp4_mma.fp4_gemm_mma(x, p, config=dict(NW=1, PER=3, LOAD_ONLY=True))
+    assert y.shape == (1, N) and not torch.allclose(y.float(), x.float() @ dense.t(), rtol=1e-2, atol=1e-2)
+
+
 def test_mma_config_and_bad_input():
     """The persistent grid (one wave of about CPS programs an SM; at most MAX_SPLIT programs a row block), and
     errors that name what is wrong."""
