@@ -287,7 +287,7 @@ if HAVE_TRITON:
             SCALE_KIND: tl.constexpr, BF16: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_LORA: tl.constexpr,
             R: tl.constexpr, HAS_RES: tl.constexpr, EVEN_K: tl.constexpr, NW: tl.constexpr, MAX_PARTS: tl.constexpr,
             STAGES: tl.constexpr, CH: tl.constexpr, PF: tl.constexpr = 0, TILED: tl.constexpr = False,
-            LOAD_ONLY: tl.constexpr = False):
+            LOAD_ONLY: tl.constexpr = 0):
         """The interpreter's kernel (the GPU runs `_fp4_mma_gl`, the same programs with the asm's operand layout
         pinned and a cp.async ring): program pid takes units [pid PER, (pid + 1) PER) of the (row block, step of CH
         128-column chunks) sequence, row block major; STAGES, PF: the GPU kernel's ring depth and L2 prefetch
@@ -501,7 +501,7 @@ if HAVE_GLUON:
             SCALE_KIND: gl.constexpr, BF16: gl.constexpr, HAS_BIAS: gl.constexpr, HAS_LORA: gl.constexpr,
             R: gl.constexpr, HAS_RES: gl.constexpr, EVEN_K: gl.constexpr, NW: gl.constexpr,
             MAX_PARTS: gl.constexpr, STAGES: gl.constexpr, CH: gl.constexpr, PF: gl.constexpr = 0,
-            TILED: gl.constexpr = False, LOAD_ONLY: gl.constexpr = False):
+            TILED: gl.constexpr = False, LOAD_ONLY: gl.constexpr = 0):
         """The GPU kernel (`_fp4_mma` is its interpreter twin): the same programs, with the words and scale entries
         streamed through a STAGES-deep cp.async ring in shared memory (each thread its own bytes, across row-block
         boundaries) and every tensor on the layout LW: [32 NW, 4], slot L = warp L // 32, lane L % 32, the 4 words
@@ -578,7 +578,13 @@ if HAVE_GLUON:
                                           is_pure=False, pack=1)
                 gl.inline_asm_elementwise("prefetch.global.L2 [$1];\nmov.b32 $0, 0;", "=r,l", [pa + w8],
                                           dtype=gl.int32, is_pure=False, pack=1)
-            x0, x1, x2, x3 = _gl_x(xp, CH * st, kp, EVEN_K, xk)
+            if LOAD_ONLY == 2:  # diagnostic: the weight stream alone, no activation loads
+                x0 = gl.zeros([32 * NW, 4], gl.int32, layout=LW)
+                x1 = x0
+                x2 = x0
+                x3 = x0
+            else:
+                x0, x1, x2, x3 = _gl_x(xp, CH * st, kp, EVEN_K, xk)
             async_copy.wait_group(STAGES - 1)
             slot = (j % STAGES) * 4
             w0 = w_ring.index(slot).load(LW)
@@ -677,8 +683,9 @@ def fp4_gemm_mma(x: torch.Tensor, w: PreparedFP4, bias: torch.Tensor | None = No
         config: knobs overriding `mma_config`: NW (warps a CTA: 1, 2 or 4), CH (128-column chunks a unit: 1 or
             2), STAGES (the cp.async ring's depth, 2-8), PER (units a program) or CPS (programs per SM to aim at;
             PER follows), PF (units past the ring to prefetch into L2; 0: none), TILED (w is `tile_prepared`'s,
-            with this NW and CH), LOAD_ONLY (a diagnostic: the same loads without the decode and the MMAs, so the
-            memory pipeline's own time shows; the output is not the product).
+            with this NW and CH), LOAD_ONLY (a diagnostic; the output is not the product: 1 the same loads without
+            the decode and the MMAs, so the memory pipeline's own time shows; 2 the weight stream alone, no
+            activation loads either; the interpreter twin treats 2 as 1).
 
     Raises:
         ValueError: shape, dtype or device mismatch, M > 8, or bad knobs.
@@ -746,7 +753,7 @@ def launch_args(x: torch.Tensor, w: PreparedFP4, bias, lora, residual, y: torch.
                 HAS_LORA=lora is not None, R=lora[1].shape[1] if lora is not None else 16,
                 HAS_RES=residual is not None, EVEN_K=w.k == kww * 8, NW=nw, MAX_PARTS=MAX_SPLIT, STAGES=stages,
                 CH=ch, PF=int(config.get("PF", 0)), TILED=bool(config.get("TILED", False)),
-                LOAD_ONLY=bool(config.get("LOAD_ONLY", False)), num_warps=nw)
+                LOAD_ONLY=int(config.get("LOAD_ONLY", 0)), num_warps=nw)
     return (grid,), args, meta
 
 
