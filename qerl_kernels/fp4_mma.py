@@ -32,7 +32,7 @@ L // 32, lane L % 32. Triton picks layouts itself (call 45: with one warp and th
 threadsPerWarp [8, 4], and the results were wrong), so the GPU kernel (`_fp4_mma_gl`) is Gluon, which states every
 layout; `check_layout` reads the asm's layout back from the compiled TTGIR (the offline build test asserts it).
 
-Measured (H100, issue 22 calls 45-51, kernels.notes.md "Calls 45-51"; results/measured/h100/kernels/mma_call45/,
+Measured (H100, issue 22 calls 45-55, kernels.notes.md "Calls 45-55"; results/measured/h100/kernels/mma_call45/,
 mma_calls46-55/): every benchmark check exact and repeatable, 27 GPU tests pass; 7B gate/up group at M = 1 45.0 us
 at best against the default path's 39.3, down 26.0 vs 24.5, o 9.6 vs 10.3; the 7B rollout with it for every 4-bit
 GEMM: QeRL 228.5 tok/s at batch 1 against 254.7 without it, 1,227 against 1,671 at batch 8. Halving the
