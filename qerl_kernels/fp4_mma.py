@@ -81,8 +81,8 @@ if HAVE_TRITON:
 else:
     HAVE_GLUON = False
 
-__all__ = ["fp4_gemm_mma", "launch_args", "mma_config", "selected", "check_layout", "tile_prepared", "MMA_MAX_M",
-           "DEFAULT_ON", "compile_variants", "compile_variant"]
+__all__ = ["fp4_gemm_mma", "launch_args", "mma_config", "selected", "check_layout", "tile_prepared",
+           "storage_strides", "MMA_MAX_M", "DEFAULT_ON", "compile_variants", "compile_variant"]
 
 MMA_MAX_M = 8        # the MMA's n = 8 columns are the activation rows
 MAX_SPLIT = 16       # programs that may share a row block (the last one's sum of their parts)
@@ -283,12 +283,13 @@ if HAVE_TRITON:
             # sizes: KWW = padded K in words (a multiple of 16); TOTAL = row blocks x steps, PER units a program
             M, N, K, KWW, TOTAL, PER,
             # strides (elements; stride_x32 in int32 pairs)
-            stride_x32, stride_wn, stride_sn, stride_ym, stride_os, stride_t, stride_res,
+            stride_x32, stride_ym, stride_os, stride_t, stride_res,
+            # where the codes and scale entries sit (elements; `storage_strides`): a row's, a unit's, a row block's
+            WROW, SROW, WUNIT, SUNIT, WBLK, SBLK,
             # meta
             SCALE_KIND: tl.constexpr, BF16: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_LORA: tl.constexpr,
             R: tl.constexpr, HAS_RES: tl.constexpr, EVEN_K: tl.constexpr, NW: tl.constexpr, MAX_PARTS: tl.constexpr,
-            STAGES: tl.constexpr, CH: tl.constexpr, PF: tl.constexpr = 0, TILED: tl.constexpr = False,
-            LOAD_ONLY: tl.constexpr = 0):
+            STAGES: tl.constexpr, CH: tl.constexpr, PF: tl.constexpr = 0, LOAD_ONLY: tl.constexpr = 0):
         """The interpreter's kernel (the GPU runs `_fp4_mma_gl`, the same programs with the asm's operand layout
         pinned and a cp.async ring): program pid takes units [pid PER, (pid + 1) PER) of the (row block, step of CH
         128-column chunks) sequence, row block major; STAGES, PF: the GPU kernel's ring depth and L2 prefetch
@@ -304,21 +305,7 @@ if HAVE_TRITON:
         c = L % 4
         rbase = (L // 32) * (16 * TILES) + g      # a lane's rows in its block: rbase + 8 h
         rb = tl.arange(0, 4)
-        ROWS_BLK: tl.constexpr = 16 * TILES * NW
-        if TILED:  # `tile_prepared`: each (row block, unit) tile stored contiguously, rows 16 CH words apart
-            roww = 16 * CH
-            rows_ = 4 * CH
-            wst = ROWS_BLK * 16 * CH
-            sst = ROWS_BLK * 4 * CH
-            wblk = steps * wst
-            sblk = steps * sst
-        else:
-            roww = stride_wn
-            rows_ = stride_sn
-            wst = 16 * CH
-            sst = 4 * CH
-            wblk = ROWS_BLK * stride_wn
-            sblk = ROWS_BLK * stride_sn
+        roww, rows_, wst, sst, wblk, sblk = WROW, SROW, WUNIT, SUNIT, WBLK, SBLK
         wp = w_ptr + rbase[:, None] * roww + (4 * c)[:, None] + rb[None, :]
         sp = s_ptr + rbase[:, None] * rows_ + rb[None, :]
         xp = x32_ptr + g[:, None] * stride_x32 + c[:, None] + 16 * rb[None, :]
@@ -498,11 +485,12 @@ if HAVE_GLUON:
     def _fp4_mma_gl(
             x32_ptr, w_ptr, s_ptr, os_ptr, bias_ptr, y_ptr, ws_ptr, cnt_ptr, t_ptr, lb_ptr, res_ptr,
             M, N, K, KWW, TOTAL, PER,
-            stride_x32, stride_wn, stride_sn, stride_ym, stride_os, stride_t, stride_res,
+            stride_x32, stride_ym, stride_os, stride_t, stride_res,
+            WROW, SROW, WUNIT, SUNIT, WBLK, SBLK,
             SCALE_KIND: gl.constexpr, BF16: gl.constexpr, HAS_BIAS: gl.constexpr, HAS_LORA: gl.constexpr,
             R: gl.constexpr, HAS_RES: gl.constexpr, EVEN_K: gl.constexpr, NW: gl.constexpr,
             MAX_PARTS: gl.constexpr, STAGES: gl.constexpr, CH: gl.constexpr, PF: gl.constexpr = 0,
-            TILED: gl.constexpr = False, LOAD_ONLY: gl.constexpr = 0):
+            LOAD_ONLY: gl.constexpr = 0):
         """The GPU kernel (`_fp4_mma` is its interpreter twin): the same programs, with the words and scale entries
         streamed through a STAGES-deep cp.async ring in shared memory (each thread its own bytes, across row-block
         boundaries) and every tensor on the layout LW: [32 NW, 4], slot L = warp L // 32, lane L % 32, the 4 words
@@ -520,24 +508,15 @@ if HAVE_GLUON:
         c = L % 4
         rbase = (L // 32) * (16 * TILES) + g
         rb = gl.expand_dims(gl.arange(0, 4, layout=gl.SliceLayout(0, LW)), 0)
-        # a row's scale entries start 8 bytes aligned (K_pad / 32 entries, a multiple of 4): say so, or the 8-byte
-        # (NVFP4) / 4-byte (MXFP4) copies fall back to 2-byte ones, which cp.async does not have
-        sq = (stride_sn // 4) * 4
-        ROWS_BLK: gl.constexpr = 16 * TILES * NW
-        if TILED:  # `tile_prepared`: each (row block, unit) tile stored contiguously, rows 16 CH words apart
-            roww = 16 * CH
-            rows_ = 4 * CH
-            wst = ROWS_BLK * 16 * CH
-            sst = ROWS_BLK * 4 * CH
-            wblk = steps * wst
-            sblk = steps * sst
-        else:
-            roww = stride_wn
-            rows_ = sq
-            wst = 16 * CH
-            sst = 4 * CH
-            wblk = ROWS_BLK * stride_wn
-            sblk = ROWS_BLK * sq
+        # every offset is a multiple of 4 elements (`storage_strides`): say so, or the compiler, which cannot see it
+        # in a stride that is not a multiple of 16 (a scale row of K 256: 8 entries), falls back to 2-byte copies,
+        # which cp.async does not have
+        roww = (WROW // 4) * 4
+        rows_ = (SROW // 4) * 4
+        wst = (WUNIT // 4) * 4
+        sst = (SUNIT // 4) * 4
+        wblk = (WBLK // 4) * 4
+        sblk = (SBLK // 4) * 4
         wp = w_ptr + gl.expand_dims(rbase * roww + 4 * c, 1) + rb
         sp = s_ptr + gl.expand_dims(rbase * rows_, 1) + rb
         # lanes of activation rows >= M read row M - 1: their MMA columns are never stored
@@ -630,7 +609,7 @@ def mma_config(n_pad: int, k_words: int, n_sm: int, cps: int = 16, nw: int = 1, 
     """Knobs for N_pad weight rows and K_pad / 8 words on n_sm SMs: NW warps a CTA, CH 128-column chunks a unit
     (2 where the chunks pair up: each row's 128 contiguous bytes a unit, one 16-row tile a warp; 1: 64 bytes of
     two tiles), STAGES units in the cp.async ring, and the persistent grid: PER (row block, unit) units a program,
-    so that about `cps` programs run on each SM (one wave: call 46's split-K grid of 1.1 waves ran 1.4x slower than
+    so that about `cps` programs run on each SM (one wave: call 47's split-K grid of 1.1 waves ran 1.4x slower than
     0.6) and a row block is shared by at most MAX_SPLIT programs. One warp a CTA by default: the shared-memory
     barriers Triton's analysis puts between the ring's refills and reads (it cannot see that each thread reads only
     its own bytes) then synchronise one warp, not four."""
@@ -661,11 +640,26 @@ def tile_prepared(w: PreparedFP4, nw: int = 1, ch: int = 2) -> PreparedFP4:
                        w.parts)
 
 
+def storage_strides(w: PreparedFP4, nw: int, ch: int, tiled: bool) -> tuple[int, int, int, int, int, int]:
+    """Where the kernel finds its codes and scale entries, in elements: (a row's words, a row's scale entries, a
+    unit's words, a unit's entries, a row block's words, a row block's entries). Row-major (the load-time layout):
+    rows one stride apart, a unit CH chunks along the row; tiled (`tile_prepared`'s copy for this NW and CH): each
+    (row block, unit) tile contiguous, its rows 16 CH words (4 CH entries) apart."""
+    rows_blk = 16 * (2 // ch) * nw
+    steps = w.words.shape[1] // (16 * ch)
+    if tiled:
+        wunit, sunit = rows_blk * 16 * ch, rows_blk * 4 * ch
+        return 16 * ch, 4 * ch, wunit, sunit, steps * wunit, steps * sunit
+    wrow, srow = w.words.stride(0), w.scales.stride(0)
+    return wrow, srow, 16 * ch, 4 * ch, rows_blk * wrow, rows_blk * srow
+
+
 def selected(x: torch.Tensor) -> bool:
     """Whether the default forward should take this kernel for x: M <= MMA_MAX_M and QERL_FP4_MMA=1, or unset with
     DEFAULT_ON on a CUDA device of compute capability 8.0+ (QERL_FP4_MMA=0: never)."""
     mode = os.environ.get("QERL_FP4_MMA", "")
-    if mode == "0" or not 1 <= x.shape[0] <= MMA_MAX_M or not (interpret_mode() if not x.is_cuda else HAVE_GLUON):
+    runs_here = HAVE_GLUON if x.is_cuda else interpret_mode()  # the Gluon kernel on a GPU, its twin interpreted
+    if mode == "0" or not 1 <= x.shape[0] <= MMA_MAX_M or not runs_here:
         return False
     if mode == "1":
         return True
@@ -748,13 +742,12 @@ def launch_args(x: torch.Tensor, w: PreparedFP4, bias, lora, residual, y: torch.
     args = (x32, w.words, w.scales, w.out_scales, bias.contiguous() if bias is not None else dummy, y, ws, cnt,
             t_arg, lb_arg, res_arg,
             m, w.n, w.k, kww, blocks * steps, per,
-            x32.stride(0), w.words.stride(0), w.scales.stride(0), y.stride(0), w.out_scales.stride(0),
-            t_arg.stride(0), res_arg.stride(0))
+            x32.stride(0), y.stride(0), w.out_scales.stride(0), t_arg.stride(0), res_arg.stride(0),
+            *storage_strides(w, nw, ch, bool(config.get("TILED", False))))
     meta = dict(SCALE_KIND=w.scale_kind, BF16=x.dtype == torch.bfloat16, HAS_BIAS=bias is not None,
                 HAS_LORA=lora is not None, R=lora[1].shape[1] if lora is not None else 16,
                 HAS_RES=residual is not None, EVEN_K=w.k == kww * 8, NW=nw, MAX_PARTS=MAX_SPLIT, STAGES=stages,
-                CH=ch, PF=int(config.get("PF", 0)), TILED=bool(config.get("TILED", False)),
-                LOAD_ONLY=int(config.get("LOAD_ONLY", 0)), num_warps=nw)
+                CH=ch, PF=int(config.get("PF", 0)), LOAD_ONLY=int(config.get("LOAD_ONLY", 0)), num_warps=nw)
     return (grid,), args, meta
 
 
