@@ -289,11 +289,12 @@ if HAVE_TRITON:
             # meta
             SCALE_KIND: tl.constexpr, BF16: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_LORA: tl.constexpr,
             R: tl.constexpr, HAS_RES: tl.constexpr, EVEN_K: tl.constexpr, NW: tl.constexpr, MAX_PARTS: tl.constexpr,
-            STAGES: tl.constexpr, CH: tl.constexpr, PF: tl.constexpr = 0, LOAD_ONLY: tl.constexpr = 0):
+            STAGES: tl.constexpr, CH: tl.constexpr, PF: tl.constexpr = 0, LOAD_ONLY: tl.constexpr = 0,
+            DIRECT: tl.constexpr = 0):
         """The interpreter's kernel (the GPU runs `_fp4_mma_gl`, the same programs with the asm's operand layout
         pinned and a cp.async ring): program pid takes units [pid PER, (pid + 1) PER) of the (row block, step of CH
-        128-column chunks) sequence, row block major; STAGES, PF: the GPU kernel's ring depth and L2 prefetch
-        distance (unused here)."""
+        128-column chunks) sequence, row block major; STAGES, PF, DIRECT: the GPU kernel's ring depth (or register
+        prefetch depth), L2 prefetch distance and load mode (unused here)."""
         TILES: tl.constexpr = 2 // CH
         ROWS: tl.constexpr = 4 // CH        # rows of a lane a chunk: g + 8 h, h < ROWS
         pid = tl.program_id(0)
@@ -380,6 +381,24 @@ if HAVE_GLUON:
             _cp_async(s_ring.index(slot * 4 + i), sp + (blk * sblk + st * sst + (i % (4 // CH)) * s8 +
                                                         4 * (i // (4 // CH))))
         async_copy.commit_group()
+
+    @gluon.jit
+    def _gl_wload(wp, sp, w8, s8, wblk, sblk, wst, sst, uu, steps, CH: gl.constexpr):
+        """Unit uu's words and scale entries straight into registers (DIRECT): the bytes `_gl_issue` copies, as
+        16-byte (words) and 4- or 8-byte (entries) global loads that bypass L1, as a streaming read's do."""
+        blk = uu // steps
+        st = uu - blk * steps
+        wb = wp + (blk * wblk + st * wst)
+        sb = sp + (blk * sblk + st * sst)
+        w0 = gl.load(wb, cache_modifier=".cg")
+        w1 = gl.load(wb + ((1 % (4 // CH)) * w8 + 16 * (1 // (4 // CH))), cache_modifier=".cg")
+        w2 = gl.load(wb + ((2 % (4 // CH)) * w8 + 16 * (2 // (4 // CH))), cache_modifier=".cg")
+        w3 = gl.load(wb + ((3 % (4 // CH)) * w8 + 16 * (3 // (4 // CH))), cache_modifier=".cg")
+        s0 = gl.load(sb, cache_modifier=".cg").to(gl.int16)
+        s1 = gl.load(sb + ((1 % (4 // CH)) * s8 + 4 * (1 // (4 // CH))), cache_modifier=".cg").to(gl.int16)
+        s2 = gl.load(sb + ((2 % (4 // CH)) * s8 + 4 * (2 // (4 // CH))), cache_modifier=".cg").to(gl.int16)
+        s3 = gl.load(sb + ((3 % (4 // CH)) * s8 + 4 * (3 // (4 // CH))), cache_modifier=".cg").to(gl.int16)
+        return w0, w1, w2, w3, s0, s1, s2, s3
 
     @gluon.jit
     def _gl_x(xp, st, kp, EVEN_K: gl.constexpr, xk):
@@ -490,11 +509,12 @@ if HAVE_GLUON:
             SCALE_KIND: gl.constexpr, BF16: gl.constexpr, HAS_BIAS: gl.constexpr, HAS_LORA: gl.constexpr,
             R: gl.constexpr, HAS_RES: gl.constexpr, EVEN_K: gl.constexpr, NW: gl.constexpr,
             MAX_PARTS: gl.constexpr, STAGES: gl.constexpr, CH: gl.constexpr, PF: gl.constexpr = 0,
-            LOAD_ONLY: gl.constexpr = 0):
+            LOAD_ONLY: gl.constexpr = 0, DIRECT: gl.constexpr = 0):
         """The GPU kernel (`_fp4_mma` is its interpreter twin): the same programs, with the words and scale entries
         streamed through a STAGES-deep cp.async ring in shared memory (each thread its own bytes, across row-block
         boundaries) and every tensor on the layout LW: [32 NW, 4], slot L = warp L // 32, lane L % 32, the 4 words
-        of a row in one thread."""
+        of a row in one thread. DIRECT: no ring; each unit's words and scale entries are loaded straight into
+        registers STAGES - 1 units ahead (STAGES 1: in the unit's own step), as a streaming read loads."""
         LW: gl.constexpr = gl.BlockedLayout([1, 4], [32, 1], [NW, 1], [1, 0])
         LV: gl.constexpr = gl.SliceLayout(1, LW)
         SM: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
@@ -528,11 +548,20 @@ if HAVE_GLUON:
         w8 = 8 * roww
         s8 = 8 * rows_
         os_row = os_ptr + BF16 * stride_os
-        w_ring = gl.allocate_shared_memory(gl.int32, [STAGES * 4, 32 * NW, 4], SM)
-        s_ring = gl.allocate_shared_memory(s_ptr.dtype.element_ty, [STAGES * 4, 32 * NW, 4], SM)
-        for i in gl.static_range(STAGES - 1):
-            _gl_issue(w_ring, s_ring, wp, sp, w8, s8, wblk, sblk, wst, sst, gl.minimum(u0 + i, u1 - 1), steps, i,
-                      CH)
+        if DIRECT:
+            # the units ahead, in registers: p* the next one, q* the one after (STAGES 3)
+            if STAGES >= 2:
+                pw0, pw1, pw2, pw3, ps0, ps1, ps2, ps3 = _gl_wload(wp, sp, w8, s8, wblk, sblk, wst, sst,
+                                                                   gl.minimum(u0, u1 - 1), steps, CH)
+            if STAGES >= 3:
+                qw0, qw1, qw2, qw3, qs0, qs1, qs2, qs3 = _gl_wload(wp, sp, w8, s8, wblk, sblk, wst, sst,
+                                                                   gl.minimum(u0 + 1, u1 - 1), steps, CH)
+        else:
+            w_ring = gl.allocate_shared_memory(gl.int32, [STAGES * 4, 32 * NW, 4], SM)
+            s_ring = gl.allocate_shared_memory(s_ptr.dtype.element_ty, [STAGES * 4, 32 * NW, 4], SM)
+            for i in gl.static_range(STAGES - 1):
+                _gl_issue(w_ring, s_ring, wp, sp, w8, s8, wblk, sblk, wst, sst, gl.minimum(u0 + i, u1 - 1), steps,
+                          i, CH)
         a0 = gl.zeros([32 * NW, 4], gl.float32, layout=LW)
         a1 = gl.zeros([32 * NW, 4], gl.float32, layout=LW)
         a2 = gl.zeros([32 * NW, 4], gl.float32, layout=LW)
@@ -543,9 +572,22 @@ if HAVE_GLUON:
         a7 = gl.zeros([32 * NW, 4], gl.float32, layout=LW)
         for u in range(u0, u1):
             j = u - u0
-            # refill the slot the previous unit read (this thread's own bytes), then wait for this unit's
-            _gl_issue(w_ring, s_ring, wp, sp, w8, s8, wblk, sblk, wst, sst, gl.minimum(u + STAGES - 1, u1 - 1),
-                      steps, (j + STAGES - 1) % STAGES, CH)
+            if DIRECT:
+                if STAGES == 1:
+                    w0, w1, w2, w3, s0, s1, s2, s3 = _gl_wload(wp, sp, w8, s8, wblk, sblk, wst, sst, u, steps, CH)
+                else:
+                    w0, w1, w2, w3, s0, s1, s2, s3 = pw0, pw1, pw2, pw3, ps0, ps1, ps2, ps3
+                    nw0, nw1, nw2, nw3, ns0, ns1, ns2, ns3 = _gl_wload(
+                        wp, sp, w8, s8, wblk, sblk, wst, sst, gl.minimum(u + STAGES - 1, u1 - 1), steps, CH)
+                    if STAGES == 2:
+                        pw0, pw1, pw2, pw3, ps0, ps1, ps2, ps3 = nw0, nw1, nw2, nw3, ns0, ns1, ns2, ns3
+                    else:
+                        pw0, pw1, pw2, pw3, ps0, ps1, ps2, ps3 = qw0, qw1, qw2, qw3, qs0, qs1, qs2, qs3
+                        qw0, qw1, qw2, qw3, qs0, qs1, qs2, qs3 = nw0, nw1, nw2, nw3, ns0, ns1, ns2, ns3
+            else:
+                # refill the slot the previous unit read (this thread's own bytes), then wait for this unit's
+                _gl_issue(w_ring, s_ring, wp, sp, w8, s8, wblk, sblk, wst, sst, gl.minimum(u + STAGES - 1, u1 - 1),
+                          steps, (j + STAGES - 1) % STAGES, CH)
             st = u % steps
             if PF > 0:
                 # an L2 prefetch of rows g and g + 8, PF units past the ring's newest: their 128-byte lines reach
@@ -565,16 +607,17 @@ if HAVE_GLUON:
                 x3 = x0
             else:
                 x0, x1, x2, x3 = _gl_x(xp, CH * st, kp, EVEN_K, xk)
-            async_copy.wait_group(STAGES - 1)
-            slot = (j % STAGES) * 4
-            w0 = w_ring.index(slot).load(LW)
-            w1 = w_ring.index(slot + 1).load(LW)
-            w2 = w_ring.index(slot + 2).load(LW)
-            w3 = w_ring.index(slot + 3).load(LW)
-            s0 = s_ring.index(slot).load(LW).to(gl.int16)
-            s1 = s_ring.index(slot + 1).load(LW).to(gl.int16)
-            s2 = s_ring.index(slot + 2).load(LW).to(gl.int16)
-            s3 = s_ring.index(slot + 3).load(LW).to(gl.int16)
+            if not DIRECT:
+                async_copy.wait_group(STAGES - 1)
+                slot = (j % STAGES) * 4
+                w0 = w_ring.index(slot).load(LW)
+                w1 = w_ring.index(slot + 1).load(LW)
+                w2 = w_ring.index(slot + 2).load(LW)
+                w3 = w_ring.index(slot + 3).load(LW)
+                s0 = s_ring.index(slot).load(LW).to(gl.int16)
+                s1 = s_ring.index(slot + 1).load(LW).to(gl.int16)
+                s2 = s_ring.index(slot + 2).load(LW).to(gl.int16)
+                s3 = s_ring.index(slot + 3).load(LW).to(gl.int16)
             # `_mma_asm` on the [32 NW, 4] operands, whose slot L is warp L // 32, lane L % 32 (LW)
             if LOAD_ONLY:  # diagnostic: every load and the ring, no decode and no MMA (the output is not y)
                 a0 += (w0 ^ w1 ^ w2 ^ w3 ^ x0 ^ x1 ^ x2 ^ x3 ^ (s0 ^ s1 ^ s2 ^ s3).to(gl.int32)).to(gl.float32)
@@ -601,7 +644,8 @@ if HAVE_GLUON:
                 a5 = gl.zeros([32 * NW, 4], gl.float32, layout=LW)
                 a6 = gl.zeros([32 * NW, 4], gl.float32, layout=LW)
                 a7 = gl.zeros([32 * NW, 4], gl.float32, layout=LW)
-        async_copy.wait_group(0)
+        if not DIRECT:
+            async_copy.wait_group(0)
 
 
 def mma_config(n_pad: int, k_words: int, n_sm: int, cps: int = 16, nw: int = 1, stages: int = 3,
@@ -678,7 +722,8 @@ def fp4_gemm_mma(x: torch.Tensor, w: PreparedFP4, bias: torch.Tensor | None = No
         config: knobs overriding `mma_config`: NW (warps a CTA: 1, 2 or 4), CH (128-column chunks a unit: 1 or
             2), STAGES (the cp.async ring's depth, 2-8), PER (units a program) or CPS (programs per SM to aim at;
             PER follows), PF (units past the ring to prefetch into L2; 0: none), TILED (w is `tile_prepared`'s,
-            with this NW and CH), LOAD_ONLY (a diagnostic; the output is not the product: 1 the same loads without
+            with this NW and CH), DIRECT (no ring: the words and scale entries loaded straight into registers,
+            STAGES - 1 units ahead, STAGES 1-3), LOAD_ONLY (a diagnostic; the output is not the product: 1 the same loads without
             the decode and the MMAs, so the memory pipeline's own time shows; 2 the weight stream alone, no
             activation loads either; the interpreter twin treats 2 as 1).
 
@@ -729,11 +774,14 @@ def launch_args(x: torch.Tensor, w: PreparedFP4, bias, lora, residual, y: torch.
     if "PER" in config:
         cfg.update(PER=int(config["PER"]), GRID=-(-blocks * steps // int(config["PER"])))
     per, grid = cfg["PER"], cfg["GRID"]
+    direct = bool(config.get("DIRECT", False))
     if nw not in (1, 2, 4) or ch not in (1, 2) or n_pad % (32 * nw // ch) or kww % (16 * ch) or \
-            not 2 <= stages <= 8 or not max(1, -(-steps // (MAX_SPLIT - 1))) <= per:
+            not (1 <= stages <= 3 if direct else 2 <= stages <= 8) or \
+            not max(1, -(-steps // (MAX_SPLIT - 1))) <= per:
         raise ValueError(f"fp4_gemm_mma: bad knobs {cfg} for {n_pad} padded rows and {kww} words a row (NW 1, 2 "
-                         f"or 4; CH 1 or 2, dividing the 128-column chunks; STAGES 2-8; PER >= the units a row "
-                         f"block / {MAX_SPLIT - 1}, so that at most {MAX_SPLIT} programs share a row block)")
+                         f"or 4; CH 1 or 2, dividing the 128-column chunks; STAGES 2-8, with DIRECT 1-3; PER >= the "
+                         f"units a row block / {MAX_SPLIT - 1}, so that at most {MAX_SPLIT} programs share a row "
+                         "block)")
     ws, cnt = _workspace(x.device, grid * 2 * 2 * 32 * nw * 4, blocks)
     dummy = w.out_scales
     t_arg, lb_arg = (lora[0], lora[1]) if lora is not None else (dummy, dummy)
@@ -747,7 +795,8 @@ def launch_args(x: torch.Tensor, w: PreparedFP4, bias, lora, residual, y: torch.
     meta = dict(SCALE_KIND=w.scale_kind, BF16=x.dtype == torch.bfloat16, HAS_BIAS=bias is not None,
                 HAS_LORA=lora is not None, R=lora[1].shape[1] if lora is not None else 16,
                 HAS_RES=residual is not None, EVEN_K=w.k == kww * 8, NW=nw, MAX_PARTS=MAX_SPLIT, STAGES=stages,
-                CH=ch, PF=int(config.get("PF", 0)), LOAD_ONLY=int(config.get("LOAD_ONLY", 0)), num_warps=nw)
+                CH=ch, PF=int(config.get("PF", 0)), LOAD_ONLY=int(config.get("LOAD_ONLY", 0)), DIRECT=int(direct),
+                num_warps=nw)
     return (grid,), args, meta
 
 
@@ -785,6 +834,10 @@ def compile_variants() -> dict[str, tuple]:
         "mx-fp16-bias-m3": (18944, 3584, 3, 1, False, True, False, False, None),
         "ragged-m2": (200, 400, 2, 0, True, True, False, False, {"PER": 2}),
         "gateup-tiled-m1": (37888, 3584, 1, 0, True, False, False, False, {"TILED": True}),
+        "gateup-direct-m1": (37888, 3584, 1, 0, True, False, False, False, {"TILED": True, "DIRECT": True,
+                                                                            "STAGES": 2}),
+        "down-lora-res-direct3-m1": (3584, 18944, 1, 0, True, False, True, True, {"DIRECT": True, "STAGES": 3}),
+        "mx-direct1-m8": (18944, 3584, 8, 1, True, False, False, False, {"DIRECT": True, "STAGES": 1}),
         "tiny-k256-lora-m3": (81, 256, 3, 0, True, False, True, True, {"NW": 1, "PER": 3}),
         "tiny-mx-nw1-m1": (81, 416, 1, 1, True, False, False, False, {"NW": 1, "PER": 3}),
     }

@@ -105,6 +105,20 @@ def test_mma_tiled_weight_same_bits(nw, ch, per):
         fp4_mma.tile_prepared(p, 1, 3)
 
 
+@pytest.mark.skipif(not CUDA, reason="DIRECT changes only how the GPU kernel loads (the interpreter twin has no ring)")
+@pytest.mark.parametrize("stages,tiled", [(1, False), (2, True), (3, False)])
+def test_mma_direct_loads_same_bits(stages, tiled):
+    """The words and scale entries loaded straight into registers (DIRECT, STAGES - 1 units ahead) give the same
+    bits as the cp.async ring, across runs that start and end inside row blocks."""
+    p, _, _ = _weight("nvfp4", N, 512, seed=7)
+    x = torch.randn(3, 512, generator=torch.Generator().manual_seed(7)).to(DEV, torch.bfloat16)
+    cfg = dict(NW=1, CH=2, PER=3)
+    y = fp4_mma.fp4_gemm_mma(x, p, config=cfg)
+    q = fp4_mma.tile_prepared(p, 1, 2) if tiled else p
+    yd = fp4_mma.fp4_gemm_mma(x, q, config=dict(cfg, DIRECT=True, STAGES=stages, TILED=tiled))
+    assert torch.equal(y, yd)
+
+
 @pytest.mark.triton_device
 def test_mma_load_only_diagnostic_runs():
     """LOAD_ONLY (the loads without decode and MMAs) runs to an output of the product's shape, which is not the
@@ -130,6 +144,8 @@ def test_mma_config_and_bad_input():
         fp4_mma.fp4_gemm_mma(x, p)
     with pytest.raises(ValueError, match="bad knobs"):
         fp4_mma.fp4_gemm_mma(x[:1], p, config=dict(NW=3))
+    with pytest.raises(ValueError, match="DIRECT 1-3"):
+        fp4_mma.fp4_gemm_mma(x[:1], p, config=dict(DIRECT=True, STAGES=4))
     with pytest.raises(ValueError, match="residual"):
         fp4_mma.fp4_gemm_mma(x[:1], p, residual=torch.zeros(1, 5, device=DEV, dtype=torch.bfloat16))
 
