@@ -290,7 +290,7 @@ if HAVE_TRITON:
             SCALE_KIND: tl.constexpr, BF16: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_LORA: tl.constexpr,
             R: tl.constexpr, HAS_RES: tl.constexpr, EVEN_K: tl.constexpr, NW: tl.constexpr, MAX_PARTS: tl.constexpr,
             STAGES: tl.constexpr, CH: tl.constexpr, PF: tl.constexpr = 0, LOAD_ONLY: tl.constexpr = 0,
-            DIRECT: tl.constexpr = 0):
+            DIRECT: tl.constexpr = 0, PDL: tl.constexpr = 0):
         """The interpreter's kernel (the GPU runs `_fp4_mma_gl`, the same programs with the asm's operand layout
         pinned and a cp.async ring): program pid takes units [pid PER, (pid + 1) PER) of the (row block, step of CH
         128-column chunks) sequence, row block major; STAGES, PF, DIRECT: the GPU kernel's ring depth (or register
@@ -509,12 +509,18 @@ if HAVE_GLUON:
             SCALE_KIND: gl.constexpr, BF16: gl.constexpr, HAS_BIAS: gl.constexpr, HAS_LORA: gl.constexpr,
             R: gl.constexpr, HAS_RES: gl.constexpr, EVEN_K: gl.constexpr, NW: gl.constexpr,
             MAX_PARTS: gl.constexpr, STAGES: gl.constexpr, CH: gl.constexpr, PF: gl.constexpr = 0,
-            LOAD_ONLY: gl.constexpr = 0, DIRECT: gl.constexpr = 0):
+            LOAD_ONLY: gl.constexpr = 0, DIRECT: gl.constexpr = 0, PDL: gl.constexpr = 0):
         """The GPU kernel (`_fp4_mma` is its interpreter twin): the same programs, with the words and scale entries
         streamed through a STAGES-deep cp.async ring in shared memory (each thread its own bytes, across row-block
         boundaries) and every tensor on the layout LW: [32 NW, 4], slot L = warp L // 32, lane L % 32, the 4 words
         of a row in one thread. DIRECT: no ring; each unit's words and scale entries are loaded straight into
-        registers STAGES - 1 units ahead (STAGES 1: in the unit's own step), as a streaming read loads."""
+        registers STAGES - 1 units ahead (STAGES 1: in the unit's own step), as a streaming read loads. PDL (the
+        launch made with programmatic stream serialisation): the next kernel may launch at once, and this one's
+        first weight loads (which no earlier kernel writes) go out before it waits for the previous kernel to finish;
+        the activations, the workspace and every store come after the wait."""
+        if PDL:
+            gl.inline_asm_elementwise("griddepcontrol.launch_dependents; // $0", "=r", [], dtype=gl.int32,
+                                      is_pure=False, pack=1)
         LW: gl.constexpr = gl.BlockedLayout([1, 4], [32, 1], [NW, 1], [1, 0])
         LV: gl.constexpr = gl.SliceLayout(1, LW)
         SM: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
@@ -562,6 +568,8 @@ if HAVE_GLUON:
             for i in gl.static_range(STAGES - 1):
                 _gl_issue(w_ring, s_ring, wp, sp, w8, s8, wblk, sblk, wst, sst, gl.minimum(u0 + i, u1 - 1), steps,
                           i, CH)
+        if PDL:  # the previous kernel's outputs (the activations, the residual) and the workspace from here on
+            gl.inline_asm_elementwise("griddepcontrol.wait; // $0", "=r", [], dtype=gl.int32, is_pure=False, pack=1)
         a0 = gl.zeros([32 * NW, 4], gl.float32, layout=LW)
         a1 = gl.zeros([32 * NW, 4], gl.float32, layout=LW)
         a2 = gl.zeros([32 * NW, 4], gl.float32, layout=LW)
@@ -797,6 +805,8 @@ def launch_args(x: torch.Tensor, w: PreparedFP4, bias, lora, residual, y: torch.
                 HAS_RES=residual is not None, EVEN_K=w.k == kww * 8, NW=nw, MAX_PARTS=MAX_SPLIT, STAGES=stages,
                 CH=ch, PF=int(config.get("PF", 0)), LOAD_ONLY=int(config.get("LOAD_ONLY", 0)), DIRECT=int(direct),
                 num_warps=nw)
+    if config.get("PDL") and not interpret_mode():
+        meta.update(PDL=1, launch_pdl=True)
     return (grid,), args, meta
 
 
@@ -838,6 +848,8 @@ def compile_variants() -> dict[str, tuple]:
                                                                             "STAGES": 2}),
         "down-lora-res-direct3-m1": (3584, 18944, 1, 0, True, False, True, True, {"DIRECT": True, "STAGES": 3}),
         "mx-direct1-m8": (18944, 3584, 8, 1, True, False, False, False, {"DIRECT": True, "STAGES": 1}),
+        "o-lora-res-direct-pdl-m1": (3584, 3584, 1, 0, True, False, True, True, {"DIRECT": True, "STAGES": 2,
+                                                                               "PDL": True}),
         "tiny-k256-lora-m3": (81, 256, 3, 0, True, False, True, True, {"NW": 1, "PER": 3}),
         "tiny-mx-nw1-m1": (81, 416, 1, 1, True, False, False, False, {"NW": 1, "PER": 3}),
     }
