@@ -36,6 +36,7 @@ import os
 
 import torch
 
+from qerl_kernels import pdl
 from qerl_kernels.fp4_decoder import HAVE_TRITON
 from qerl_kernels.layout import PreparedFP4, interpret_mode
 
@@ -192,7 +193,7 @@ def fp4_gemm(x: torch.Tensor, w, bias: torch.Tensor | None = None, *, config: di
             t_arg.stride(0), res_arg.stride(0))
     meta = dict(SCALE_KIND=w.scale_kind, BF16=bf16, HAS_BIAS=bias is not None, USE_ASM=_use_asm(interp),
                 HAS_LORA=lora is not None, R=lora[1].shape[1] if lora is not None else 16,
-                HAS_RES=residual is not None)
+                HAS_RES=residual is not None, **pdl.launch_kw(x))
 
     def grid(c):
         k_steps = kw // c["BK"]

@@ -57,6 +57,7 @@ import re
 
 import torch
 
+from qerl_kernels import pdl
 from qerl_kernels.fp4_decoder import HAVE_TRITON
 from qerl_kernels.layout import PreparedFP4, interpret_mode
 
@@ -805,7 +806,8 @@ def launch_args(x: torch.Tensor, w: PreparedFP4, bias, lora, residual, y: torch.
                 HAS_RES=residual is not None, EVEN_K=w.k == kww * 8, NW=nw, MAX_PARTS=MAX_SPLIT, STAGES=stages,
                 CH=ch, PF=int(config.get("PF", 0)), LOAD_ONLY=int(config.get("LOAD_ONLY", 0)), DIRECT=int(direct),
                 num_warps=nw)
-    if config.get("PDL") and not interpret_mode():
+    # PDL (qerl_kernels.pdl): where pdl.enabled says so; a config's PDL forces it (the offline build compiles it)
+    if (bool(config["PDL"]) if "PDL" in config else pdl.enabled(x)) and not interpret_mode():
         meta.update(PDL=1, launch_pdl=True)
     return (grid,), args, meta
 
