@@ -119,6 +119,38 @@ def test_mma_direct_loads_same_bits(stages, tiled):
     assert torch.equal(y, yd)
 
 
+# the row-block grid (GRID "rows"): (M, format, K, knobs); N = 81 -> 8 row blocks of 16 (CH 2) or 4 of 32 (CH 1)
+ROWS_CASES = {
+    "m1-kw2-split2": (1, "nvfp4", 1024, dict(KW=2, SPLIT=2)),
+    "m3-kw4-tiled": (3, "nvfp4", 1024, dict(KW=4, SPLIT=1, TILED=True)),
+    "m8-ragged-kw1-split2-st1": (8, "mxfp4", 416, dict(KW=1, SPLIT=2, STAGES=1)),
+    "m2-ch1-kw2": (2, "nvfp4", 384, dict(KW=2, SPLIT=1, CH=1)),
+}
+
+
+@pytest.mark.triton_device
+@pytest.mark.parametrize("case", list(ROWS_CASES))
+def test_mma_rows_grid_matches_reference(case):
+    """The row-block grid (warps splitting a row block's units, their sums met in shared memory, split parts in the
+    workspace) against the reference, with bias, LoRA and residual; repeatable bit for bit. On the CPU the twin
+    computes it over the stream-K grid (the row-block kernel is Gluon, GPU only)."""
+    m, fmt, k, knobs = ROWS_CASES[case]
+    p, dense, _ = _weight(fmt, N, k, seed=k + m)
+    gen = torch.Generator().manual_seed(m)
+    x = torch.randn(m, k, generator=gen).to(DEV, torch.bfloat16)
+    b = torch.randn(N, generator=gen).to(DEV, torch.bfloat16)
+    t = torch.randn(m, 16, generator=gen).to(DEV, torch.bfloat16)
+    lb = (0.1 * torch.randn(p.words.shape[0], 16, generator=gen)).to(DEV, torch.bfloat16)
+    res = torch.randn(m, N, generator=gen).to(DEV, torch.bfloat16)
+    cfg = dict(knobs, GRID="rows")
+    q = fp4_mma.tile_prepared(p, 1, cfg.get("CH", 2)) if cfg.get("TILED") else p
+    y = fp4_mma.fp4_gemm_mma(x, q, b, lora=(t, lb), residual=res, config=cfg)
+    ref = x.float() @ dense.t() + b.float() + t.float() @ lb[:N].float().t() + res.float()
+    check_w4a16_close(y, ref, x.float().abs() @ dense.abs().t() + (t.float() @ lb[:N].float().t()).abs() +
+                      res.float().abs() + b.float().abs())
+    assert torch.equal(y, fp4_mma.fp4_gemm_mma(x, q, b, lora=(t, lb), residual=res, config=cfg))
+
+
 @pytest.mark.triton_device
 def test_mma_load_only_diagnostic_runs():
     """LOAD_ONLY (the loads without decode and MMAs) runs to an output of the product's shape, which is not the
@@ -146,6 +178,12 @@ def test_mma_config_and_bad_input():
         fp4_mma.fp4_gemm_mma(x[:1], p, config=dict(NW=3))
     with pytest.raises(ValueError, match="DIRECT 1-3"):
         fp4_mma.fp4_gemm_mma(x[:1], p, config=dict(DIRECT=True, STAGES=4))
+    # the row-block grid's knobs: 7B gate/up 14 units a row block -> 4 warps, one run; down 74 -> 8 warps
+    assert fp4_mma.rows_config(37888, 448, 132) == dict(GRID="rows", CH=2, KW=4, SPLIT=1, STAGES=2)
+    assert fp4_mma.rows_config(3584, 2368, 132)["KW"] == 8
+    if CUDA:
+        with pytest.raises(ValueError, match="row-grid knobs"):
+            fp4_mma.fp4_gemm_mma(x[:1], p, config=dict(GRID="rows", KW=3))
     with pytest.raises(ValueError, match="residual"):
         fp4_mma.fp4_gemm_mma(x[:1], p, residual=torch.zeros(1, 5, device=DEV, dtype=torch.bfloat16))
 
