@@ -13,7 +13,8 @@ Dispatch by M (see results/measured/*/kernels.csv):
   The Gluon wgmma kernel (fp4_wgmma.py: NVFP4, Hopper, M <= WGMMA_MAX_M) is a fourth candidate in that timed choice
   (QERL_FP4_WGMMA=0 leaves it out); LoRA and residual then follow it as a cuBLAS addmm and an add.
 - Decode M (M <= 8, every epilogue): `fp4_mma.fp4_gemm_mma` (the decoded pairs as mma.sync A fragments straight
-  from registers) where `fp4_mma.selected` says so.
+  from registers) where `fp4_mma.selected` says so (a committed measurement, fp4_mma.MEASURED_WINS: H100, issue 22
+  call 60, the 7B o and q/k/v launches at batch 1; or QERL_FP4_MMA=1).
 - Skinny M (M <= 16, plain product + bias): `fp4_gemv.fp4_gemm_gemv` (many small split-K CTAs) where a committed
   GPU measurement says it is faster than the stream-K kernel (fp4_gemv.MEASURED_WINS: H100, issue 22 call 5) or
   with QERL_FP4_GEMV=1; the stream-K kernel otherwise.
@@ -119,8 +120,8 @@ def fp4_gemm(x: torch.Tensor, w, bias: torch.Tensor | None = None, *, config: di
             cuBLAS), "wgmma" (`fp4_wgmma.fp4_gemm_wgmma`, the Gluon kernel: NVFP4, Hopper, M <= its MAX_M; `config`
             then holds its knobs; LoRA and residual added after it) or "gemv" (`fp4_gemv.fp4_gemm_gemv`, the
             skinny-M kernel: M <= 16, no LoRA / residual) or "mma" (`fp4_mma.fp4_gemm_mma`, the decode-size
-            MMA kernel: M <= 8, every epilogue). Default: "mma" where `fp4_mma.selected` says so (QERL_FP4_MMA=1,
-            or its DEFAULT_ON); else "gemv" where `fp4_gemv.selected` says so (a committed measurement, or
+            MMA kernel: M <= 8, every epilogue). Default: "mma" where `fp4_mma.selected` says so (a committed
+            measurement with its knobs, QERL_FP4_MMA=1, or its DEFAULT_ON); else "gemv" where `fp4_gemv.selected` says so (a committed measurement, or
             QERL_FP4_GEMV=1); else "swap" for M <= 64; above, the fastest of
             `forward_candidates` (swap up to FUSED_MAX_M, wgmma on Hopper up to WGMMA_MAX_M, tc up to TC_MAX_M, deq)
             as timed on first use per shape, M bucket and epilogue (`_choose_path`).
@@ -144,10 +145,11 @@ def fp4_gemm(x: torch.Tensor, w, bias: torch.Tensor | None = None, *, config: di
                              f"and a single weight of {w.n} rows (B contiguous, rank a power of two >= 16)")
     if residual is not None and tuple(residual.shape) != (m, w.n):
         raise ValueError(f"fp4_gemm: residual {tuple(residual.shape)} is not [{m}, {w.n}]")
-    gemv_knobs = None
+    gemv_knobs = mma_knobs = None
     if path is None and fused is None:
         from qerl_kernels import fp4_mma  # imports this module: imported here, not at the top
-        if fp4_mma.selected(x):
+        mma_knobs = fp4_mma.selected(x, w)
+        if mma_knobs is not None:
             path = "mma"
     if path is None and fused is None and lora is None and residual is None:
         from qerl_kernels import fp4_gemv  # imports this module: imported here, not at the top
@@ -161,7 +163,8 @@ def fp4_gemm(x: torch.Tensor, w, bias: torch.Tensor | None = None, *, config: di
         return _add_extras(fp4_gemm_wgmma(x, w, bias, **(config or {})), w, lora, residual)
     if path == "mma":
         from qerl_kernels import fp4_mma
-        return fp4_mma.fp4_gemm_mma(x, w, bias, lora=lora, residual=residual, config=config)
+        return fp4_mma.fp4_gemm_mma(x, w, bias, lora=lora, residual=residual,
+                                    config=config if config is not None else mma_knobs or None)
     if path == "gemv":
         if lora is not None or residual is not None:
             raise ValueError("fp4_gemm: path 'gemv' has no LoRA / residual epilogue")

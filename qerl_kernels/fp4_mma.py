@@ -82,12 +82,22 @@ if HAVE_TRITON:
 else:
     HAVE_GLUON = False
 
-__all__ = ["fp4_gemm_mma", "launch_args", "mma_config", "selected", "check_layout", "tile_prepared",
-           "storage_strides", "MMA_MAX_M", "DEFAULT_ON", "compile_variants", "compile_variant"]
+__all__ = ["fp4_gemm_mma", "launch_args", "mma_config", "rows_config", "rows_launch_args", "selected",
+           "check_layout", "tile_prepared", "storage_strides", "MMA_MAX_M", "DEFAULT_ON", "MEASURED_WINS",
+           "compile_variants", "compile_variant"]
 
 MMA_MAX_M = 8        # the MMA's n = 8 columns are the activation rows
 MAX_SPLIT = 16       # programs that may share a row block (the last one's sum of their parts)
 DEFAULT_ON = False   # the default forward takes this kernel for M <= 8: no (calls 45-51: slower on the big launches)
+# Committed GPU measurements where this kernel beats the default path (`selected`): (device key, scale_kind, dtype,
+# N, K, M) -> knobs. Issue 22, call 60 (H100, 2026-11-27, results/measured/h100/kernels/rows_call60/: one launch on
+# rotating weight copies in a CUDA graph, the default path timed in the same run): the row-block grid with 8 warps
+# a row block on the 7B o (LoRA and residual in the step) and q/k/v (bias) launches at batch 1. Elsewhere the
+# default path was as fast or faster (gate/up 39.4-44.7 vs 39.2 us, down 27.0-75.8 vs 23.9, every M = 8 launch).
+MEASURED_WINS: dict[tuple, dict] = {
+    ("h100", 0, "bf16", 3584, 3584, 1): dict(GRID="rows", KW=8, SPLIT=1),  # o: 7.7 us vs 9.6
+    ("h100", 0, "bf16", 4608, 3584, 1): dict(GRID="rows", KW=8, SPLIT=1),  # q/k/v: 9.3 us vs 9.9
+}
 _LAYOUT = re.compile(r"sizePerThread = \[1, 4\], threadsPerWarp = \[32, 1\], warpsPerCTA = \[(\d+), 1\], "
                      r"order = \[1, 0\]")
 
@@ -863,16 +873,26 @@ def storage_strides(w: PreparedFP4, nw: int, ch: int, tiled: bool) -> tuple[int,
     return wrow, srow, 16 * ch, 4 * ch, rows_blk * wrow, rows_blk * srow
 
 
-def selected(x: torch.Tensor) -> bool:
-    """Whether the default forward should take this kernel for x: M <= MMA_MAX_M and QERL_FP4_MMA=1, or unset with
-    DEFAULT_ON on a CUDA device of compute capability 8.0+ (QERL_FP4_MMA=0: never)."""
+def selected(x: torch.Tensor, w=None) -> dict | None:
+    """The knobs to run this call with if the default forward should take this kernel, else None: M <= MMA_MAX_M
+    and QERL_FP4_MMA=1 (every eligible call, `mma_config`'s knobs); QERL_FP4_MMA=0 never; unset, where
+    MEASURED_WINS has the (device, format, dtype, N, K, M) entry of w, or every call with DEFAULT_ON on a CUDA
+    device of compute capability 8.0+."""
     mode = os.environ.get("QERL_FP4_MMA", "")
     runs_here = HAVE_GLUON if x.is_cuda else interpret_mode()  # the Gluon kernel on a GPU, its twin interpreted
     if mode == "0" or not 1 <= x.shape[0] <= MMA_MAX_M or not runs_here:
-        return False
+        return None
     if mode == "1":
-        return True
-    return DEFAULT_ON and x.is_cuda and torch.cuda.get_device_capability(x.device)[0] >= 8
+        return {}
+    if not x.is_cuda:
+        return None
+    if w is not None and MEASURED_WINS:
+        from qerl_kernels.fp4_gemv import _device_key
+        key = (_device_key(x.device.index or 0), w.scale_kind, "bf16" if x.dtype == torch.bfloat16 else "fp16",
+               w.n, w.k, x.shape[0])
+        if key in MEASURED_WINS:
+            return dict(MEASURED_WINS[key])
+    return {} if DEFAULT_ON and torch.cuda.get_device_capability(x.device)[0] >= 8 else None
 
 
 def fp4_gemm_mma(x: torch.Tensor, w: PreparedFP4, bias: torch.Tensor | None = None, *, lora: tuple | None = None,

@@ -191,11 +191,18 @@ def test_mma_config_and_bad_input():
 def test_mma_selected(monkeypatch):
     x = torch.zeros(4, 16, device=DEV)
     monkeypatch.setenv("QERL_FP4_MMA", "1")
-    assert fp4_mma.selected(x) and not fp4_mma.selected(torch.zeros(9, 16, device=DEV))
+    assert fp4_mma.selected(x) == {} and fp4_mma.selected(torch.zeros(9, 16, device=DEV)) is None
     monkeypatch.setenv("QERL_FP4_MMA", "0")
-    assert not fp4_mma.selected(x)
+    assert fp4_mma.selected(x) is None
     monkeypatch.delenv("QERL_FP4_MMA")
-    assert fp4_mma.selected(x) == (fp4_mma.DEFAULT_ON and x.is_cuda)
+    assert fp4_mma.selected(x) == ({} if fp4_mma.DEFAULT_ON and x.is_cuda else None)
+    # a committed measurement: the entry's knobs for that device, format, dtype, shape and M only
+    p, _, _ = _weight("nvfp4", N, 256, seed=1)
+    monkeypatch.setattr(fp4_mma, "MEASURED_WINS", {("h100", 0, "bf16", N, 256, 1): dict(GRID="rows", KW=2)})
+    x1 = torch.zeros(1, 256, device=DEV, dtype=torch.bfloat16)
+    on_h100 = CUDA and "H100" in torch.cuda.get_device_name()
+    assert fp4_mma.selected(x1, p) == (dict(GRID="rows", KW=2) if on_h100 else None)
+    assert fp4_mma.selected(torch.zeros(2, 256, device=DEV, dtype=torch.bfloat16), p) is None or fp4_mma.DEFAULT_ON
 
 
 @pytest.mark.triton_device

@@ -12,8 +12,11 @@ CUDA = torch.cuda.is_available()
 
 
 def test_off_on_cpu_and_by_switch(monkeypatch):
+    monkeypatch.setenv("QERL_PDL", "1")
     assert not pdl.enabled(torch.zeros(1)) and pdl.launch_kw(torch.zeros(1)) == {}
     if CUDA:
+        monkeypatch.delenv("QERL_PDL")  # off by default (call 59: no faster in the 7B step)
+        assert not pdl.enabled(torch.zeros(1, device="cuda"))
         monkeypatch.setenv("QERL_PDL", "0")
         assert not pdl.enabled(torch.zeros(1, device="cuda"))
         monkeypatch.setenv("QERL_PDL", "1")
