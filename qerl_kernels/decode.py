@@ -48,16 +48,11 @@ from __future__ import annotations
 
 import torch
 
-from qerl_kernels import pdl
 from qerl_kernels.fp4_decoder import HAVE_TRITON
 
 if HAVE_TRITON:
     import triton
     import triton.language as tl
-
-    from qerl_kernels.pdl import begin as _pdl_begin
-    from qerl_kernels.pdl import trigger as _pdl_trigger
-    from qerl_kernels.pdl import wait as _pdl_wait
 
 __all__ = ["sample_gumbel", "sample_gumbel_pays", "rmsnorm", "rmsnorm_reference", "rmsnorm_lora",
            "rmsnorm_lora_reference", "LORA_SPLIT_MAX_ROWS", "LORA_SPLITS", "lora_block",
@@ -154,9 +149,8 @@ def silu_mul_reference(gate, up, t, lora_b):
 if HAVE_TRITON:
     @triton.jit
     def _rmsnorm_kernel(h_ptr, y_ptr, w_ptr, x_ptr, H, stride_h, stride_y, stride_x, eps,
-                        HAS_ADD: tl.constexpr, BH: tl.constexpr, NB: tl.constexpr, PDL: tl.constexpr = False):
+                        HAS_ADD: tl.constexpr, BH: tl.constexpr, NB: tl.constexpr):
         """One program per row: h += y (rounded to h's dtype, written back), x = bf16(h * rstd) * w."""
-        _pdl_begin(PDL)
         row = tl.program_id(0).to(tl.int64)
         ss = tl.zeros([BH], dtype=tl.float32)
         for c in range(NB):
@@ -242,8 +236,7 @@ if HAVE_TRITON:
                           stride_t, eps, u_ptr, tg_ptr, b_ptr, stride_u, stride_tg, NORM: tl.constexpr,
                           BM: tl.constexpr, BK: tl.constexpr, ITERS: tl.constexpr, NSPLIT: tl.constexpr,
                           RP: tl.constexpr, BMR: tl.constexpr, RED: tl.constexpr, HP: tl.constexpr, IEEE: tl.constexpr,
-                          SILU: tl.constexpr = False, R: tl.constexpr = 16, HAS_TG: tl.constexpr = False,
-                          PDL: tl.constexpr = False):
+                          SILU: tl.constexpr = False, R: tl.constexpr = 16, HAS_TG: tl.constexpr = False):
         """Program (row block of BM, split of ITERS * BK columns): t = x a^T over the split's columns (a: [RT, H], the
         stacked LoRA A factors). NORM: h is the residual stream and x = bf16(h * rstd) * w is computed and written
         (rstd over the whole row, which every split of a row block computes itself: for one row with one whole-row
@@ -254,7 +247,6 @@ if HAVE_TRITON:
         one split t is written directly; with several the fp32 partials of the row block's BMR real rows are parked
         in ws and its last program to arrive sums them in split order (deterministic; RED partials a load, the loads
         unrolled) and writes t, then resets the row block's arrival counter (as the stream-K GEMMs' tiles do)."""
-        _pdl_trigger(PDL)  # the A chunks below (no kernel of the step writes them) go out before the wait
         pid_m = tl.program_id(0)
         pid_s = tl.program_id(1)
         rows = pid_m * BM + tl.arange(0, BM)
@@ -278,7 +270,6 @@ if HAVE_TRITON:
                 at2 = _a_chunk(a_ptr, k_lo + 2 * BK, rc, rc_ok, H, stride_a, BK)
             if ITERS > 3:
                 at3 = _a_chunk(a_ptr, k_lo + 3 * BK, rc, rc_ok, H, stride_a, BK)
-        _pdl_wait(PDL)
         rstd = tl.zeros([BM], dtype=tl.float32)
         if NORM:
             if BMR == 1:
@@ -332,12 +323,10 @@ if HAVE_TRITON:
 
     @triton.jit
     def _sample_gumbel_kernel(l_ptr, stride_l, V, inv_t, top_p, seed_ptr, step_ptr, tok_ptr, logp_ptr, ent_ptr, B,
-                              BV: tl.constexpr, TOP_P: tl.constexpr, ITERS: tl.constexpr,
-                              PDL: tl.constexpr = False):
+                              BV: tl.constexpr, TOP_P: tl.constexpr, ITERS: tl.constexpr):
         """Program per row: logZ of logits * inv_t (online max and sum); with TOP_P the nucleus (below) and its own
         logZ; then Gumbel-max over log p + g with g from Philox uniforms keyed by (seed + step * B + row, vocabulary
         index), the tokens outside the nucleus at -inf; log p of the winner and the entropy."""
-        _pdl_begin(PDL)
         row = tl.program_id(0)
         base = l_ptr + row.to(tl.int64) * stride_l
         m = tl.full([BV], -float("inf"), dtype=tl.float32)
@@ -513,12 +502,10 @@ if HAVE_TRITON:
             stride_q, stride_k, stride_v, stride_t, stride_cs, stride_cb, stride_ch, stride_cs2,
             # meta
             HEADS: tl.constexpr, KVH: tl.constexpr, D: tl.constexpr, BM: tl.constexpr, R: tl.constexpr,
-            HAS_BIAS: tl.constexpr, HAS_LORA: tl.constexpr, IEEE: tl.constexpr, ONE: tl.constexpr = False,
-            PDL: tl.constexpr = False):
+            HAS_BIAS: tl.constexpr, HAS_LORA: tl.constexpr, IEEE: tl.constexpr, ONE: tl.constexpr = False):
         """Program (row block, head j): j < HEADS a query head (rotated, written to qo), j < HEADS + KVH a key head
         (rotated, written to the cache slot), else a value head (written to the cache slot). ONE: one row in all
         (batch 1), without tensor-core products (`_rope_row`)."""
-        _pdl_begin(PDL)
         j = tl.program_id(1)
         rows = tl.program_id(0) * BM + tl.arange(0, BM)
         m_ok = rows < M
@@ -550,13 +537,12 @@ if HAVE_TRITON:
             stride_cb, stride_ch, stride_cs, stride_valid,
             # meta
             KVH: tl.constexpr, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr, BS: tl.constexpr,
-            NSPLIT: tl.constexpr, IEEE: tl.constexpr, HAS_FIRST: tl.constexpr, PDL: tl.constexpr = False):
+            NSPLIT: tl.constexpr, IEEE: tl.constexpr, HAS_FIRST: tl.constexpr):
         """Program (row b, kv head h, split s): the G query heads of kv head h against keys [s*CHUNK, (s+1)*CHUNK)
         up to the current slot, from the key block holding the row's first valid slot (HAS_FIRST: the whole blocks
         of left padding before it are not read; masked, they add nothing, so the result is the same bit for bit);
         online softmax; writes the unnormalised partial
         output and (max, sum), or with one split the normalised output itself (no combine kernel)."""
-        _pdl_begin(PDL)
         b = tl.program_id(0)
         h = tl.program_id(1)
         s = tl.program_id(2)
@@ -609,12 +595,11 @@ if HAVE_TRITON:
     def _attn_combine_kernel(acc_ptr, ml_ptr, o_ptr, a_ptr, t_ptr, ws_ptr, cnt_ptr, RT, stride_a, stride_t,
                              KVH: tl.constexpr, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr,
                              NSPLIT: tl.constexpr, NSP: tl.constexpr, HAS_A: tl.constexpr = False,
-                             RP: tl.constexpr = 16, NHP: tl.constexpr = 16, PDL: tl.constexpr = False):
+                             RP: tl.constexpr = 16, NHP: tl.constexpr = 16):
         """Program (row b, head): o = sum_s exp(m_s - M) acc_s / sum_s exp(m_s - M) l_s. HAS_A: also the LoRA
         down-products of the next projection, t = o a^T (a: [RT, heads * D]): each program's share (its head's
         columns, from o as stored) is parked in ws and the row's last program to arrive sums the shares in head
         order (deterministic), writes t and resets the row's arrival counter, as the split kernel does."""
-        _pdl_begin(PDL)
         b = tl.program_id(0)
         head = tl.program_id(1)
         h = head // G
@@ -650,9 +635,8 @@ if HAVE_TRITON:
     @triton.jit
     def _silu_mul_kernel(g_ptr, u_ptr, t_ptr, b_ptr, o_ptr, M, INTER, stride_g, stride_u, stride_t, stride_o,
                          BM: tl.constexpr, BC: tl.constexpr, R: tl.constexpr, HAS_LORA: tl.constexpr,
-                         IEEE: tl.constexpr, PDL: tl.constexpr = False):
+                         IEEE: tl.constexpr):
         """Program (row block, column block): silu(gate + t_g B_g^T) * (up + t_u B_u^T), float32, rounded once."""
-        _pdl_begin(PDL)
         rows = tl.program_id(0) * BM + tl.arange(0, BM)
         cols = tl.program_id(1) * BC + tl.arange(0, BC)
         r_ok = rows < M
@@ -694,7 +678,7 @@ def rmsnorm(h: torch.Tensor, weight: torch.Tensor, eps: float, add: torch.Tensor
     bh = min(1024, triton.next_power_of_2(hidden))
     _rmsnorm_kernel[(h2.shape[0],)](h2, y2, weight, out, hidden, h2.stride(0), y2.stride(0), out.stride(0),
                                     float(eps), HAS_ADD=add is not None, BH=bh, NB=triton.cdiv(hidden, bh),
-                                    num_warps=4, **pdl.launch_kw(h2))
+                                    num_warps=4)
     return out.view(h.shape)
 
 
@@ -759,7 +743,7 @@ def _lora_down_launch(h2: torch.Tensor, weight: torch.Tensor | None, a: torch.Te
         t.stride(0), float(eps), u2, tg if has_tg else h2, bgu if has_tg else h2, u2.stride(0),
         tg.stride(0) if has_tg else 0, NORM=norm, BM=bm, BK=lora_block(rt), ITERS=iters, NSPLIT=n_split, RP=rp,
         BMR=bmr, RED=red, HP=triton.next_power_of_2(hidden) if norm else 16, IEEE=_ieee(h2), SILU=silu is not None,
-        R=bgu.shape[1] if has_tg else 16, HAS_TG=has_tg, num_warps=4, **pdl.launch_kw(h2))
+        R=bgu.shape[1] if has_tg else 16, HAS_TG=has_tg, num_warps=4)
     return (x if norm or silu is not None else None), t
 
 
@@ -849,7 +833,7 @@ def qkv_rope_cache(q, k, v, t, lora_b, bias, cos, sin, pos, slot, k_cache, v_cac
         q2.stride(0), k2.stride(0), v2.stride(0), t2.stride(0), cos.stride(0), k_cache.stride(0),
         k_cache.stride(1), k_cache.stride(2),
         HEADS=heads, KVH=kvh, D=d, BM=bm, R=r, HAS_BIAS=bias is not None, HAS_LORA=t is not None,
-        IEEE=_ieee(q), ONE=bsz == 1 and ROPE_ONE_ROW, num_warps=4, **pdl.launch_kw(q))
+        IEEE=_ieee(q), ONE=bsz == 1 and ROPE_ONE_ROW, num_warps=4)
     return out
 
 
@@ -905,8 +889,7 @@ def decode_attention(q, k_cache, v_cache, valid, slot, span: int, scale: float, 
     _attn_split_kernel[(bsz, kvh, ns)](
         qc, k_cache, v_cache, valid_i8, slot, slot if first is None else first, acc, ml, out, span, chunk,
         float(scale), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), valid_i8.stride(0),
-        KVH=kvh, G=g, GP=gp, D=d, BS=bs, NSPLIT=ns, IEEE=_ieee(q), HAS_FIRST=first is not None, num_warps=4,
-        **pdl.launch_kw(q))
+        KVH=kvh, G=g, GP=gp, D=d, BS=bs, NSPLIT=ns, IEEE=_ieee(q), HAS_FIRST=first is not None, num_warps=4)
     has_a = lora_a is not None
     if ns == 1:
         return (out, None) if has_a else out
@@ -920,8 +903,7 @@ def decode_attention(q, k_cache, v_cache, valid, slot, span: int, scale: float, 
         ws, cnt = _workspace(q.device, bsz * heads * rp, bsz)
     _attn_combine_kernel[(bsz, heads)](acc, ml, out, a, t, ws, cnt, rt, a.stride(0), t.stride(0), KVH=kvh, G=g,
                                        GP=gp, D=d, NSPLIT=ns, NSP=triton.next_power_of_2(ns), HAS_A=has_a, RP=rp,
-                                       NHP=triton.next_power_of_2(heads), num_warps=2,
-                                       **pdl.launch_kw(acc))
+                                       NHP=triton.next_power_of_2(heads), num_warps=2)
     return (out, t) if has_a else out
 
 
@@ -949,8 +931,7 @@ def silu_mul(gate, up, t, lora_b, *, use_triton: bool = False):
     bm, bc = _row_block(m), 128
     _silu_mul_kernel[(triton.cdiv(m, bm), triton.cdiv(inter, bc))](
         g2, u2, t2, lora_b if lora_b is not None else g2, out, m, inter, g2.stride(0), u2.stride(0), t2.stride(0),
-        out.stride(0), BM=bm, BC=bc, R=r, HAS_LORA=t is not None, IEEE=_ieee(gate), num_warps=4,
-        **pdl.launch_kw(gate))
+        out.stride(0), BM=bm, BC=bc, R=r, HAS_LORA=t is not None, IEEE=_ieee(gate), num_warps=4)
     return out.view(gate.shape)
 
 
@@ -1018,5 +999,5 @@ def sample_gumbel(logits: torch.Tensor, temperature: float, seed: torch.Tensor, 
         raise ValueError(f"sample_gumbel: top_p must be in (0, 1], got {top_p}")
     _sample_gumbel_kernel[(bsz,)](logits, logits.stride(0), vocab, 1.0 / float(temperature), float(top_p), seed, step,
                                   tok, logp, ent, bsz, BV=min(4096, triton.next_power_of_2(vocab)),
-                                  TOP_P=top_p < 1.0, ITERS=32, num_warps=8, **pdl.launch_kw(logits))
+                                  TOP_P=top_p < 1.0, ITERS=32, num_warps=8)
     return tok, logp, ent

@@ -13,7 +13,7 @@ engine launches; each recorded launch then goes through the JIT's binding and tr
 (gluon_compile.compile_launch, as the GEMMs' checks do), `ptxas -v` for registers and spills
 (gluon_compile.ptxas_usage), and the bundled cuobjdump for the SASS. Must run in a process where the Triton interpreter has not run.
 
-Run: python -m qerl_kernels.decode_compile [--rows 1 8] [--only NAME ...] [--json] [--pdl]
+Run: python -m qerl_kernels.decode_compile [--rows 1 8] [--only NAME ...] [--json]
 """
 from __future__ import annotations
 
@@ -104,15 +104,11 @@ def sass_facts(cubin: bytes) -> dict:
                 ldg_before_bar=sum(op.startswith("LDG") for op in ops[:bar]))
 
 
-def check(name: str, rows: int, arch: int = 90, pdl: bool = False) -> list[dict]:
-    """Build every launch of one `launches` entry; a report row each (status 'ok' or the error's first line).
-    pdl: as launched with programmatic dependent launch (qerl_kernels.pdl; the CPU tensors never turn it on),
-    `griddep` counting the grid-dependency instructions in the PTX."""
+def check(name: str, rows: int, arch: int = 90) -> list[dict]:
+    """Build every launch of one `launches` entry; a report row each (status 'ok' or the error's first line)."""
     from qerl_kernels.gluon_compile import compile_launch, ptxas_usage
     out = []
     for kernel, grid, args, kwargs in record(launches(rows)[name]):
-        if pdl:
-            kwargs = dict(kwargs, PDL=True, launch_pdl=True)
         row = dict(name=name, rows=rows, kernel=kernel.fn.__name__, grid=list(grid) if isinstance(grid, tuple)
                    else grid, num_warps=kwargs.get("num_warps", 4))
         try:
@@ -124,8 +120,7 @@ def check(name: str, rows: int, arch: int = 90, pdl: bool = False) -> list[dict]
             out.append(row)
             continue
         row.update(status="ok", regs=use["regs"], spill_st=use["spill_st"], spill_ld=use["spill_ld"],
-                   smem=compiled.metadata.shared, griddep=compiled.asm["ptx"].count("griddepcontrol."),
-                   **sass_facts(compiled.asm["cubin"]))
+                   smem=compiled.metadata.shared, **sass_facts(compiled.asm["cubin"]))
         out.append(row)
     return out
 
@@ -136,7 +131,6 @@ def main(argv=None) -> int:
     ap.add_argument("--only", nargs="*", default=None, help="launch names (default: all)")
     ap.add_argument("--arch", type=int, default=90, help="compute capability to build for (default 90)")
     ap.add_argument("--json", action="store_true", help="one JSON object per launch instead of the table")
-    ap.add_argument("--pdl", action="store_true", help="build the launches with programmatic dependent launch")
     args = ap.parse_args(argv)
     if os.environ.get("TRITON_INTERPRET") == "1":
         print("decode_compile: run it without TRITON_INTERPRET (the interpreter replaces the JIT)", file=sys.stderr)
@@ -150,13 +144,13 @@ def main(argv=None) -> int:
     for n in args.rows:
         for name in launches(n):
             if args.only is None or name in args.only:
-                rows += check(name, n, args.arch, args.pdl)
+                rows += check(name, n, args.arch)
     if args.json:
         for r in rows:
             print(json.dumps(r))
     else:
         cols = ["rows", "name", "kernel", "grid", "num_warps", "status", "regs", "spill_st", "smem", "sass", "ldg",
-                "ldg_before_bar", "griddep"]
+                "ldg_before_bar"]
         print("| " + " | ".join(cols) + " |\n|" + "---|" * len(cols))
         for r in rows:
             print("| " + " | ".join(str(r.get(c, "-")) for c in cols) + " |")

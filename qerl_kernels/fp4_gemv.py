@@ -49,7 +49,6 @@ import os
 
 import torch
 
-from qerl_kernels import pdl
 from qerl_kernels.fp4_decoder import HAVE_TRITON
 from qerl_kernels.layout import PreparedFP4, interpret_mode
 
@@ -59,7 +58,6 @@ if HAVE_TRITON:
 
     from qerl_kernels.fp4_decoder import _decode_tile, _decode_words
     from qerl_kernels.fp4_launch import _check_2d, _num_sms, _use_asm, _workspace
-    from qerl_kernels.pdl import begin as _pdl_begin
 
 __all__ = ["fp4_gemm_gemv", "launch_args", "gemv_config", "selected", "GEMV_MAX_M", "FMA_MAX_M", "MEASURED_WINS",
            "m_bucket", "compile_variants", "compile_variant"]
@@ -156,12 +154,10 @@ if HAVE_TRITON:
             # meta
             SCALE_KIND: tl.constexpr, BF16: tl.constexpr, HAS_BIAS: tl.constexpr, USE_ASM: tl.constexpr,
             DOT: tl.constexpr, MP: tl.constexpr, BN: tl.constexpr, BW: tl.constexpr, EVEN_K: tl.constexpr,
-            RED: tl.constexpr = 16, PDL: tl.constexpr = False):
+            RED: tl.constexpr = 16):
         """Program (pid_n, pid_s): rows pid_n * BN + [0, BN), the pid_s-th of SPLIT (the grid's second dimension,
         so that the split is no compile-time constant) equal runs of k-steps of BW words (8 * BW columns). Result
-        tile [BN, MP] (fp32, before the per-row factor) -> y or the workspace. RED: partials per reduction load.
-        PDL: launched with programmatic dependent launch (qerl_kernels.pdl)."""
-        _pdl_begin(PDL)
+        tile [BN, MP] (fp32, before the per-row factor) -> y or the workspace. RED: partials per reduction load."""
         pid_n = tl.program_id(0)
         pid_s = tl.program_id(1)
         SPLIT = tl.num_programs(1)
@@ -397,7 +393,7 @@ def launch_args(x: torch.Tensor, w: PreparedFP4, bias: torch.Tensor | None, y: t
                 USE_ASM=_use_asm(interpret_mode()), DOT=dot, MP=mp, BN=bn, BW=bw,
                 EVEN_K=w.k == kww * 8 and kww % bw == 0, RED=min(16, max(1, 4096 // (bn * mp))),
                 num_warps=int(cfg.get("num_warps", 4)),
-                num_stages=int(cfg.get("num_stages", 1)), **pdl.launch_kw(x))
+                num_stages=int(cfg.get("num_stages", 1)))
     return (blocks, split), args, meta
 
 

@@ -37,7 +37,6 @@ import os
 
 import torch
 
-from qerl_kernels import pdl
 from qerl_kernels.fp4_decoder import HAVE_TRITON
 from qerl_kernels.layout import PreparedFP4, interpret_mode
 
@@ -121,8 +120,8 @@ def fp4_gemm(x: torch.Tensor, w, bias: torch.Tensor | None = None, *, config: di
             then holds its knobs; LoRA and residual added after it) or "gemv" (`fp4_gemv.fp4_gemm_gemv`, the
             skinny-M kernel: M <= 16, no LoRA / residual) or "mma" (`fp4_mma.fp4_gemm_mma`, the decode-size
             MMA kernel: M <= 8, every epilogue). Default: "mma" where `fp4_mma.selected` says so (a committed
-            measurement with its knobs, QERL_FP4_MMA=1, or its DEFAULT_ON); else "gemv" where `fp4_gemv.selected` says so (a committed measurement, or
-            QERL_FP4_GEMV=1); else "swap" for M <= 64; above, the fastest of
+            measurement with its knobs, QERL_FP4_MMA=1, or its DEFAULT_ON); else "gemv" where `fp4_gemv.selected`
+            says so (a committed measurement, or QERL_FP4_GEMV=1); else "swap" for M <= 64; above, the fastest of
             `forward_candidates` (swap up to FUSED_MAX_M, wgmma on Hopper up to WGMMA_MAX_M, tc up to TC_MAX_M, deq)
             as timed on first use per shape, M bucket and epilogue (`_choose_path`).
         lora: optional (t [M, R], B [N, R]): a LoRA update t @ B^T added in the epilogue (B already scaled, R a
@@ -196,7 +195,7 @@ def fp4_gemm(x: torch.Tensor, w, bias: torch.Tensor | None = None, *, config: di
             t_arg.stride(0), res_arg.stride(0))
     meta = dict(SCALE_KIND=w.scale_kind, BF16=bf16, HAS_BIAS=bias is not None, USE_ASM=_use_asm(interp),
                 HAS_LORA=lora is not None, R=lora[1].shape[1] if lora is not None else 16,
-                HAS_RES=residual is not None, **pdl.launch_kw(x))
+                HAS_RES=residual is not None)
 
     def grid(c):
         k_steps = kw // c["BK"]

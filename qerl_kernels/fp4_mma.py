@@ -1,6 +1,7 @@
 """The decode-size (M <= 8) FP4 W4A16 forward on the tensor cores with register operands: y[M, N] = x[M, K] @ W^T
 (+ bias) (+ t @ B^T) (+ residual), one `mma.sync` per decoded word pair (issue 22, item 4). Built, exact, and
-slower than the default path on the launches that carry the bytes: off by default (see "Measured" below).
+no faster than the default path on the launches that carry the bytes: the default dispatch takes it only for the
+measured small launches of `MEASURED_WINS` (see "Measured" below).
 
 Why it was built: at batch 1-8 the product is a weight stream. The main loop of the skinny-M kernel's FMA mode
 (fp4_gemv, M = 1, 7B gate; its sm_90 SASS read offline, 2026-11-27) issues 51 instructions a 4-byte word of codes
@@ -39,16 +40,32 @@ GEMM: QeRL 228.5 tok/s at batch 1 against 254.7 without it, 1,227 against 1,671 
 instructions a word left the kernel at 1.5-1.8 TB/s, and every change that put more bytes in flight (deeper rings,
 more warps, the L2 prefetch) made it slower. On a copy of the weight stored tile by tile (`tile_prepared`, call 52)
 it reaches parity: gate/up 38.8 us, down 23.8 against 39.3 / 24.5. With LOAD_ONLY (the loads alone, call 54) it is
-as slow as with the decode and MMAs: its loads are the bound, not its instructions; the weight stream alone through
-its cp.async ring (LOAD_ONLY 2, call 55) reaches 2.14 TB/s, 69 % of the 3.12 a plain streaming read reaches.
+as slow as with the decode and MMAs; the weight stream alone through its cp.async ring (LOAD_ONLY 2, call 55)
+reaches 2.14 TB/s, 69 % of the 3.12 a plain streaming read reaches.
+
+Two load structures followed (calls 57-62, kernels.notes.md "Calls 57-62"; results/measured/h100/kernels/
+direct_call57/ ... rows_call62/):
+- DIRECT (words and scale entries loaded straight into registers, STAGES - 1 units ahead, no ring): the weight
+  stream alone no faster (gate/up 35.1 us, 70 %), the whole kernel a little (gate/up 40.9 vs the ring's 41.4,
+  down 23.1 vs 24.3, o 9.2 vs 9.6): the ring was not what capped the stream; the stream-K grid's run ends were.
+- The row-block grid (`_fp4_mma_rows_gl`, config GRID "rows"): a CTA a row block, its KW warps splitting the row
+  block's units, their sums met in shared memory, SPLIT runs a row block through the workspace. Its weight stream
+  alone reaches a streaming read's rate (gate/up 29.8 us, 82 % of the ceiling; a Triton streaming read of the same
+  bytes 27.5-32.8 us), with the activation loads 31.1; the whole kernel 39.4 (the default path 39.2): it is now
+  issue-bound (ncu, call 61: 0.63 instructions issued a scheduler a cycle, 444 SASS instructions a 16-word unit,
+  of which the decode and its scales ~21 a word). It wins on the small launches: o 7.4-7.7 us vs 9.6, q/k/v 9.0-9.3
+  vs 9.9 (`MEASURED_WINS`); in the 7B step (call 62) that is -26 us of kernel time a step, the graph step flat
+  (3,830 vs 3,832 us). M = 8: slower everywhere (its activation loads stop being broadcasts).
 
 CPU: TRITON_INTERPRET=1 runs `_fp4_mma`, the Triton twin of the same programs (no ring; `_twin_row` stands for the
-asm: the decoded values times x summed over the lanes of each MMA, as the MMA does).
+asm: the decoded values times x summed over the lanes of each MMA, as the MMA does); the row-block grid's calls run
+the twin over the stream-K grid (the same product).
 
-Dispatch: fp4_launch.fp4_gemm takes this kernel for M <= MMA_MAX_M where `selected` says so: QERL_FP4_MMA=1 every
-eligible call, =0 never, unset: only when DEFAULT_ON (False: the measurements above). Benchmark methods nvfp4_mma /
-mxfp4_mma (qerl_kernels.bench), knob sweep `python -m qerl_kernels.tune --mma`, offline build `python -m
-qerl_kernels.fp4_mma`, device call `bash qerl_kernels/run_device.sh mma`.
+Dispatch: fp4_launch.fp4_gemm takes this kernel for M <= MMA_MAX_M where `selected` says so: a committed
+measurement (`MEASURED_WINS`, with its knobs), QERL_FP4_MMA=1 every eligible call, =0 never, or DEFAULT_ON (False:
+the measurements above). Benchmark methods nvfp4_mma / mxfp4_mma (qerl_kernels.bench), knob sweep `python -m
+qerl_kernels.tune --mma [--tiled] [--rows]`, offline build `python -m qerl_kernels.fp4_mma`, device call `bash
+qerl_kernels/run_device.sh mma`.
 """
 from __future__ import annotations
 
@@ -57,7 +74,6 @@ import re
 
 import torch
 
-from qerl_kernels import pdl
 from qerl_kernels.fp4_decoder import HAVE_TRITON
 from qerl_kernels.layout import PreparedFP4, interpret_mode
 
@@ -301,7 +317,7 @@ if HAVE_TRITON:
             SCALE_KIND: tl.constexpr, BF16: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_LORA: tl.constexpr,
             R: tl.constexpr, HAS_RES: tl.constexpr, EVEN_K: tl.constexpr, NW: tl.constexpr, MAX_PARTS: tl.constexpr,
             STAGES: tl.constexpr, CH: tl.constexpr, PF: tl.constexpr = 0, LOAD_ONLY: tl.constexpr = 0,
-            DIRECT: tl.constexpr = 0, PDL: tl.constexpr = 0):
+            DIRECT: tl.constexpr = 0):
         """The interpreter's kernel (the GPU runs `_fp4_mma_gl`, the same programs with the asm's operand layout
         pinned and a cp.async ring): program pid takes units [pid PER, (pid + 1) PER) of the (row block, step of CH
         128-column chunks) sequence, row block major; STAGES, PF, DIRECT: the GPU kernel's ring depth (or register
@@ -520,18 +536,12 @@ if HAVE_GLUON:
             SCALE_KIND: gl.constexpr, BF16: gl.constexpr, HAS_BIAS: gl.constexpr, HAS_LORA: gl.constexpr,
             R: gl.constexpr, HAS_RES: gl.constexpr, EVEN_K: gl.constexpr, NW: gl.constexpr,
             MAX_PARTS: gl.constexpr, STAGES: gl.constexpr, CH: gl.constexpr, PF: gl.constexpr = 0,
-            LOAD_ONLY: gl.constexpr = 0, DIRECT: gl.constexpr = 0, PDL: gl.constexpr = 0):
+            LOAD_ONLY: gl.constexpr = 0, DIRECT: gl.constexpr = 0):
         """The GPU kernel (`_fp4_mma` is its interpreter twin): the same programs, with the words and scale entries
         streamed through a STAGES-deep cp.async ring in shared memory (each thread its own bytes, across row-block
         boundaries) and every tensor on the layout LW: [32 NW, 4], slot L = warp L // 32, lane L % 32, the 4 words
         of a row in one thread. DIRECT: no ring; each unit's words and scale entries are loaded straight into
-        registers STAGES - 1 units ahead (STAGES 1: in the unit's own step), as a streaming read loads. PDL (the
-        launch made with programmatic stream serialisation): the next kernel may launch at once, and this one's
-        first weight loads (which no earlier kernel writes) go out before it waits for the previous kernel to finish;
-        the activations, the workspace and every store come after the wait."""
-        if PDL:
-            gl.inline_asm_elementwise("griddepcontrol.launch_dependents; // $0", "=r", [], dtype=gl.int32,
-                                      is_pure=False, pack=1)
+        registers STAGES - 1 units ahead (STAGES 1: in the unit's own step), as a streaming read loads."""
         LW: gl.constexpr = gl.BlockedLayout([1, 4], [32, 1], [NW, 1], [1, 0])
         LV: gl.constexpr = gl.SliceLayout(1, LW)
         SM: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
@@ -579,8 +589,6 @@ if HAVE_GLUON:
             for i in gl.static_range(STAGES - 1):
                 _gl_issue(w_ring, s_ring, wp, sp, w8, s8, wblk, sblk, wst, sst, gl.minimum(u0 + i, u1 - 1), steps,
                           i, CH)
-        if PDL:  # the previous kernel's outputs (the activations, the residual) and the workspace from here on
-            gl.inline_asm_elementwise("griddepcontrol.wait; // $0", "=r", [], dtype=gl.int32, is_pure=False, pack=1)
         a0 = gl.zeros([32 * NW, 4], gl.float32, layout=LW)
         a1 = gl.zeros([32 * NW, 4], gl.float32, layout=LW)
         a2 = gl.zeros([32 * NW, 4], gl.float32, layout=LW)
@@ -908,9 +916,11 @@ def fp4_gemm_mma(x: torch.Tensor, w: PreparedFP4, bias: torch.Tensor | None = No
             2), STAGES (the cp.async ring's depth, 2-8), PER (units a program) or CPS (programs per SM to aim at;
             PER follows), PF (units past the ring to prefetch into L2; 0: none), TILED (w is `tile_prepared`'s,
             with this NW and CH), DIRECT (no ring: the words and scale entries loaded straight into registers,
-            STAGES - 1 units ahead, STAGES 1-3), LOAD_ONLY (a diagnostic; the output is not the product: 1 the same loads without
-            the decode and the MMAs, so the memory pipeline's own time shows; 2 the weight stream alone, no
-            activation loads either; the interpreter twin treats 2 as 1).
+            STAGES - 1 units ahead, STAGES 1-3), LOAD_ONLY (a diagnostic; the output is not the product: 1 the
+            same loads without the decode and the MMAs, so the memory pipeline's own time shows; 2 the weight
+            stream alone, no activation loads either; the interpreter twin treats 2 as 1). GRID "rows": the
+            row-block grid instead (`rows_launch_args` reads its knobs: CH, KW, SPLIT, STAGES 1-2, TILED with
+            `tile_prepared(w, 1, CH)`, LOAD_ONLY).
 
     Raises:
         ValueError: shape, dtype or device mismatch, M > 8, or bad knobs.
@@ -989,9 +999,6 @@ def launch_args(x: torch.Tensor, w: PreparedFP4, bias, lora, residual, y: torch.
                 HAS_RES=residual is not None, EVEN_K=w.k == kww * 8, NW=nw, MAX_PARTS=MAX_SPLIT, STAGES=stages,
                 CH=ch, PF=int(config.get("PF", 0)), LOAD_ONLY=int(config.get("LOAD_ONLY", 0)), DIRECT=int(direct),
                 num_warps=nw)
-    # PDL (qerl_kernels.pdl): where pdl.enabled says so; a config's PDL forces it (the offline build compiles it)
-    if (bool(config["PDL"]) if "PDL" in config else pdl.enabled(x)) and not interpret_mode():
-        meta.update(PDL=1, launch_pdl=True)
     return (grid,), args, meta
 
 
@@ -1084,8 +1091,7 @@ def compile_variants() -> dict[str, tuple]:
                                                                             "STAGES": 2}),
         "down-lora-res-direct3-m1": (3584, 18944, 1, 0, True, False, True, True, {"DIRECT": True, "STAGES": 3}),
         "mx-direct1-m8": (18944, 3584, 8, 1, True, False, False, False, {"DIRECT": True, "STAGES": 1}),
-        "o-lora-res-direct-pdl-m1": (3584, 3584, 1, 0, True, False, True, True, {"DIRECT": True, "STAGES": 2,
-                                                                               "PDL": True}),
+        "o-lora-res-direct-m1": (3584, 3584, 1, 0, True, False, True, True, {"DIRECT": True, "STAGES": 2}),
         "gateup-rows-m1": (37888, 3584, 1, 0, True, False, False, False, {"GRID": "rows", "TILED": True}),
         "down-lora-res-rows-m1": (3584, 18944, 1, 0, True, False, True, True, {"GRID": "rows"}),
         "o-rows-split2-m8": (3584, 3584, 8, 0, True, True, True, True, {"GRID": "rows", "KW": 4, "SPLIT": 2}),

@@ -33,7 +33,6 @@ if HAVE_TRITON:
     import triton.language as tl
 
     from qerl_kernels.fp4_decoder import _decode_tile
-    from qerl_kernels.pdl import begin as _pdl_begin
 
     @triton.jit
     def _epilogue(acc, os_ptr, bias_ptr, y_ptr, rn, rm, M, N, stride_ym, t_ptr, lb_ptr, res_ptr, stride_t, stride_res,
@@ -68,10 +67,9 @@ if HAVE_TRITON:
             SCALE_KIND: tl.constexpr, BF16: tl.constexpr, HAS_BIAS: tl.constexpr, USE_ASM: tl.constexpr,
             STREAM_K: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
             CPS: tl.constexpr, EVEN_K: tl.constexpr, HAS_LORA: tl.constexpr,
-            R: tl.constexpr, HAS_RES: tl.constexpr, PDL: tl.constexpr = False):
+            R: tl.constexpr, HAS_RES: tl.constexpr):
         """y[M, N] = x[M, K] @ W[N, K]^T * out_scale (+ bias) (+ t @ B^T) (+ residual), computed as y^T tiles
-        [BN, BM] = W_tile @ x^T. PDL: launched with programmatic dependent launch (qerl_kernels.pdl)."""
-        _pdl_begin(PDL)
+        [BN, BM] = W_tile @ x^T."""
         pid = tl.program_id(0)
         tiles_m = tl.cdiv(M, BM)
         tiles_n = tl.cdiv(N, BN)

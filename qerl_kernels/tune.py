@@ -15,7 +15,8 @@ Run:  python -m qerl_kernels.tune --shapes 18944x3584 3584x3584 --m 1 16 64
           (WGMMA_SWEEP: consumer warps, largest M block, group columns, ring depths, wgmmas in flight; beside the
           default path and cuBLAS bf16)
       python -m qerl_kernels.tune --mma --shapes 37888x3584 3584x18944 --m 1 8   # the decode-size MMA kernel's
-          (MMA_SWEEP: warps a CTA, ring depth, programs per SM; beside the default path and cuBLAS bf16)
+          (MMA_SWEEP: warps a CTA, ring depth, programs per SM; beside the default path and cuBLAS bf16; --tiled
+          adds MMA_TILED_SWEEP on tile-by-tile copies, --rows MMA_ROWS_SWEEP: the row-block grid's warps and splits)
       python -m qerl_kernels.tune --gemv --shapes 18944x3584 3584x18944 --m 1 16   # the skinny-M kernel's sweep
           (GEMV_SWEEP: mode, BN, BW, warps, stages, CTAs per SM; beside the default path and cuBLAS bf16, each
           timed on rotating weight copies as in the benchmark; prints the best knobs per shape and M)
@@ -74,6 +75,10 @@ MMA_SWEEP = [(1, 2, 2, 16, 0), (1, 2, 2, 16, 2), (1, 2, 2, 16, 4), (1, 2, 2, 16,
 MMA_TILED_SWEEP = [(1, 2, 2, 16, 0), (1, 2, 3, 16, 0), (1, 2, 4, 16, 0), (1, 2, 2, 8, 0), (2, 2, 3, 10, 0),
                    (1, 2, 2, 16, 2), (1, 1, 2, 16, 0)]
 
+# the row-block grid (--rows; config GRID "rows"): (warps a row block, runs a row block, stored tile by tile);
+# call 60 (H100): KW 8 / SPLIT 1 the best on the 7B o and q/k/v launches at M 1, KW 4 on gate/up, SPLIT 2-4 on down
+MMA_ROWS_SWEEP = [(4, 1, False), (8, 1, False), (8, 1, True), (4, 2, False), (2, 4, False), (4, 1, True)]
+
 
 def parse_cfg(s: str):
     bn, bk, nw, ns, cps = (int(v) for v in s.split(","))
@@ -105,6 +110,8 @@ def main(argv=None) -> int:
                     "--profile: one call of it at M <= 8 beside the default path's)")
     ap.add_argument("--tiled", action="store_true", help="--mma: also time MMA_TILED_SWEEP on the weight stored "
                     "tile by tile (fp4_mma.tile_prepared)")
+    ap.add_argument("--rows", action="store_true", help="--mma: also time MMA_ROWS_SWEEP, the row-block grid "
+                    "(GRID rows)")
     ap.add_argument("--mma-config", default=None, help="--profile --mma: its knobs NW,CH,STAGES,CPS (default: the "
                     "heuristic's)")
     args = ap.parse_args(argv)
@@ -291,6 +298,8 @@ def sweep_mma(args) -> int:
         print(f"mma {shape} M={m}: bf16 {t_bf * 1e3:.1f} us, default path {t_def * 1e3:.1f} us, mma "
               f"heuristic {t_heur * 1e3:.1f} us ({p.nbytes / t_heur / 1e6:.0f} GB/s)", flush=True)
         runs = [("mma", MMA_SWEEP, False)] + ([("mma-tiled", MMA_TILED_SWEEP, True)] if args.tiled else [])
+        if getattr(args, "rows", False):
+            _sweep_rows(x, p, copies, ref, shape, m, t_bf, t_def)
         for label, sweep, tiled in runs:  # tiled: each unit one contiguous read (fp4_mma.tile_prepared)
             best = []
             for nw, ch, stages, cps, pf in sweep:
@@ -308,6 +317,28 @@ def sweep_mma(args) -> int:
             _print_best(f"{label} best {shape} M={m} (warps, ch, stages, ctas/SM, prefetch)", best,
                         f" | default {t_def * 1e3:.1f}us heuristic {t_heur * 1e3:.1f}us bf16 {t_bf * 1e3:.1f}us")
     return 0
+
+
+def _sweep_rows(x, p, copies, ref, shape, m, t_bf, t_def) -> None:
+    """MMA_ROWS_SWEEP for one shape and M: the row-block grid's knob sets, each line beside the default path."""
+    from qerl_kernels.fp4_mma import fp4_gemm_mma, tile_prepared
+    best = []
+    tiled = None
+    for kw, split, t in MMA_ROWS_SWEEP:
+        if t and tiled is None:
+            tiled = [tile_prepared(q, 1, 2) for q in copies]
+        ws = tiled if t else copies
+        res = _time_knobs(fp4_gemm_mma, x, ws[0], ws, ref, {"config": dict(GRID="rows", KW=kw, SPLIT=split, TILED=t)},
+                          f"mma-rows {shape} M={m}")
+        if res is None:
+            continue
+        tm, err = res
+        best.append((tm, kw, split, t))
+        print(f"mma-rows {shape} M={m} warps={kw} split={split} tiled={t}: {tm * 1e3:7.1f} us "
+              f"{p.nbytes / tm / 1e6:6.0f} GB/s x{t_bf / tm:.2f} bf16 x{t_def / tm:.2f} default err {err:.1e}",
+              flush=True)
+    _print_best(f"mma-rows best {shape} M={m} (warps, split, tiled)", best,
+                f" | default {t_def * 1e3:.1f}us bf16 {t_bf * 1e3:.1f}us")
 
 
 def profile(args) -> int:

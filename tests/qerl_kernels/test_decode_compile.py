@@ -14,14 +14,3 @@ def test_the_attention_launches_build_for_sm90(offline_build):
         assert row["status"] == "ok" and row["regs"] > 0 and row["spill_st"] == 0, row
         if "sass" in row:  # cuobjdump present: the combine loads its inputs (o's factors among them) up front
             assert row["sass"] > 0 and 0 < row["ldg_before_bar"] <= row["ldg"], row
-
-
-def test_the_step_kernels_build_with_pdl(offline_build):
-    """Every decode-step kernel builds with programmatic dependent launch (qerl_kernels.pdl): both grid-dependency
-    instructions in each, the split LoRA kernel's A chunks loaded between them."""
-    r, rows = offline_build("qerl_kernels.decode_compile", "--rows", "1", "--pdl")
-    assert r.returncode == 0 and rows, (r.stdout, r.stderr[-3000:])
-    assert {row["kernel"] for row in rows} == {"_attn_split_kernel", "_attn_combine_kernel", "_qkv_rope_cache_kernel",
-                                              "_lora_down_kernel"}
-    for row in rows:
-        assert row["status"] == "ok" and row["griddep"] >= 2, row

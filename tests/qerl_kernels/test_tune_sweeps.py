@@ -31,7 +31,8 @@ def on_cpu(monkeypatch):
     monkeypatch.setattr(tune, "WGMMA_SWEEP", tune.WGMMA_SWEEP[:2])
     monkeypatch.setattr(tune, "MMA_SWEEP", tune.MMA_SWEEP[:2])
     monkeypatch.setattr(tune, "MMA_TILED_SWEEP", tune.MMA_TILED_SWEEP[:2])
-    return types.SimpleNamespace(dtype="bf16", shapes=["256x512"], m=[1, 16], tiled=True)
+    monkeypatch.setattr(tune, "MMA_ROWS_SWEEP", [(2, 1, False), (2, 2, True)])
+    return types.SimpleNamespace(dtype="bf16", shapes=["256x512"], m=[1, 16], tiled=True, rows=True)
 
 
 @pytest.mark.parametrize("kernel", ["gluon", "wgmma", "gemv", "mma"])
@@ -42,6 +43,8 @@ def test_every_case_and_knob_set_is_timed(on_cpu, capsys, kernel):
     assert "M=1 " in out and "M=16 " in out and "err " in out
     if kernel == "mma":  # --tiled: the same knob sets again on tile_prepared's copies
         assert out.count("mma-tiled best 256x512") == 2 and out.count("mma-tiled 256x512 M=1 warps") == 2
+        # --rows: the row-block grid's knob sets (one row-major, one tiled)
+        assert out.count("mma-rows best 256x512") == 2 and out.count("mma-rows 256x512 M=16 warps=2") == 2
 
 
 def test_a_knob_set_that_raises_is_reported_and_skipped(on_cpu, capsys, monkeypatch):
