@@ -410,22 +410,36 @@ if HAVE_GLUON:
         async_copy.commit_group()
 
     @gluon.jit
+    def _gl_ldcg(p, ok):
+        """A global load that bypasses L1 (.cg, as a streaming read's do), masked to 0 by ok unless ok is None."""
+        if ok is None:
+            v = gl.load(p, cache_modifier=".cg")
+        else:
+            v = gl.load(p, mask=ok, other=0, cache_modifier=".cg")
+        return v
+
+    @gluon.jit
+    def _gl_wload_at(wb, sb, w8, s8, ok, CH: gl.constexpr):
+        """A unit's words and scale entries straight into registers (DIRECT, and the row-block grid): the bytes
+        `_gl_issue` copies, as 16-byte (words) and 4- or 8-byte (entries) loads from the unit's bases wb / sb (the
+        row-block grid: per-slot [32 KW, 1] bases, masked by ok: zero words, no product)."""
+        r4: gl.constexpr = 4 // CH
+        w0 = _gl_ldcg(wb, ok)
+        w1 = _gl_ldcg(wb + ((1 % r4) * w8 + 16 * (1 // r4)), ok)
+        w2 = _gl_ldcg(wb + ((2 % r4) * w8 + 16 * (2 // r4)), ok)
+        w3 = _gl_ldcg(wb + ((3 % r4) * w8 + 16 * (3 // r4)), ok)
+        s0 = _gl_ldcg(sb, ok).to(gl.int16)
+        s1 = _gl_ldcg(sb + ((1 % r4) * s8 + 4 * (1 // r4)), ok).to(gl.int16)
+        s2 = _gl_ldcg(sb + ((2 % r4) * s8 + 4 * (2 // r4)), ok).to(gl.int16)
+        s3 = _gl_ldcg(sb + ((3 % r4) * s8 + 4 * (3 // r4)), ok).to(gl.int16)
+        return w0, w1, w2, w3, s0, s1, s2, s3
+
+    @gluon.jit
     def _gl_wload(wp, sp, w8, s8, wblk, sblk, wst, sst, uu, steps, CH: gl.constexpr):
-        """Unit uu's words and scale entries straight into registers (DIRECT): the bytes `_gl_issue` copies, as
-        16-byte (words) and 4- or 8-byte (entries) global loads that bypass L1, as a streaming read's do."""
+        """Unit uu's words and scale entries (row block uu // steps, step uu % steps) into registers."""
         blk = uu // steps
         st = uu - blk * steps
-        wb = wp + (blk * wblk + st * wst)
-        sb = sp + (blk * sblk + st * sst)
-        w0 = gl.load(wb, cache_modifier=".cg")
-        w1 = gl.load(wb + ((1 % (4 // CH)) * w8 + 16 * (1 // (4 // CH))), cache_modifier=".cg")
-        w2 = gl.load(wb + ((2 % (4 // CH)) * w8 + 16 * (2 // (4 // CH))), cache_modifier=".cg")
-        w3 = gl.load(wb + ((3 % (4 // CH)) * w8 + 16 * (3 // (4 // CH))), cache_modifier=".cg")
-        s0 = gl.load(sb, cache_modifier=".cg").to(gl.int16)
-        s1 = gl.load(sb + ((1 % (4 // CH)) * s8 + 4 * (1 // (4 // CH))), cache_modifier=".cg").to(gl.int16)
-        s2 = gl.load(sb + ((2 % (4 // CH)) * s8 + 4 * (2 // (4 // CH))), cache_modifier=".cg").to(gl.int16)
-        s3 = gl.load(sb + ((3 % (4 // CH)) * s8 + 4 * (3 // (4 // CH))), cache_modifier=".cg").to(gl.int16)
-        return w0, w1, w2, w3, s0, s1, s2, s3
+        return _gl_wload_at(wp + (blk * wblk + st * wst), sp + (blk * sblk + st * sst), w8, s8, None, CH)
 
     @gluon.jit
     def _gl_x(xp, st, kp, EVEN_K: gl.constexpr, xk):
@@ -673,20 +687,6 @@ if HAVE_GLUON:
                 a7 = gl.zeros([32 * NW, 4], gl.float32, layout=LW)
         if not DIRECT:
             async_copy.wait_group(0)
-
-    @gluon.jit
-    def _gl_wload_at(wb, sb, w8, s8, ok, CH: gl.constexpr):
-        """`_gl_wload` at per-slot unit bases wb / sb ([32 KW, 1] pointers), masked by ok (zero words: no product)."""
-        r4: gl.constexpr = 4 // CH
-        w0 = gl.load(wb, mask=ok, other=0, cache_modifier=".cg")
-        w1 = gl.load(wb + ((1 % r4) * w8 + 16 * (1 // r4)), mask=ok, other=0, cache_modifier=".cg")
-        w2 = gl.load(wb + ((2 % r4) * w8 + 16 * (2 // r4)), mask=ok, other=0, cache_modifier=".cg")
-        w3 = gl.load(wb + ((3 % r4) * w8 + 16 * (3 // r4)), mask=ok, other=0, cache_modifier=".cg")
-        s0 = gl.load(sb, mask=ok, other=0, cache_modifier=".cg").to(gl.int16)
-        s1 = gl.load(sb + ((1 % r4) * s8 + 4 * (1 // r4)), mask=ok, other=0, cache_modifier=".cg").to(gl.int16)
-        s2 = gl.load(sb + ((2 % r4) * s8 + 4 * (2 // r4)), mask=ok, other=0, cache_modifier=".cg").to(gl.int16)
-        s3 = gl.load(sb + ((3 % r4) * s8 + 4 * (3 // r4)), mask=ok, other=0, cache_modifier=".cg").to(gl.int16)
-        return w0, w1, w2, w3, s0, s1, s2, s3
 
     @gluon.jit
     def _gl_warp_sum(a0, a1, a2, a3, red, KW: gl.constexpr, LW: gl.constexpr, LR: gl.constexpr):
