@@ -704,7 +704,7 @@ if HAVE_GLUON:
     @gluon.jit(do_not_specialize=["M"])
     def _fp4_mma_rows_gl(
             x32_ptr, w_ptr, s_ptr, os_ptr, bias_ptr, y_ptr, ws_ptr, cnt_ptr, t_ptr, lb_ptr, res_ptr,
-            M, N, K, KWW,
+            M, N, K, KWW, NB,
             stride_x32, stride_ym, stride_os, stride_t, stride_res,
             WROW, SROW, WUNIT, SUNIT, WBLK, SBLK,
             SCALE_KIND: gl.constexpr, BF16: gl.constexpr, HAS_BIAS: gl.constexpr, HAS_LORA: gl.constexpr,
@@ -715,13 +715,14 @@ if HAVE_GLUON:
         the words and scale entries loaded straight into registers (STAGES 2: one unit ahead), the same MMA step as
         `_fp4_mma_gl`; the warps' sums meet in shared memory (warp order) and, with SPLIT > 1, the row block's parts
         in the workspace (the last program to arrive sums them in split order and runs the epilogue; deterministic).
-        No program waits on another's atomic mid-stream: the only cross-program step is the split's one arrival."""
+        No program waits on another's atomic mid-stream: the only cross-program step is the split's one arrival.
+        Persistent: program (p, s) takes row blocks p, p + P, ... of the NB (P programs along the grid's first
+        dimension), so its set-up is paid once and the grid is one wave."""
         LW: gl.constexpr = gl.BlockedLayout([1, 4], [32, 1], [KW, 1], [1, 0])
         LV: gl.constexpr = gl.SliceLayout(1, LW)
         LR: gl.constexpr = gl.BlockedLayout([1, 4], [32, 1], [KW, 1], [1, 0])  # [32, 4]: replicated over the warps
         SM: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
         TILES: gl.constexpr = 2 // CH
-        pid_b = gl.program_id(0)
         pid_s = gl.program_id(1)
         steps = KWW // (16 * CH)
         per = (steps + SPLIT - 1) // SPLIT
@@ -738,8 +739,8 @@ if HAVE_GLUON:
         sst = (SUNIT // 4) * 4
         wblk = (WBLK // 4) * 4
         sblk = (SBLK // 4) * 4
-        wp = w_ptr + (pid_b * wblk + gl.expand_dims(g * roww + 4 * c, 1) + rb)
-        sp = s_ptr + (pid_b * sblk + gl.expand_dims(g * rows_, 1) + rb)
+        w_lane = gl.expand_dims(g * roww + 4 * c, 1) + rb
+        s_lane = gl.expand_dims(g * rows_, 1) + rb
         xp = x32_ptr + gl.expand_dims(gl.minimum(g, M - 1) * stride_x32, 1)
         xk = gl.expand_dims(c, 1) + 16 * rb
         if EVEN_K:
@@ -749,86 +750,90 @@ if HAVE_GLUON:
         s8 = 8 * rows_
         os_row = os_ptr + BF16 * stride_os
         iters = (s1 - s0 + KW - 1) // KW
-        st = s0 + warp                                       # [32 KW, 1]: this warp's unit
-        pw0, pw1, pw2, pw3, ps0, ps1, ps2, ps3 = _gl_wload_at(wp + st * wst, sp + st * sst, w8, s8, st < s1, CH)
-        a0 = gl.zeros([32 * KW, 4], gl.float32, layout=LW)
-        a1 = gl.zeros([32 * KW, 4], gl.float32, layout=LW)
-        a2 = gl.zeros([32 * KW, 4], gl.float32, layout=LW)
-        a3 = gl.zeros([32 * KW, 4], gl.float32, layout=LW)
-        a4 = gl.zeros([32 * KW, 4], gl.float32, layout=LW)
-        a5 = gl.zeros([32 * KW, 4], gl.float32, layout=LW)
-        a6 = gl.zeros([32 * KW, 4], gl.float32, layout=LW)
-        a7 = gl.zeros([32 * KW, 4], gl.float32, layout=LW)
-        for i in range(iters):
-            w0, w1, w2, w3, s0_, s1_, s2_, s3_ = pw0, pw1, pw2, pw3, ps0, ps1, ps2, ps3
-            if STAGES >= 2:
-                nx = st + KW
-                pw0, pw1, pw2, pw3, ps0, ps1, ps2, ps3 = _gl_wload_at(wp + nx * wst, sp + nx * sst, w8, s8, nx < s1,
-                                                                      CH)
-            xs = gl.minimum(st, s1 - 1)                      # units past the run: zero words, any real x
-            if LOAD_ONLY == 2:
-                x0 = gl.zeros([32 * KW, 4], gl.int32, layout=LW)
-                x1 = x0
-                x2 = x0
-                x3 = x0
-            else:
-                x0, x1, x2, x3 = _gl_x(xp, CH * xs, kp, EVEN_K, xk)
-            if LOAD_ONLY:
-                a0 += (w0 ^ w1 ^ w2 ^ w3 ^ x0 ^ x1 ^ x2 ^ x3 ^ (s0_ ^ s1_ ^ s2_ ^ s3_).to(gl.int32)).to(gl.float32)
-            elif CH == 1:
-                a0, a1, a2, a3, a4, a5, a6, a7 = gl.inline_asm_elementwise(
-                    _G_ASM[4 * SCALE_KIND + 2 * BF16 + CH - 1], _G_CONSTRAINTS[CH - 1],
-                    [w0, w1, w2, w3, s0_, s1_, s2_, s3_, x0, x1, x2, x3, a0, a1, a2, a3, a4, a5, a6, a7],
-                    dtype=(gl.float32,) * 8, is_pure=True, pack=1)
-            else:
-                x4, x5, x6, x7 = _gl_x(xp, CH * xs + 1, kp, EVEN_K, xk)
-                a0, a1, a2, a3 = gl.inline_asm_elementwise(
-                    _G_ASM[4 * SCALE_KIND + 2 * BF16 + CH - 1], _G_CONSTRAINTS[CH - 1],
-                    [w0, w1, w2, w3, s0_, s1_, s2_, s3_, x0, x1, x2, x3, x4, x5, x6, x7, a0, a1, a2, a3],
-                    dtype=(gl.float32,) * 4, is_pure=True, pack=1)
-            if STAGES < 2:
-                nx = st + KW
-                pw0, pw1, pw2, pw3, ps0, ps1, ps2, ps3 = _gl_wload_at(wp + nx * wst, sp + nx * sst, w8, s8, nx < s1,
-                                                                      CH)
-            st = st + KW
         red = gl.allocate_shared_memory(gl.float32, [32 * KW, 4], SM)
-        q0 = _gl_warp_sum(a0, a1, a2, a3, red, KW, LW, LR)
-        q1 = q0
-        if TILES == 2:
-            q1 = _gl_warp_sum(a4, a5, a6, a7, red, KW, LW, LR)
-        LRV: gl.constexpr = gl.SliceLayout(1, LR)
-        lr = gl.arange(0, 32, layout=LRV)
-        gr = lr // 4
-        cr = lr % 4
-        row = pid_b * (16 * TILES) + gr
-        if SPLIT == 1:
-            _gl_out(q0, row, cr, 0, os_row, bias_ptr, y_ptr, t_ptr, lb_ptr, res_ptr, M, N, stride_ym, stride_t,
-                    stride_res, HAS_BIAS, HAS_LORA, R, HAS_RES, 1, LR)
+        for pid_b in range(gl.program_id(0), NB, gl.num_programs(0)):
+            wp = w_ptr + (pid_b * wblk + w_lane)
+            sp = s_ptr + (pid_b * sblk + s_lane)
+            st = s0 + warp                                       # [32 KW, 1]: this warp's unit
+            pw0, pw1, pw2, pw3, ps0, ps1, ps2, ps3 = _gl_wload_at(wp + st * wst, sp + st * sst, w8, s8, st < s1,
+                                                                  CH)
+            a0 = gl.zeros([32 * KW, 4], gl.float32, layout=LW)
+            a1 = gl.zeros([32 * KW, 4], gl.float32, layout=LW)
+            a2 = gl.zeros([32 * KW, 4], gl.float32, layout=LW)
+            a3 = gl.zeros([32 * KW, 4], gl.float32, layout=LW)
+            a4 = gl.zeros([32 * KW, 4], gl.float32, layout=LW)
+            a5 = gl.zeros([32 * KW, 4], gl.float32, layout=LW)
+            a6 = gl.zeros([32 * KW, 4], gl.float32, layout=LW)
+            a7 = gl.zeros([32 * KW, 4], gl.float32, layout=LW)
+            for i in range(iters):
+                w0, w1, w2, w3, s0_, s1_, s2_, s3_ = pw0, pw1, pw2, pw3, ps0, ps1, ps2, ps3
+                if STAGES >= 2:
+                    nx = st + KW
+                    pw0, pw1, pw2, pw3, ps0, ps1, ps2, ps3 = _gl_wload_at(wp + nx * wst, sp + nx * sst, w8, s8,
+                                                                          nx < s1, CH)
+                xs = gl.minimum(st, s1 - 1)                      # units past the run: zero words, any real x
+                if LOAD_ONLY == 2:
+                    x0 = gl.zeros([32 * KW, 4], gl.int32, layout=LW)
+                    x1 = x0
+                    x2 = x0
+                    x3 = x0
+                else:
+                    x0, x1, x2, x3 = _gl_x(xp, CH * xs, kp, EVEN_K, xk)
+                if LOAD_ONLY:
+                    a0 += (w0 ^ w1 ^ w2 ^ w3 ^ x0 ^ x1 ^ x2 ^ x3 ^ (s0_ ^ s1_ ^ s2_ ^ s3_).to(gl.int32)).to(gl.float32)
+                elif CH == 1:
+                    a0, a1, a2, a3, a4, a5, a6, a7 = gl.inline_asm_elementwise(
+                        _G_ASM[4 * SCALE_KIND + 2 * BF16 + CH - 1], _G_CONSTRAINTS[CH - 1],
+                        [w0, w1, w2, w3, s0_, s1_, s2_, s3_, x0, x1, x2, x3, a0, a1, a2, a3, a4, a5, a6, a7],
+                        dtype=(gl.float32,) * 8, is_pure=True, pack=1)
+                else:
+                    x4, x5, x6, x7 = _gl_x(xp, CH * xs + 1, kp, EVEN_K, xk)
+                    a0, a1, a2, a3 = gl.inline_asm_elementwise(
+                        _G_ASM[4 * SCALE_KIND + 2 * BF16 + CH - 1], _G_CONSTRAINTS[CH - 1],
+                        [w0, w1, w2, w3, s0_, s1_, s2_, s3_, x0, x1, x2, x3, x4, x5, x6, x7, a0, a1, a2, a3],
+                        dtype=(gl.float32,) * 4, is_pure=True, pack=1)
+                if STAGES < 2:
+                    nx = st + KW
+                    pw0, pw1, pw2, pw3, ps0, ps1, ps2, ps3 = _gl_wload_at(wp + nx * wst, sp + nx * sst, w8, s8,
+                                                                          nx < s1, CH)
+                st = st + KW
+            q0 = _gl_warp_sum(a0, a1, a2, a3, red, KW, LW, LR)
+            q1 = q0
             if TILES == 2:
-                _gl_out(q1, row, cr, 1, os_row, bias_ptr, y_ptr, t_ptr, lb_ptr, res_ptr, M, N, stride_ym, stride_t,
-                        stride_res, HAS_BIAS, HAS_LORA, R, HAS_RES, 1, LR)
-        else:
-            q_off = gl.expand_dims(lr * 4, 1) + gl.expand_dims(gl.arange(0, 4, layout=gl.SliceLayout(0, LR)), 0)
-            part = TILES * 32 * 4
-            base = (pid_b * SPLIT + pid_s) * part
-            gl.store(ws_ptr + base + q_off, q0)
-            if TILES == 2:
-                gl.store(ws_ptr + base + 128 + q_off, q1)
-            _cta_barrier()  # every thread's stores precede the one arrival (release is cumulative)
-            arrived = gl.atomic_add(cnt_ptr + pid_b, 1, sem="acq_rel", scope="gpu")
-            if arrived == SPLIT - 1:
-                t0 = gl.zeros([32, 4], gl.float32, layout=LR)
-                t1 = gl.zeros([32, 4], gl.float32, layout=LR)
-                for sp_ in gl.static_range(SPLIT):
-                    t0 += gl.load(ws_ptr + (pid_b * SPLIT + sp_) * part + q_off, cache_modifier=".cg")
-                    if TILES == 2:
-                        t1 += gl.load(ws_ptr + (pid_b * SPLIT + sp_) * part + 128 + q_off, cache_modifier=".cg")
-                _gl_out(t0, row, cr, 0, os_row, bias_ptr, y_ptr, t_ptr, lb_ptr, res_ptr, M, N, stride_ym, stride_t,
+                q1 = _gl_warp_sum(a4, a5, a6, a7, red, KW, LW, LR)
+            LRV: gl.constexpr = gl.SliceLayout(1, LR)
+            lr = gl.arange(0, 32, layout=LRV)
+            gr = lr // 4
+            cr = lr % 4
+            row = pid_b * (16 * TILES) + gr
+            if SPLIT == 1:
+                _gl_out(q0, row, cr, 0, os_row, bias_ptr, y_ptr, t_ptr, lb_ptr, res_ptr, M, N, stride_ym, stride_t,
                         stride_res, HAS_BIAS, HAS_LORA, R, HAS_RES, 1, LR)
                 if TILES == 2:
-                    _gl_out(t1, row, cr, 1, os_row, bias_ptr, y_ptr, t_ptr, lb_ptr, res_ptr, M, N, stride_ym,
-                            stride_t, stride_res, HAS_BIAS, HAS_LORA, R, HAS_RES, 1, LR)
-                gl.atomic_xchg(cnt_ptr + pid_b, 0)
+                    _gl_out(q1, row, cr, 1, os_row, bias_ptr, y_ptr, t_ptr, lb_ptr, res_ptr, M, N, stride_ym, stride_t,
+                            stride_res, HAS_BIAS, HAS_LORA, R, HAS_RES, 1, LR)
+            else:
+                q_off = gl.expand_dims(lr * 4, 1) + gl.expand_dims(gl.arange(0, 4, layout=gl.SliceLayout(0, LR)), 0)
+                part = TILES * 32 * 4
+                base = (pid_b * SPLIT + pid_s) * part
+                gl.store(ws_ptr + base + q_off, q0)
+                if TILES == 2:
+                    gl.store(ws_ptr + base + 128 + q_off, q1)
+                _cta_barrier()  # every thread's stores precede the one arrival (release is cumulative)
+                arrived = gl.atomic_add(cnt_ptr + pid_b, 1, sem="acq_rel", scope="gpu")
+                if arrived == SPLIT - 1:
+                    t0 = gl.zeros([32, 4], gl.float32, layout=LR)
+                    t1 = gl.zeros([32, 4], gl.float32, layout=LR)
+                    for sp_ in gl.static_range(SPLIT):
+                        t0 += gl.load(ws_ptr + (pid_b * SPLIT + sp_) * part + q_off, cache_modifier=".cg")
+                        if TILES == 2:
+                            t1 += gl.load(ws_ptr + (pid_b * SPLIT + sp_) * part + 128 + q_off, cache_modifier=".cg")
+                    _gl_out(t0, row, cr, 0, os_row, bias_ptr, y_ptr, t_ptr, lb_ptr, res_ptr, M, N, stride_ym, stride_t,
+                            stride_res, HAS_BIAS, HAS_LORA, R, HAS_RES, 1, LR)
+                    if TILES == 2:
+                        _gl_out(t1, row, cr, 1, os_row, bias_ptr, y_ptr, t_ptr, lb_ptr, res_ptr, M, N, stride_ym,
+                                stride_t, stride_res, HAS_BIAS, HAS_LORA, R, HAS_RES, 1, LR)
+                    gl.atomic_xchg(cnt_ptr + pid_b, 0)
 
 
 def mma_config(n_pad: int, k_words: int, n_sm: int, cps: int = 16, nw: int = 1, stages: int = 3,
@@ -1005,21 +1010,22 @@ def launch_args(x: torch.Tensor, w: PreparedFP4, bias, lora, residual, y: torch.
 def rows_config(n_pad: int, k_words: int, n_sm: int, ch: int | None = None) -> dict:
     """Knobs of the row-block grid (GRID "rows") for N_pad rows and K_pad / 8 words on n_sm SMs: CH as mma_config;
     KW warps a CTA splitting a row block's units (a power of two, at most 8 and at most half the units); SPLIT runs a
-    row block where the row blocks times KW would give fewer than 8 warps an SM."""
+    row block where the row blocks times KW would give fewer than 8 warps an SM; CPB programs an SM of the
+    persistent grid (24 warps an SM: what 78 registers a thread allow; 0: one program a row block)."""
     chunks = k_words // 16
     ch = (2 if chunks % 2 == 0 else 1) if ch is None else ch
     steps = chunks // ch
     blocks = -(-n_pad // (32 // ch))
     kw = 1 << (max(1, min(8, steps // 2)).bit_length() - 1)   # a power of two (a layout's warps)
     split = max(1, min(steps // kw, MAX_SPLIT, -(-8 * n_sm // (blocks * kw))))
-    return dict(GRID="rows", CH=ch, KW=kw, SPLIT=split, STAGES=2)
+    return dict(GRID="rows", CH=ch, KW=kw, SPLIT=split, STAGES=2, CPB=max(1, 24 // kw))
 
 
 def rows_launch_args(x: torch.Tensor, w: PreparedFP4, bias, lora, residual, y: torch.Tensor, n_sm: int,
                      config: dict | None = None) -> tuple[tuple, tuple, dict]:
     """(grid, positional arguments, meta-parameters) of one `_fp4_mma_rows_gl` launch (the row-block grid): the
     one place that turns its knobs (`rows_config`, overridden by config's CH, KW, SPLIT, STAGES 1-2, TILED: w is
-    `tile_prepared(w, 1, CH)`'s, LOAD_ONLY) into a launch.
+    `tile_prepared(w, 1, CH)`'s, CPB, MAXNREG: registers a thread at most, LOAD_ONLY) into a launch.
 
     Raises:
         ValueError: knobs the kernel does not support (the message names them).
@@ -1028,14 +1034,16 @@ def rows_launch_args(x: torch.Tensor, w: PreparedFP4, bias, lora, residual, y: t
     n_pad, kww = w.words.shape
     config = dict(config or {})
     cfg = rows_config(n_pad, kww, n_sm, config.get("CH"))
-    cfg.update({k: int(config[k]) for k in ("KW", "SPLIT", "STAGES") if k in config})
-    ch, kw, split, stages = cfg["CH"], cfg["KW"], cfg["SPLIT"], cfg["STAGES"]
+    cfg.update({k: int(config[k]) for k in ("KW", "SPLIT", "STAGES", "CPB") if k in config})
+    if "KW" in config and "CPB" not in config:
+        cfg["CPB"] = max(1, 24 // cfg["KW"])
+    ch, kw, split, stages, cpb = cfg["CH"], cfg["KW"], cfg["SPLIT"], cfg["STAGES"], cfg["CPB"]
     steps = kww // (16 * ch) if ch in (1, 2) else 0
     if ch not in (1, 2) or n_pad % (32 // ch) or kww % (16 * ch) or kw not in (1, 2, 4, 8) or \
-            not 1 <= split <= min(MAX_SPLIT, steps) or stages not in (1, 2):
+            not 1 <= split <= min(MAX_SPLIT, steps) or stages not in (1, 2) or cpb < 0:
         raise ValueError(f"fp4_gemm_mma: bad row-grid knobs {cfg} for {n_pad} padded rows and {kww} words a row "
                          f"(CH 1 or 2, dividing the 128-column chunks; KW 1, 2, 4 or 8; SPLIT 1..min({MAX_SPLIT}, "
-                         f"units a row); STAGES 1 or 2)")
+                         f"units a row); STAGES 1 or 2; CPB >= 0)")
     blocks = n_pad // (32 // ch)
     ws, cnt = _workspace(x.device, blocks * split * 2 * 32 * 4 if split > 1 else 1, blocks)
     dummy = w.out_scales
@@ -1043,14 +1051,16 @@ def rows_launch_args(x: torch.Tensor, w: PreparedFP4, bias, lora, residual, y: t
     res_arg = residual if residual is not None else dummy
     x32 = x.view(torch.int32)
     args = (x32, w.words, w.scales, w.out_scales, bias.contiguous() if bias is not None else dummy, y, ws, cnt,
-            t_arg, lb_arg, res_arg, m, w.n, w.k, kww,
+            t_arg, lb_arg, res_arg, m, w.n, w.k, kww, blocks,
             x32.stride(0), y.stride(0), w.out_scales.stride(0), t_arg.stride(0), res_arg.stride(0),
             *storage_strides(w, 1, ch, bool(config.get("TILED", False))))
     meta = dict(SCALE_KIND=w.scale_kind, BF16=x.dtype == torch.bfloat16, HAS_BIAS=bias is not None,
                 HAS_LORA=lora is not None, R=lora[1].shape[1] if lora is not None else 16,
                 HAS_RES=residual is not None, EVEN_K=w.k == kww * 8, KW=kw, SPLIT=split, STAGES=stages, CH=ch,
                 LOAD_ONLY=int(config.get("LOAD_ONLY", 0)), num_warps=kw)
-    return (blocks, split), args, meta
+    if config.get("MAXNREG"):  # a register cap, so that CPB programs fit an SM (the compiler's launch option)
+        meta["maxnreg"] = int(config["MAXNREG"])
+    return (min(blocks, n_sm * cpb) if cpb else blocks, split), args, meta
 
 
 def check_layout(ttgir: str, nw: int) -> bool:

@@ -125,6 +125,7 @@ ROWS_CASES = {
     "m3-kw4-tiled": (3, "nvfp4", 1024, dict(KW=4, SPLIT=1, TILED=True)),
     "m8-ragged-kw1-split2-st1": (8, "mxfp4", 416, dict(KW=1, SPLIT=2, STAGES=1)),
     "m2-ch1-kw2": (2, "nvfp4", 384, dict(KW=2, SPLIT=1, CH=1)),
+    "m1-persistent-cpb1": (1, "nvfp4", 512, dict(KW=2, SPLIT=2, CPB=1)),   # programs of several row blocks each
 }
 
 
@@ -179,7 +180,7 @@ def test_mma_config_and_bad_input():
     with pytest.raises(ValueError, match="DIRECT 1-3"):
         fp4_mma.fp4_gemm_mma(x[:1], p, config=dict(DIRECT=True, STAGES=4))
     # the row-block grid's knobs: 7B gate/up 14 units a row block -> 4 warps, one run; down 74 -> 8 warps
-    assert fp4_mma.rows_config(37888, 448, 132) == dict(GRID="rows", CH=2, KW=4, SPLIT=1, STAGES=2)
+    assert fp4_mma.rows_config(37888, 448, 132) == dict(GRID="rows", CH=2, KW=4, SPLIT=1, STAGES=2, CPB=6)
     assert fp4_mma.rows_config(3584, 2368, 132)["KW"] == 8
     if CUDA:
         with pytest.raises(ValueError, match="row-grid knobs"):
