@@ -106,13 +106,15 @@ MMA_MAX_M = 8        # the MMA's n = 8 columns are the activation rows
 MAX_SPLIT = 16       # programs that may share a row block (the last one's sum of their parts)
 DEFAULT_ON = False   # the default forward takes this kernel for M <= 8: no (calls 45-51: slower on the big launches)
 # Committed GPU measurements where this kernel beats the default path (`selected`): (device key, scale_kind, dtype,
-# N, K, M) -> knobs. Issue 22, call 60 (H100, 2026-11-27, results/measured/h100/kernels/rows_call60/: one launch on
-# rotating weight copies in a CUDA graph, the default path timed in the same run): the row-block grid with 8 warps
-# a row block on the 7B o (LoRA and residual in the step) and q/k/v (bias) launches at batch 1. Elsewhere the
-# default path was as fast or faster (gate/up 39.4-44.7 vs 39.2 us, down 27.0-75.8 vs 23.9, every M = 8 launch).
+# N, K, M) -> knobs. Issue 22, H100, 2026-11-27 (one launch on rotating weight copies in a CUDA graph, the default
+# path timed in the same call): call 60 (results/measured/h100/kernels/rows_call60/) found the row-block grid
+# faster on the 7B o and q/k/v launches at batch 1; call 64 (rows_call64/: the grid persistent, registers capped at
+# 80 so that 24 warps an SM fit) also on gate/up. Row-major weights (the load-time layout). Elsewhere the default
+# path was as fast or faster (down 24.2 vs 24.7 us, every M = 8 launch).
 MEASURED_WINS: dict[tuple, dict] = {
-    ("h100", 0, "bf16", 3584, 3584, 1): dict(GRID="rows", KW=8, SPLIT=1),  # o: 7.7 us vs 9.6
-    ("h100", 0, "bf16", 4608, 3584, 1): dict(GRID="rows", KW=8, SPLIT=1),  # q/k/v: 9.3 us vs 9.9
+    ("h100", 0, "bf16", 37888, 3584, 1): dict(GRID="rows", KW=2, SPLIT=1, CPB=12, MAXNREG=80),  # 37.4 vs 44.2 us
+    ("h100", 0, "bf16", 3584, 3584, 1): dict(GRID="rows", KW=8, SPLIT=1, CPB=3, MAXNREG=80),    # o: 7.8 vs 8.0
+    ("h100", 0, "bf16", 4608, 3584, 1): dict(GRID="rows", KW=4, SPLIT=1, CPB=6, MAXNREG=80),    # q/k/v: 9.4 vs 11.6
 }
 _LAYOUT = re.compile(r"sizePerThread = \[1, 4\], threadsPerWarp = \[32, 1\], warpsPerCTA = \[(\d+), 1\], "
                      r"order = \[1, 0\]")
