@@ -1,7 +1,7 @@
 """The decode-size (M <= 8) FP4 W4A16 forward on the tensor cores with register operands: y[M, N] = x[M, K] @ W^T
 (+ bias) (+ t @ B^T) (+ residual), one `mma.sync` per decoded word pair (issue 22, item 4). Built, exact, and
-no faster than the default path on the launches that carry the bytes: the default dispatch takes it only for the
-measured small launches of `MEASURED_WINS` (see "Measured" below).
+a little faster than the default path at batch 1 on an H100 (the persistent row-block grid): the default dispatch
+takes it for the launches of `MEASURED_WINS` (see "Measured" below).
 
 Why it was built: at batch 1-8 the product is a weight stream. The main loop of the skinny-M kernel's FMA mode
 (fp4_gemv, M = 1, 7B gate; its sm_90 SASS read offline, 2026-11-27) issues 51 instructions a 4-byte word of codes
@@ -43,8 +43,8 @@ it reaches parity: gate/up 38.8 us, down 23.8 against 39.3 / 24.5. With LOAD_ONL
 as slow as with the decode and MMAs; the weight stream alone through its cp.async ring (LOAD_ONLY 2, call 55)
 reaches 2.14 TB/s, 69 % of the 3.12 a plain streaming read reaches.
 
-Two load structures followed (calls 57-62, kernels.notes.md "Calls 57-62"; results/measured/h100/kernels/
-direct_call57/ ... rows_call62/):
+Two load structures followed (calls 57-65, kernels.notes.md "Calls 57-65"; results/measured/h100/kernels/
+direct_call57/ ... rows_call65/):
 - DIRECT (words and scale entries loaded straight into registers, STAGES - 1 units ahead, no ring): the weight
   stream alone no faster (gate/up 35.1 us, 70 %), the whole kernel a little (gate/up 40.9 vs the ring's 41.4,
   down 23.1 vs 24.3, o 9.2 vs 9.6): the ring was not what capped the stream; the stream-K grid's run ends were.
@@ -53,9 +53,13 @@ direct_call57/ ... rows_call62/):
   alone reaches a streaming read's rate (gate/up 29.8 us, 82 % of the ceiling; a Triton streaming read of the same
   bytes 27.5-32.8 us), with the activation loads 31.1; the whole kernel 39.4 (the default path 39.2): it is now
   issue-bound (ncu, call 61: 0.63 instructions issued a scheduler a cycle, 444 SASS instructions a 16-word unit,
-  of which the decode and its scales ~21 a word). It wins on the small launches: o 7.4-7.7 us vs 9.6, q/k/v 9.0-9.3
-  vs 9.9 (`MEASURED_WINS`); in the 7B step (call 62) that is -26 us of kernel time a step, the graph step flat
-  (3,830 vs 3,832 us). M = 8: slower everywhere (its activation loads stop being broadcasts).
+  of which the decode and its scales ~21 a word, and ~30 % of all instructions in each program's set-up and
+  epilogue). It wins on the small launches: o 7.4-7.7 us vs 9.6, q/k/v 9.0-9.3 vs 9.9 (call 60). Made persistent
+  (program p takes row blocks p, p + P, ...: CPB programs an SM) with the registers capped at 80 (MAXNREG: 24 warps
+  an SM fit; 4-32 bytes spilled outside the main loop) it also passes the default path on gate/up (call 64: 37.4 vs
+  44.2 us, row-major; q/k/v 9.4 vs 11.6, o 7.8 vs 8.0, down 24.2 vs 24.7): `MEASURED_WINS`. In the 7B step (call
+  65) the three launches take 59.2 us a layer against 61.4, the graph step 3,816 vs 3,845 us (-0.8 %). M = 8:
+  slower everywhere (its activation loads stop being broadcasts).
 
 CPU: TRITON_INTERPRET=1 runs `_fp4_mma`, the Triton twin of the same programs (no ring; `_twin_row` stands for the
 asm: the decoded values times x summed over the lanes of each MMA, as the MMA does); the row-block grid's calls run
@@ -1105,6 +1109,10 @@ def compile_variants() -> dict[str, tuple]:
         "mx-direct1-m8": (18944, 3584, 8, 1, True, False, False, False, {"DIRECT": True, "STAGES": 1}),
         "o-lora-res-direct-m1": (3584, 3584, 1, 0, True, False, True, True, {"DIRECT": True, "STAGES": 2}),
         "gateup-rows-m1": (37888, 3584, 1, 0, True, False, False, False, {"GRID": "rows", "TILED": True}),
+        "gateup-rows-table-m1": (37888, 3584, 1, 0, True, False, False, False,
+                                 MEASURED_WINS[("h100", 0, "bf16", 37888, 3584, 1)]),
+        "o-lora-res-rows-table-m1": (3584, 3584, 1, 0, True, False, True, True,
+                                     MEASURED_WINS[("h100", 0, "bf16", 3584, 3584, 1)]),
         "down-lora-res-rows-m1": (3584, 18944, 1, 0, True, False, True, True, {"GRID": "rows"}),
         "o-rows-split2-m8": (3584, 3584, 8, 0, True, True, True, True, {"GRID": "rows", "KW": 4, "SPLIT": 2}),
         "mx-rows-ch1-m2": (200, 400, 2, 1, False, True, False, False, {"GRID": "rows", "SPLIT": 2}),
@@ -1134,10 +1142,10 @@ def _build(name: str, arch: int = 90):
 
 def loop_sass(cubin: bytes) -> dict:
     """The SASS of the kernel's main loop as a unit takes it when the run does not end there: from the loop head
-    (the target of the last backward branch) to the first forward branch after the loop's last MMA (which skips the
+    (the target of the loop's backward branch) to the first forward branch after the loop's last MMA (which skips the
     run-end code), then from that branch's target to the backward branch. Instructions, MMAs (HMMA), global loads
-    (LDG), cp.async copies (LDGSTS) and barriers (BAR) on that path (the loop: the last backward branch whose body
-    has an MMA); {} where the bundled cuobjdump is missing."""
+    (LDG), cp.async copies (LDGSTS), barriers (BAR) and local-memory (spill) accesses on that path (the loop: the
+    innermost backward branch whose body has an MMA); {} where the bundled cuobjdump is missing."""
     from qerl_kernels.gluon_compile import cuobjdump_sass
     sass = cuobjdump_sass(cubin)
     if sass is None:
@@ -1153,8 +1161,8 @@ def loop_sass(cubin: bytes) -> dict:
     back = [i for i in range(len(ins)) if target(i) is not None and target(i) < ins[i][0] and target(i) in at and
             any(ins[k][1].startswith("HMMA") for k in range(at[target(i)], i))]
     if not back:
-        return dict(loop=None, hmma=None, ldg=None, ldgsts=None, bar=None)
-    end = back[-1]
+        return dict(loop=None, hmma=None, ldg=None, ldgsts=None, bar=None, local=None)
+    end = min(back, key=lambda i: i - at[target(i)])  # the innermost (the row-block grid's sits in a row-block loop)
     head = at[target(end)]
     body = list(range(head, end + 1))
     mmas = [i for i in body if ins[i][1].startswith("HMMA")]
@@ -1168,7 +1176,7 @@ def loop_sass(cubin: bytes) -> dict:
     ops = [ins[i][1] for i in hot]
     return dict(loop=len(ops), hmma=sum(o.startswith("HMMA") for o in ops), ldg=sum(o.startswith("LDG.") or
                 o == "LDG" for o in ops), ldgsts=sum(o.startswith("LDGSTS") for o in ops),
-                bar=sum(o.startswith("BAR") for o in ops))
+                bar=sum(o.startswith("BAR") for o in ops), local=sum(o.startswith(("LDL", "STL")) for o in ops))
 
 
 def compile_variant(name: str, arch: int = 90) -> dict:
@@ -1188,7 +1196,7 @@ def compile_variant(name: str, arch: int = 90) -> dict:
                 regs=use["regs"], spill_st=use["spill_st"],
                 spill_ld=use["spill_ld"], layout_ok=check_layout(compiled.asm["ttgir"], nw),
                 loop_sass=loop.get("loop"), hmma=loop.get("hmma"), ldg=loop.get("ldg"), ldgsts=loop.get("ldgsts"),
-                bar=loop.get("bar"), sass_per_word=per_word)
+                bar=loop.get("bar"), local=loop.get("local"), maxnreg=meta.get("maxnreg"), sass_per_word=per_word)
 
 
 def main(argv=None) -> int:

@@ -232,13 +232,15 @@ def test_mma_7b_shapes_and_repeatable(n, k, m):
 
 
 def test_offline_build(offline_build):
-    """Every variant compiles for sm_90, spills nothing, runs its asm on the layout the MMA's lane roles assume,
-    and its main loop issues one MMA and under 36 SASS instructions a 4-byte word (40 with K ragged against the
-    128-column chunk: the activation indices clamped; the skinny-M kernel's FMA mode: 51)."""
+    """Every variant compiles for sm_90, spills nothing (under a register cap, MAXNREG: at most 64 bytes, none in
+    the main loop), runs its asm on the layout the MMA's lane roles assume, and its main loop issues one MMA and
+    under 36 SASS instructions a 4-byte word (40 with K ragged against the 128-column chunk: the activation indices
+    clamped; the skinny-M kernel's FMA mode: 51)."""
     r, rows = offline_build("qerl_kernels.fp4_mma")
     assert rows and len(rows) == len(fp4_mma.compile_variants()), r.stderr[-2000:]
     for row in rows:
         assert row["status"] == "ok", row
-        assert row["spill_st"] == 0 and row["layout_ok"], row
+        assert row["spill_st"] <= (64 if row["maxnreg"] else 0) and row["layout_ok"], row
         if row.get("loop_sass") is not None:
             assert row["hmma"] == 16 and row["sass_per_word"] < (36 if row["even_k"] else 40), row
+            assert row["local"] in (0, None), row
