@@ -113,10 +113,12 @@ DEFAULT_ON = False   # the default forward takes this kernel for M <= 8: no (cal
 # N, K, M) -> knobs. Issue 22, H100, 2026-11-27 (one launch on rotating weight copies in a CUDA graph, the default
 # path timed in the same call): call 60 (results/measured/h100/kernels/rows_call60/) found the row-block grid
 # faster on the 7B o and q/k/v launches at batch 1; call 64 (rows_call64/: the grid persistent, registers capped at
-# 80 so that 24 warps an SM fit) also on gate/up. Row-major weights (the load-time layout). Elsewhere the default
-# path was as fast or faster (down 24.2 vs 24.7 us, every M = 8 launch).
+# 80 so that 24 warps an SM fit) also on gate/up; call 66 (rows_call66/: programs an SM x register caps, every row
+# timed twice) on down with 96 registers. Row-major weights (the load-time layout). Elsewhere the default path was
+# as fast or faster (every M = 8 launch).
 MEASURED_WINS: dict[tuple, dict] = {
-    ("h100", 0, "bf16", 37888, 3584, 1): dict(GRID="rows", KW=2, SPLIT=1, CPB=12, MAXNREG=80),  # 37.4 vs 44.2 us
+    ("h100", 0, "bf16", 37888, 3584, 1): dict(GRID="rows", KW=2, SPLIT=1, CPB=12, MAXNREG=80),  # 37.4 vs 37.7-44.2
+    ("h100", 0, "bf16", 3584, 18944, 1): dict(GRID="rows", KW=8, SPLIT=1, CPB=3, MAXNREG=96),   # down: 22.9 vs 24.5
     ("h100", 0, "bf16", 3584, 3584, 1): dict(GRID="rows", KW=8, SPLIT=1, CPB=3, MAXNREG=80),    # o: 7.8 vs 8.0
     ("h100", 0, "bf16", 4608, 3584, 1): dict(GRID="rows", KW=4, SPLIT=1, CPB=6, MAXNREG=80),    # q/k/v: 9.4 vs 11.6
 }
@@ -1113,6 +1115,8 @@ def compile_variants() -> dict[str, tuple]:
                                  MEASURED_WINS[("h100", 0, "bf16", 37888, 3584, 1)]),
         "o-lora-res-rows-table-m1": (3584, 3584, 1, 0, True, False, True, True,
                                      MEASURED_WINS[("h100", 0, "bf16", 3584, 3584, 1)]),
+        "down-lora-res-rows-table-m1": (3584, 18944, 1, 0, True, False, True, True,
+                                        MEASURED_WINS[("h100", 0, "bf16", 3584, 18944, 1)]),
         "down-lora-res-rows-m1": (3584, 18944, 1, 0, True, False, True, True, {"GRID": "rows"}),
         "o-rows-split2-m8": (3584, 3584, 8, 0, True, True, True, True, {"GRID": "rows", "KW": 4, "SPLIT": 2}),
         "mx-rows-ch1-m2": (200, 400, 2, 1, False, True, False, False, {"GRID": "rows", "SPLIT": 2}),
