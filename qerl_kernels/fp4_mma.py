@@ -43,8 +43,8 @@ it reaches parity: gate/up 38.8 us, down 23.8 against 39.3 / 24.5. With LOAD_ONL
 as slow as with the decode and MMAs; the weight stream alone through its cp.async ring (LOAD_ONLY 2, call 55)
 reaches 2.14 TB/s, 69 % of the 3.12 a plain streaming read reaches.
 
-Two load structures followed (calls 57-65, kernels.notes.md "Calls 57-65"; results/measured/h100/kernels/
-direct_call57/ ... rows_call65/):
+Two load structures followed (calls 57-67, kernels.notes.md "Calls 57-67"; results/measured/h100/kernels/
+direct_call57/ ... rows_call67/):
 - DIRECT (words and scale entries loaded straight into registers, STAGES - 1 units ahead, no ring): the weight
   stream alone no faster (gate/up 35.1 us, 70 %), the whole kernel a little (gate/up 40.9 vs the ring's 41.4,
   down 23.1 vs 24.3, o 9.2 vs 9.6): the ring was not what capped the stream; the stream-K grid's run ends were.
@@ -57,9 +57,9 @@ direct_call57/ ... rows_call65/):
   epilogue). It wins on the small launches: o 7.4-7.7 us vs 9.6, q/k/v 9.0-9.3 vs 9.9 (call 60). Made persistent
   (program p takes row blocks p, p + P, ...: CPB programs an SM) with the registers capped at 80 (MAXNREG: 24 warps
   an SM fit; 4-32 bytes spilled outside the main loop) it also passes the default path on gate/up (call 64: 37.4 vs
-  44.2 us, row-major; q/k/v 9.4 vs 11.6, o 7.8 vs 8.0, down 24.2 vs 24.7): `MEASURED_WINS`. In the 7B step (call
-  65) the three launches take 59.2 us a layer against 61.4, the graph step 3,816 vs 3,845 us (-0.8 %). M = 8:
-  slower everywhere (its activation loads stop being broadcasts).
+  44.2 us, row-major; q/k/v 9.4 vs 11.6, o 7.8 vs 8.0), and down with 96 registers (call 66: 22.9 vs 24.5):
+  `MEASURED_WINS`. In the 7B step with all four (call 67) the GEMMs take 2,357 us a step against 2,498, the graph
+  step 3,810 vs 3,883 us (-1.9 %). M = 8: slower everywhere (its activation loads stop being broadcasts).
 
 CPU: TRITON_INTERPRET=1 runs `_fp4_mma`, the Triton twin of the same programs (no ring; `_twin_row` stands for the
 asm: the decoded values times x summed over the lanes of each MMA, as the MMA does); the row-block grid's calls run
