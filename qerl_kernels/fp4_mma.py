@@ -466,6 +466,38 @@ if HAVE_GLUON:
         return x0, x1, x2, x3
 
     @gluon.jit
+    def _gl_x_or_zero(xp, st, kp, EVEN_K: gl.constexpr, xk, LOAD_ONLY: gl.constexpr):
+        """`_gl_x`, or zeros for the LOAD_ONLY 2 diagnostic (the weight stream alone)."""
+        if LOAD_ONLY == 2:
+            z = xk * 0
+            x0, x1, x2, x3 = z, z, z, z
+        else:
+            x0, x1, x2, x3 = _gl_x(xp, st, kp, EVEN_K, xk)
+        return x0, x1, x2, x3
+
+    @gluon.jit
+    def _gl_mma_step(w0, w1, w2, w3, s0, s1, s2, s3, x0, x1, x2, x3, xp, st, kp, xk, a0, a1, a2, a3, a4, a5, a6,
+                     a7, SCALE_KIND: gl.constexpr, BF16: gl.constexpr, CH: gl.constexpr, EVEN_K: gl.constexpr,
+                     LOAD_ONLY: gl.constexpr):
+        """One unit (step st's chunks) of either grid: `_mma_asm` on the [32 NW, 4] operands, whose slot L is warp
+        L // 32, lane L % 32 (CH 2 loads the second chunk's activation pairs here); LOAD_ONLY: every load, no decode
+        and no MMA (the output is not y). Returns the eight accumulators (a4-a7 unchanged at CH 2)."""
+        if LOAD_ONLY:
+            a0 += (w0 ^ w1 ^ w2 ^ w3 ^ x0 ^ x1 ^ x2 ^ x3 ^ (s0 ^ s1 ^ s2 ^ s3).to(gl.int32)).to(gl.float32)
+        elif CH == 1:
+            a0, a1, a2, a3, a4, a5, a6, a7 = gl.inline_asm_elementwise(
+                _G_ASM[4 * SCALE_KIND + 2 * BF16 + CH - 1], _G_CONSTRAINTS[CH - 1],
+                [w0, w1, w2, w3, s0, s1, s2, s3, x0, x1, x2, x3, a0, a1, a2, a3, a4, a5, a6, a7],
+                dtype=(gl.float32,) * 8, is_pure=True, pack=1)
+        else:
+            x4, x5, x6, x7 = _gl_x(xp, CH * st + 1, kp, EVEN_K, xk)
+            a0, a1, a2, a3 = gl.inline_asm_elementwise(
+                _G_ASM[4 * SCALE_KIND + 2 * BF16 + CH - 1], _G_CONSTRAINTS[CH - 1],
+                [w0, w1, w2, w3, s0, s1, s2, s3, x0, x1, x2, x3, x4, x5, x6, x7, a0, a1, a2, a3],
+                dtype=(gl.float32,) * 4, is_pure=True, pack=1)
+        return a0, a1, a2, a3, a4, a5, a6, a7
+
+    @gluon.jit
     def _gl_col(a, i: gl.constexpr, LW: gl.constexpr):
         """[32 NW, 4] with column i = a summed over its words, the other columns 0."""
         ib = gl.expand_dims(gl.arange(0, 4, layout=gl.SliceLayout(0, LW)), 0)
@@ -649,13 +681,7 @@ if HAVE_GLUON:
                                           is_pure=False, pack=1)
                 gl.inline_asm_elementwise("prefetch.global.L2 [$1];\nmov.b32 $0, 0;", "=r,l", [pa + w8],
                                           dtype=gl.int32, is_pure=False, pack=1)
-            if LOAD_ONLY == 2:  # diagnostic: the weight stream alone, no activation loads
-                x0 = gl.zeros([32 * NW, 4], gl.int32, layout=LW)
-                x1 = x0
-                x2 = x0
-                x3 = x0
-            else:
-                x0, x1, x2, x3 = _gl_x(xp, CH * st, kp, EVEN_K, xk)
+            x0, x1, x2, x3 = _gl_x_or_zero(xp, CH * st, kp, EVEN_K, xk, LOAD_ONLY)
             if not DIRECT:
                 async_copy.wait_group(STAGES - 1)
                 slot = (j % STAGES) * 4
@@ -667,20 +693,9 @@ if HAVE_GLUON:
                 s1 = s_ring.index(slot + 1).load(LW).to(gl.int16)
                 s2 = s_ring.index(slot + 2).load(LW).to(gl.int16)
                 s3 = s_ring.index(slot + 3).load(LW).to(gl.int16)
-            # `_mma_asm` on the [32 NW, 4] operands, whose slot L is warp L // 32, lane L % 32 (LW)
-            if LOAD_ONLY:  # diagnostic: every load and the ring, no decode and no MMA (the output is not y)
-                a0 += (w0 ^ w1 ^ w2 ^ w3 ^ x0 ^ x1 ^ x2 ^ x3 ^ (s0 ^ s1 ^ s2 ^ s3).to(gl.int32)).to(gl.float32)
-            elif CH == 1:
-                a0, a1, a2, a3, a4, a5, a6, a7 = gl.inline_asm_elementwise(
-                    _G_ASM[4 * SCALE_KIND + 2 * BF16 + CH - 1], _G_CONSTRAINTS[CH - 1],
-                    [w0, w1, w2, w3, s0, s1, s2, s3, x0, x1, x2, x3, a0, a1, a2, a3, a4, a5, a6, a7],
-                    dtype=(gl.float32,) * 8, is_pure=True, pack=1)
-            else:
-                x4, x5, x6, x7 = _gl_x(xp, CH * st + 1, kp, EVEN_K, xk)
-                a0, a1, a2, a3 = gl.inline_asm_elementwise(
-                    _G_ASM[4 * SCALE_KIND + 2 * BF16 + CH - 1], _G_CONSTRAINTS[CH - 1],
-                    [w0, w1, w2, w3, s0, s1, s2, s3, x0, x1, x2, x3, x4, x5, x6, x7, a0, a1, a2, a3],
-                    dtype=(gl.float32,) * 4, is_pure=True, pack=1)
+            a0, a1, a2, a3, a4, a5, a6, a7 = _gl_mma_step(w0, w1, w2, w3, s0, s1, s2, s3, x0, x1, x2, x3, xp, st,
+                                                          kp, xk, a0, a1, a2, a3, a4, a5, a6, a7, SCALE_KIND, BF16,
+                                                          CH, EVEN_K, LOAD_ONLY)
             if (st == steps - 1) | (u == u1 - 1):
                 _gl_run_end(a0, a1, a2, a3, a4, a5, a6, a7, u, u0, pid, PER, steps, L, c, rbase, os_row, bias_ptr,
                             y_ptr, ws_ptr, cnt_ptr, t_ptr, lb_ptr, res_ptr, M, N, stride_ym, stride_t, stride_res,
@@ -780,26 +795,10 @@ if HAVE_GLUON:
                     pw0, pw1, pw2, pw3, ps0, ps1, ps2, ps3 = _gl_wload_at(wp + nx * wst, sp + nx * sst, w8, s8,
                                                                           nx < s1, CH)
                 xs = gl.minimum(st, s1 - 1)                      # units past the run: zero words, any real x
-                if LOAD_ONLY == 2:
-                    x0 = gl.zeros([32 * KW, 4], gl.int32, layout=LW)
-                    x1 = x0
-                    x2 = x0
-                    x3 = x0
-                else:
-                    x0, x1, x2, x3 = _gl_x(xp, CH * xs, kp, EVEN_K, xk)
-                if LOAD_ONLY:
-                    a0 += (w0 ^ w1 ^ w2 ^ w3 ^ x0 ^ x1 ^ x2 ^ x3 ^ (s0_ ^ s1_ ^ s2_ ^ s3_).to(gl.int32)).to(gl.float32)
-                elif CH == 1:
-                    a0, a1, a2, a3, a4, a5, a6, a7 = gl.inline_asm_elementwise(
-                        _G_ASM[4 * SCALE_KIND + 2 * BF16 + CH - 1], _G_CONSTRAINTS[CH - 1],
-                        [w0, w1, w2, w3, s0_, s1_, s2_, s3_, x0, x1, x2, x3, a0, a1, a2, a3, a4, a5, a6, a7],
-                        dtype=(gl.float32,) * 8, is_pure=True, pack=1)
-                else:
-                    x4, x5, x6, x7 = _gl_x(xp, CH * xs + 1, kp, EVEN_K, xk)
-                    a0, a1, a2, a3 = gl.inline_asm_elementwise(
-                        _G_ASM[4 * SCALE_KIND + 2 * BF16 + CH - 1], _G_CONSTRAINTS[CH - 1],
-                        [w0, w1, w2, w3, s0_, s1_, s2_, s3_, x0, x1, x2, x3, x4, x5, x6, x7, a0, a1, a2, a3],
-                        dtype=(gl.float32,) * 4, is_pure=True, pack=1)
+                x0, x1, x2, x3 = _gl_x_or_zero(xp, CH * xs, kp, EVEN_K, xk, LOAD_ONLY)
+                a0, a1, a2, a3, a4, a5, a6, a7 = _gl_mma_step(w0, w1, w2, w3, s0_, s1_, s2_, s3_, x0, x1, x2, x3, xp,
+                                                              xs, kp, xk, a0, a1, a2, a3, a4, a5, a6, a7, SCALE_KIND,
+                                                              BF16, CH, EVEN_K, LOAD_ONLY)
                 if STAGES < 2:
                     nx = st + KW
                     pw0, pw1, pw2, pw3, ps0, ps1, ps2, ps3 = _gl_wload_at(wp + nx * wst, sp + nx * sst, w8, s8,
