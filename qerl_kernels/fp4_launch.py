@@ -14,7 +14,7 @@ Dispatch by M (see results/measured/*/kernels.csv):
   (QERL_FP4_WGMMA=0 leaves it out); LoRA and residual then follow it as a cuBLAS addmm and an add.
 - Decode M (M <= 8, every epilogue): `fp4_mma.fp4_gemm_mma` (the decoded pairs as mma.sync A fragments straight
   from registers) where `fp4_mma.selected` says so (a committed measurement, fp4_mma.MEASURED_WINS: H100, issue 22
-  call 60, the 7B o and q/k/v launches at batch 1; or QERL_FP4_MMA=1).
+  calls 60-67, the 7B q/k/v, o, gate/up and down launches at batch 1; or QERL_FP4_MMA=1).
 - Skinny M (M <= 16, plain product + bias): `fp4_gemv.fp4_gemm_gemv` (many small split-K CTAs) where a committed
   GPU measurement says it is faster than the stream-K kernel (fp4_gemv.MEASURED_WINS: H100, issue 22 call 5) or
   with QERL_FP4_GEMV=1; the stream-K kernel otherwise.

@@ -75,9 +75,11 @@ MMA_SWEEP = [(1, 2, 2, 16, 0), (1, 2, 2, 16, 2), (1, 2, 2, 16, 4), (1, 2, 2, 16,
 MMA_TILED_SWEEP = [(1, 2, 2, 16, 0), (1, 2, 3, 16, 0), (1, 2, 4, 16, 0), (1, 2, 2, 8, 0), (2, 2, 3, 10, 0),
                    (1, 2, 2, 16, 2), (1, 1, 2, 16, 0)]
 
-# the row-block grid (--rows; config GRID "rows"): (warps a row block, runs a row block, stored tile by tile);
-# call 60 (H100): KW 8 / SPLIT 1 the best on the 7B o and q/k/v launches at M 1, KW 4 on gate/up, SPLIT 2-4 on down
-MMA_ROWS_SWEEP = [(4, 1, False), (8, 1, False), (8, 1, True), (4, 2, False), (2, 4, False), (4, 1, True)]
+# the row-block grid (--rows; config GRID "rows", persistent, `rows_config`'s programs an SM): (warps a row block,
+# runs a row block, stored tile by tile, register cap or 0); calls 64-66 (H100, M 1): KW 2 / 80 registers the best
+# on the 7B gate/up launch, KW 8 / 96 on down, KW 8 and 4 / 80 on o and q/k/v (fp4_mma.MEASURED_WINS)
+MMA_ROWS_SWEEP = [(2, 1, False, 80), (4, 1, False, 80), (8, 1, False, 80), (8, 1, False, 96), (4, 2, False, 96),
+                  (4, 1, False, 0), (2, 1, True, 80)]
 
 
 def parse_cfg(s: str):
@@ -324,20 +326,20 @@ def _sweep_rows(x, p, copies, ref, shape, m, t_bf, t_def) -> None:
     from qerl_kernels.fp4_mma import fp4_gemm_mma, tile_prepared
     best = []
     tiled = None
-    for kw, split, t in MMA_ROWS_SWEEP:
+    for kw, split, t, mx in MMA_ROWS_SWEEP:
         if t and tiled is None:
             tiled = [tile_prepared(q, 1, 2) for q in copies]
         ws = tiled if t else copies
-        res = _time_knobs(fp4_gemm_mma, x, ws[0], ws, ref, {"config": dict(GRID="rows", KW=kw, SPLIT=split, TILED=t)},
-                          f"mma-rows {shape} M={m}")
+        cfg = dict(GRID="rows", KW=kw, SPLIT=split, TILED=t, MAXNREG=mx)
+        res = _time_knobs(fp4_gemm_mma, x, ws[0], ws, ref, {"config": cfg}, f"mma-rows {shape} M={m}")
         if res is None:
             continue
         tm, err = res
-        best.append((tm, kw, split, t))
-        print(f"mma-rows {shape} M={m} warps={kw} split={split} tiled={t}: {tm * 1e3:7.1f} us "
+        best.append((tm, kw, split, t, mx))
+        print(f"mma-rows {shape} M={m} warps={kw} split={split} tiled={t} maxnreg={mx}: {tm * 1e3:7.1f} us "
               f"{p.nbytes / tm / 1e6:6.0f} GB/s x{t_bf / tm:.2f} bf16 x{t_def / tm:.2f} default err {err:.1e}",
               flush=True)
-    _print_best(f"mma-rows best {shape} M={m} (warps, split, tiled)", best,
+    _print_best(f"mma-rows best {shape} M={m} (warps, split, tiled, register cap)", best,
                 f" | default {t_def * 1e3:.1f}us bf16 {t_bf * 1e3:.1f}us")
 
 

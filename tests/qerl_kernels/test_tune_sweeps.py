@@ -31,7 +31,7 @@ def on_cpu(monkeypatch):
     monkeypatch.setattr(tune, "WGMMA_SWEEP", tune.WGMMA_SWEEP[:2])
     monkeypatch.setattr(tune, "MMA_SWEEP", tune.MMA_SWEEP[:2])
     monkeypatch.setattr(tune, "MMA_TILED_SWEEP", tune.MMA_TILED_SWEEP[:2])
-    monkeypatch.setattr(tune, "MMA_ROWS_SWEEP", [(2, 1, False), (2, 2, True)])
+    monkeypatch.setattr(tune, "MMA_ROWS_SWEEP", [(2, 1, False, 80), (2, 2, True, 0)])
     return types.SimpleNamespace(dtype="bf16", shapes=["256x512"], m=[1, 16], tiled=True, rows=True)
 
 
