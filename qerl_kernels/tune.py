@@ -24,6 +24,7 @@ Run:  python -m qerl_kernels.tune --shapes 18944x3584 3584x3584 --m 1 16 64
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import sys
 
@@ -227,6 +228,23 @@ def _print_best(head: str, best: list[tuple], tail: str = "") -> None:
         print(f"{head}: {top}{tail}", flush=True)
 
 
+def _sweep_run(kernel, x, p, ref, label: str, shape: str, m: int, t_bf: float, t_def: float, items, head: str,
+               tail: str) -> None:
+    """Time `kernel` at each (knob text, knob values, config, weight copies or a function giving them) of `items`
+    on rotating copies beside the default path and cuBLAS bf16: a line each, then the best three (`head`: what
+    names the values, `tail` after them)."""
+    best = []
+    for text, values, cfg, ws in items:
+        ws = ws() if callable(ws) else ws
+        if (res := _time_knobs(kernel, x, ws[0], ws, ref, {"config": cfg}, f"{label} {shape} M={m}")) is None:
+            continue
+        t, err = res
+        best.append((t, *values))
+        print(f"{label} {shape} M={m} {text}: {t * 1e3:7.1f} us {p.nbytes / t / 1e6:6.0f} GB/s x{t_bf / t:.2f} bf16 "
+              f"x{t_def / t:.2f} default err {err:.1e}", flush=True)
+    _print_best(f"{label} best {shape} M={m} {head}", best, tail)
+
+
 def sweep_gluon(args) -> int:
     """Time every GLUON_SWEEP config of the Gluon kernel (rotating weight copies, as the benchmark) per shape and M."""
     from qerl_kernels.fp4_gluon import fp4_gemm_gluon
@@ -274,20 +292,12 @@ def sweep_gemv(args) -> int:
         print(f"gemv {shape} M={m}: bf16 {t_bf * 1e3:.1f} us, default path {t_def * 1e3:.1f} us, gemv "
               f"heuristic {t_heur * 1e3:.1f} us ({p.nbytes / t_heur / 1e6:.0f} GB/s)", flush=True)
         mode = "fma" if m <= FMA_MAX_M else "dot"
-        best = []
-        for bn, bw, nw, ns in GEMV_SWEEP[mode]:
-            for cps in GEMV_CPS:
-                cfg = dict(DOT=mode == "dot", BN=bn, BW=bw, CPS=cps, num_warps=nw, num_stages=ns)
-                res = _time_knobs(fp4_gemm_gemv, x, p, copies, ref, {"config": cfg}, f"gemv {shape} M={m}")
-                if res is None:
-                    continue
-                t, err = res
-                best.append((t, bn, bw, nw, ns, cps))
-                print(f"gemv {shape} M={m} {mode} bn={bn} bw={bw} warps={nw} stages={ns} ctas/SM={cps}: "
-                      f"{t * 1e3:7.1f} us {p.nbytes / t / 1e6:6.0f} GB/s x{t_bf / t:.2f} bf16 "
-                      f"x{t_def / t:.2f} default err {err:.1e}", flush=True)
-        _print_best(f"gemv best {shape} M={m} {mode} (bn, bw, warps, stages, ctas/SM)", best,
-                    f" | default {t_def * 1e3:.1f}us heuristic {t_heur * 1e3:.1f}us bf16 {t_bf * 1e3:.1f}us")
+        items = [(f"{mode} bn={bn} bw={bw} warps={nw} stages={ns} ctas/SM={cps}", (bn, bw, nw, ns, cps),
+                  dict(DOT=mode == "dot", BN=bn, BW=bw, CPS=cps, num_warps=nw, num_stages=ns), copies)
+                 for bn, bw, nw, ns in GEMV_SWEEP[mode] for cps in GEMV_CPS]
+        _sweep_run(fp4_gemm_gemv, x, p, ref, "gemv", shape, m, t_bf, t_def, items,
+                   f"{mode} (bn, bw, warps, stages, ctas/SM)",
+                   f" | default {t_def * 1e3:.1f}us heuristic {t_heur * 1e3:.1f}us bf16 {t_bf * 1e3:.1f}us")
     return 0
 
 
@@ -299,48 +309,23 @@ def sweep_mma(args) -> int:
         t_heur, _ = time_calls([lambda q=q: fp4_gemm_mma(x, q) for q in copies])
         print(f"mma {shape} M={m}: bf16 {t_bf * 1e3:.1f} us, default path {t_def * 1e3:.1f} us, mma "
               f"heuristic {t_heur * 1e3:.1f} us ({p.nbytes / t_heur / 1e6:.0f} GB/s)", flush=True)
+        tail = f" | default {t_def * 1e3:.1f}us heuristic {t_heur * 1e3:.1f}us bf16 {t_bf * 1e3:.1f}us"
+        if getattr(args, "rows", False):  # the row-block grid (tiled: tile_prepared's copies at NW 1, CH 2, once)
+            rows_tiled = functools.cache(lambda: [tile_prepared(q, 1, 2) for q in copies])
+            items = [(f"warps={kw} split={sp} tiled={t} maxnreg={mx}", (kw, sp, t, mx),
+                      dict(GRID="rows", KW=kw, SPLIT=sp, TILED=t, MAXNREG=mx), rows_tiled if t else copies)
+                     for kw, sp, t, mx in MMA_ROWS_SWEEP]
+            _sweep_run(fp4_gemm_mma, x, p, ref, "mma-rows", shape, m, t_bf, t_def, items,
+                       "(warps, split, tiled, register cap)", tail)
         runs = [("mma", MMA_SWEEP, False)] + ([("mma-tiled", MMA_TILED_SWEEP, True)] if args.tiled else [])
-        if getattr(args, "rows", False):
-            _sweep_rows(x, p, copies, ref, shape, m, t_bf, t_def)
         for label, sweep, tiled in runs:  # tiled: each unit one contiguous read (fp4_mma.tile_prepared)
-            best = []
-            for nw, ch, stages, cps, pf in sweep:
-                ws = [tile_prepared(q, nw, ch) for q in copies] if tiled else copies
-                res = _time_knobs(fp4_gemm_mma, x, ws[0], ws, ref,
-                                  {"config": dict(NW=nw, CH=ch, STAGES=stages, CPS=cps, PF=pf, TILED=tiled)},
-                                  f"{label} {shape} M={m}")
-                if res is None:
-                    continue
-                t, err = res
-                best.append((t, nw, ch, stages, cps, pf))
-                print(f"{label} {shape} M={m} warps={nw} ch={ch} stages={stages} ctas/SM={cps} pf={pf}: "
-                      f"{t * 1e3:7.1f} us {p.nbytes / t / 1e6:6.0f} GB/s x{t_bf / t:.2f} bf16 x{t_def / t:.2f} "
-                      f"default err {err:.1e}", flush=True)
-            _print_best(f"{label} best {shape} M={m} (warps, ch, stages, ctas/SM, prefetch)", best,
-                        f" | default {t_def * 1e3:.1f}us heuristic {t_heur * 1e3:.1f}us bf16 {t_bf * 1e3:.1f}us")
+            items = [(f"warps={nw} ch={ch} stages={st} ctas/SM={cps} pf={pf}", (nw, ch, st, cps, pf),
+                      dict(NW=nw, CH=ch, STAGES=st, CPS=cps, PF=pf, TILED=tiled),
+                      (lambda nw=nw, ch=ch: [tile_prepared(q, nw, ch) for q in copies]) if tiled else copies)
+                     for nw, ch, st, cps, pf in sweep]
+            _sweep_run(fp4_gemm_mma, x, p, ref, label, shape, m, t_bf, t_def, items,
+                       "(warps, ch, stages, ctas/SM, prefetch)", tail)
     return 0
-
-
-def _sweep_rows(x, p, copies, ref, shape, m, t_bf, t_def) -> None:
-    """MMA_ROWS_SWEEP for one shape and M: the row-block grid's knob sets, each line beside the default path."""
-    from qerl_kernels.fp4_mma import fp4_gemm_mma, tile_prepared
-    best = []
-    tiled = None
-    for kw, split, t, mx in MMA_ROWS_SWEEP:
-        if t and tiled is None:
-            tiled = [tile_prepared(q, 1, 2) for q in copies]
-        ws = tiled if t else copies
-        cfg = dict(GRID="rows", KW=kw, SPLIT=split, TILED=t, MAXNREG=mx)
-        res = _time_knobs(fp4_gemm_mma, x, ws[0], ws, ref, {"config": cfg}, f"mma-rows {shape} M={m}")
-        if res is None:
-            continue
-        tm, err = res
-        best.append((tm, kw, split, t, mx))
-        print(f"mma-rows {shape} M={m} warps={kw} split={split} tiled={t} maxnreg={mx}: {tm * 1e3:7.1f} us "
-              f"{p.nbytes / tm / 1e6:6.0f} GB/s x{t_bf / tm:.2f} bf16 x{t_def / tm:.2f} default err {err:.1e}",
-              flush=True)
-    _print_best(f"mma-rows best {shape} M={m} (warps, split, tiled, register cap)", best,
-                f" | default {t_def * 1e3:.1f}us bf16 {t_bf * 1e3:.1f}us")
 
 
 def profile(args) -> int:
