@@ -1014,18 +1014,20 @@ def launch_args(x: torch.Tensor, w: PreparedFP4, bias, lora, residual, y: torch.
     return (grid,), args, meta
 
 
-def rows_config(n_pad: int, k_words: int, n_sm: int, ch: int | None = None) -> dict:
+def rows_config(n_pad: int, k_words: int, n_sm: int, ch: int | None = None, kw: int | None = None) -> dict:
     """Knobs of the row-block grid (GRID "rows") for N_pad rows and K_pad / 8 words on n_sm SMs: CH as mma_config;
-    KW warps a CTA splitting a row block's units (a power of two, at most 8 and at most half the units); SPLIT runs a
-    row block where the row blocks times KW would give fewer than 8 warps an SM; CPB programs an SM of the
-    persistent grid (24 warps an SM: what 78 registers a thread allow; 0: one program a row block)."""
+    KW (given, or: a power of two, at most 8 and at most half the units) warps a CTA splitting a row block's units;
+    SPLIT runs a row block where the row blocks times KW would give fewer than 8 warps an SM; CPB programs an SM of
+    the persistent grid, 24 warps an SM (they fit with the registers capped at 80, MAXNREG; the kernel takes 102
+    uncapped, call 64; 0: one program a row block)."""
     chunks = k_words // 16
     ch = (2 if chunks % 2 == 0 else 1) if ch is None else ch
     steps = chunks // ch
     blocks = -(-n_pad // (32 // ch))
-    kw = 1 << (max(1, min(8, steps // 2)).bit_length() - 1)   # a power of two (a layout's warps)
-    split = max(1, min(steps // kw, MAX_SPLIT, -(-8 * n_sm // (blocks * kw))))
-    return dict(GRID="rows", CH=ch, KW=kw, SPLIT=split, STAGES=2, CPB=max(1, 24 // kw))
+    if kw is None:
+        kw = 1 << (max(1, min(8, steps // 2)).bit_length() - 1)   # a power of two (a layout's warps)
+    split = max(1, min(steps // max(kw, 1), MAX_SPLIT, -(-8 * n_sm // (blocks * max(kw, 1)))))
+    return dict(GRID="rows", CH=ch, KW=kw, SPLIT=split, STAGES=2, CPB=max(1, 24 // max(kw, 1)))
 
 
 def rows_launch_args(x: torch.Tensor, w: PreparedFP4, bias, lora, residual, y: torch.Tensor, n_sm: int,
@@ -1040,10 +1042,8 @@ def rows_launch_args(x: torch.Tensor, w: PreparedFP4, bias, lora, residual, y: t
     m = x.shape[0]
     n_pad, kww = w.words.shape
     config = dict(config or {})
-    cfg = rows_config(n_pad, kww, n_sm, config.get("CH"))
-    cfg.update({k: int(config[k]) for k in ("KW", "SPLIT", "STAGES", "CPB") if k in config})
-    if "KW" in config and "CPB" not in config:
-        cfg["CPB"] = max(1, 24 // cfg["KW"])
+    cfg = rows_config(n_pad, kww, n_sm, config.get("CH"), int(config["KW"]) if "KW" in config else None)
+    cfg.update({k: int(config[k]) for k in ("SPLIT", "STAGES", "CPB") if k in config})
     ch, kw, split, stages, cpb = cfg["CH"], cfg["KW"], cfg["SPLIT"], cfg["STAGES"], cfg["CPB"]
     steps = kww // (16 * ch) if ch in (1, 2) else 0
     if ch not in (1, 2) or n_pad % (32 // ch) or kww % (16 * ch) or kw not in (1, 2, 4, 8) or \
