@@ -57,7 +57,7 @@ if HAVE_TRITON:
     import triton.language as tl
 
     from qerl_kernels.fp4_decoder import _decode_tile, _decode_words
-    from qerl_kernels.fp4_launch import _check_2d, _num_sms, _use_asm, _workspace
+    from qerl_kernels.fp4_launch import _num_sms, _skinny_io, _use_asm, _workspace
 
 __all__ = ["fp4_gemm_gemv", "launch_args", "gemv_config", "selected", "GEMV_MAX_M", "FMA_MAX_M", "MEASURED_WINS",
            "m_bucket", "compile_variants", "compile_variant"]
@@ -336,17 +336,8 @@ def fp4_gemm_gemv(x: torch.Tensor, w: PreparedFP4, bias: torch.Tensor | None = N
     Raises:
         ValueError: shape, dtype or device mismatch, M > 16, FMA mode above M = 4, or bad knobs.
     """
-    _check_2d(x, w, w.k, "fp4_gemm_gemv", "x")
-    m = x.shape[0]
-    if m > GEMV_MAX_M:
-        raise ValueError(f"fp4_gemm_gemv: M = {m} > {GEMV_MAX_M}")
-    if bias is not None and (tuple(bias.shape) != (w.n,) or bias.device != x.device):
-        raise ValueError(f"fp4_gemm_gemv: bias {tuple(bias.shape)} on {bias.device} is not [{w.n}] on {x.device}")
-    x = x.contiguous()
-    if x.storage_offset() % 2:  # the int32 view of the activation pairs needs a 4-byte aligned start
-        x = x.clone()
-    y = torch.empty((m, w.n), dtype=x.dtype, device=x.device)
-    if m == 0:
+    x, y = _skinny_io(x, w, bias, GEMV_MAX_M, "fp4_gemm_gemv")
+    if x.shape[0] == 0:
         return y
     n_sm = 2 if interpret_mode() else _num_sms(x.device.index or 0)
     grid, args, meta = launch_args(x, w, bias, y, n_sm, config)

@@ -103,6 +103,25 @@ def _check_2d(x: torch.Tensor, w: PreparedFP4, cols: int, op: str, name: str) ->
         raise ValueError(f"{op}: {name} on {x.device} but the weight on {w.words.device}")
 
 
+def _skinny_io(x: torch.Tensor, w: PreparedFP4, bias: torch.Tensor | None, max_m: int, op: str):
+    """The skinny-M kernels' (fp4_gemv, fp4_mma) inputs checked and made ready: (x contiguous with the 4-byte
+    aligned start the int32 view of its activation pairs needs, y [M, N] empty in x's dtype).
+
+    Raises:
+        ValueError: x not [M, K] fp16/bf16 on the weight's device, M > max_m, or bias not [N] there.
+    """
+    _check_2d(x, w, w.k, op, "x")
+    m = x.shape[0]
+    if m > max_m:
+        raise ValueError(f"{op}: M = {m} > {max_m}")
+    if bias is not None and (tuple(bias.shape) != (w.n,) or bias.device != x.device):
+        raise ValueError(f"{op}: bias {tuple(bias.shape)} on {bias.device} is not [{w.n}] on {x.device}")
+    x = x.contiguous()
+    if x.storage_offset() % 2:
+        x = x.clone()
+    return x, torch.empty((m, w.n), dtype=x.dtype, device=x.device)
+
+
 def fp4_gemm(x: torch.Tensor, w, bias: torch.Tensor | None = None, *, config: dict | None = None,
              fused: bool | None = None, path: str | None = None, lora: tuple | None = None,
              residual: torch.Tensor | None = None) -> torch.Tensor:

@@ -90,7 +90,7 @@ if HAVE_TRITON:
     from qerl_kernels.fp4_gluon import HAVE_GLUON
     if HAVE_GLUON:
         from qerl_kernels.fp4_gluon import _cta_barrier
-    from qerl_kernels.fp4_launch import _check_2d, _num_sms, _workspace
+    from qerl_kernels.fp4_launch import _num_sms, _skinny_io, _workspace
 
     if HAVE_GLUON:
         from triton.experimental import gluon
@@ -937,18 +937,10 @@ def fp4_gemm_mma(x: torch.Tensor, w: PreparedFP4, bias: torch.Tensor | None = No
     Raises:
         ValueError: shape, dtype or device mismatch, M > 8, or bad knobs.
     """
-    _check_2d(x, w, w.k, "fp4_gemm_mma", "x")
+    x, y = _skinny_io(x, w, bias, MMA_MAX_M, "fp4_gemm_mma")
     m = x.shape[0]
-    if m > MMA_MAX_M:
-        raise ValueError(f"fp4_gemm_mma: M = {m} > {MMA_MAX_M}")
-    if bias is not None and (tuple(bias.shape) != (w.n,) or bias.device != x.device):
-        raise ValueError(f"fp4_gemm_mma: bias {tuple(bias.shape)} on {bias.device} is not [{w.n}] on {x.device}")
     if residual is not None and tuple(residual.shape) != (m, w.n):
         raise ValueError(f"fp4_gemm_mma: residual {tuple(residual.shape)} is not [{m}, {w.n}]")
-    x = x.contiguous()
-    if x.storage_offset() % 2:  # the int32 view of the activation pairs needs a 4-byte aligned start
-        x = x.clone()
-    y = torch.empty((m, w.n), dtype=x.dtype, device=x.device)
     if m == 0:
         return y
     interp = interpret_mode()
