@@ -407,14 +407,10 @@ def compile_variants() -> dict[str, tuple]:
 def compile_variant(name: str, arch: int = 90) -> dict:
     """Compile one of `compile_variants` for `arch` from CPU tensors (never filled): registers, spills, shared
     memory, or the error. Must run in a process where the Triton interpreter has not run."""
-    from qerl_kernels.gluon_compile import compile_launch, ptxas_usage
-    from qerl_kernels.layout import padded_shape
+    from qerl_kernels.gluon_compile import compile_launch, empty_prepared, ptxas_usage
     n, k, m, kind, bf16, bias, cfg = compile_variants()[name]
     dt = torch.bfloat16 if bf16 else torch.float16
-    n_pad, k_pad = padded_shape(n, k)
-    w = PreparedFP4(torch.empty(n_pad, k_pad // 8, dtype=torch.int32),
-                    torch.empty(n_pad, k_pad // 32, dtype=torch.int16 if kind == 0 else torch.uint8),
-                    torch.empty(2, n_pad, dtype=torch.float32), n, k, kind)
+    w = empty_prepared(n, k, kind)
     x, y = torch.empty(m, k, dtype=dt), torch.empty(m, n, dtype=dt)
     grid, args, meta = launch_args(x, w, torch.empty(n, dtype=dt) if bias else None, y, 132, cfg)
     try:

@@ -1117,16 +1117,12 @@ def compile_variants() -> dict[str, tuple]:
 
 
 def _build(name: str, arch: int = 90):
-    from qerl_kernels.gluon_compile import compile_launch
-    from qerl_kernels.layout import padded_shape
+    from qerl_kernels.gluon_compile import compile_launch, empty_prepared
     n, k, m, kind, bf16, bias, lora, res, cfg = compile_variants()[name]
     dt = torch.bfloat16 if bf16 else torch.float16
-    n_pad, k_pad = padded_shape(n, k)
-    w = PreparedFP4(torch.empty(n_pad, k_pad // 8, dtype=torch.int32),
-                    torch.empty(n_pad, k_pad // 32, dtype=torch.int16 if kind == 0 else torch.uint8),
-                    torch.empty(2, n_pad, dtype=torch.float32), n, k, kind)
+    w = empty_prepared(n, k, kind)
     x, y = torch.empty(m, k, dtype=dt), torch.empty(m, n, dtype=dt)
-    lo = (torch.empty(m, 32, dtype=dt), torch.empty(n_pad, 32, dtype=dt)) if lora else None
+    lo = (torch.empty(m, 32, dtype=dt), torch.empty(w.words.shape[0], 32, dtype=dt)) if lora else None
     rows = (cfg or {}).get("GRID") == "rows"
     grid, args, meta = (rows_launch_args if rows else launch_args)(
         x, w, torch.empty(n, dtype=dt) if bias else None, lo, torch.empty(m, n, dtype=dt) if res else None, y, 132,

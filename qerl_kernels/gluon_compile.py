@@ -44,8 +44,8 @@ import torch
 from qerl_kernels import fp4_gluon, fp4_wgmma
 from qerl_kernels.layout import PreparedFP4, padded_shape
 
-__all__ = ["Variant", "variants", "wgmma_variants", "wgmma_facts", "compile_variant", "ptxas_usage", "resident_ctas",
-           "check", "table", "main"]
+__all__ = ["Variant", "variants", "empty_prepared", "wgmma_variants", "wgmma_facts", "compile_variant", "ptxas_usage",
+           "resident_ctas", "check", "table", "main"]
 
 SMEM_PER_SM = 228 * 1024      # Hopper (H100 / H200): shared memory per SM
 SMEM_RESERVED = 1024          # per CTA, reserved by the system
@@ -135,14 +135,20 @@ def wgmma_variants() -> list[Variant]:
     return out
 
 
+def empty_prepared(n: int, k: int, scale_kind: int = 0) -> PreparedFP4:
+    """A PreparedFP4 of n x k's padded shapes and dtypes from CPU tensors never filled: what an offline build needs
+    (shapes, dtypes, strides and 16-byte alignment matter to the compile, values do not)."""
+    n_pad, k_pad = padded_shape(n, k)
+    return PreparedFP4(words=torch.empty(n_pad, k_pad // 8, dtype=torch.int32),
+                       scales=torch.empty(n_pad, k_pad // 32, dtype=torch.int16 if scale_kind == 0 else torch.uint8),
+                       out_scales=torch.empty(2, n_pad, dtype=torch.float32), n=n, k=k, scale_kind=scale_kind)
+
+
 def _cpu_launch(v: Variant):
     """(grid, args, meta) of the variant's launch, built by its module's launch_args from CPU tensors (never
     filled: only shapes, dtypes, strides and 16-byte alignment matter to the compile)."""
     dt = torch.bfloat16 if v.bf16 else torch.float16
-    n_pad, k_pad = padded_shape(v.n, v.k)
-    w = PreparedFP4(words=torch.empty(n_pad, k_pad // 8, dtype=torch.int32),
-                    scales=torch.empty(n_pad, k_pad // 32, dtype=torch.int16),
-                    out_scales=torch.empty(2, n_pad, dtype=torch.float32), n=v.n, k=v.k, scale_kind=0)
+    w = empty_prepared(v.n, v.k)
     x = torch.empty(v.m, v.k, dtype=dt)
     y = torch.empty(v.m, v.n, dtype=dt)
     bias = torch.empty(v.n, dtype=dt) if v.bias else None
