@@ -115,10 +115,13 @@ DEFAULT_ON = False   # the default forward takes this kernel for M <= 8: no (cal
 # faster on the 7B o and q/k/v launches at batch 1; call 64 (rows_call64/: the grid persistent, registers capped at
 # 80 so that 24 warps an SM fit) also on gate/up; call 66 (rows_call66/: programs an SM x register caps, every row
 # timed twice) on down with 96 registers. Row-major weights (the load-time layout). Elsewhere the default path was
-# as fast or faster (every M = 8 launch).
+# as fast or faster (every M = 8 launch). Call 68 (epi_call68/: o and down with the engine's LoRA rank 32 and
+# residual): the LoRA update split over the warps by rank (PRE) o 12.6 -> 8.4 us (PRE 1; 8.8 with PRE 2), down
+# 27.3 -> 24.3 (PRE 2; 24.9 with PRE 1); without LoRA and residual 7.6 and 23.0.
 MEASURED_WINS: dict[tuple, dict] = {
     ("h100", 0, "bf16", 37888, 3584, 1): dict(GRID="rows", KW=2, SPLIT=1, CPB=12, MAXNREG=80),  # 37.4 vs 37.7-44.2
-    ("h100", 0, "bf16", 3584, 18944, 1): dict(GRID="rows", KW=8, SPLIT=1, CPB=3, MAXNREG=96),   # down: 22.9 vs 24.5
+    ("h100", 0, "bf16", 3584, 18944, 1): dict(GRID="rows", KW=8, SPLIT=1, CPB=3, MAXNREG=96,    # down: 22.9 vs 24.5
+                                              PRE=2),
     ("h100", 0, "bf16", 3584, 3584, 1): dict(GRID="rows", KW=8, SPLIT=1, CPB=3, MAXNREG=80),    # o: 7.8 vs 8.0
     ("h100", 0, "bf16", 4608, 3584, 1): dict(GRID="rows", KW=4, SPLIT=1, CPB=6, MAXNREG=80),    # q/k/v: 9.4 vs 11.6
 }
@@ -506,8 +509,9 @@ if HAVE_GLUON:
     @gluon.jit
     def _gl_out(q, row, c, blk: gl.constexpr, os_ptr, bias_ptr, y_ptr, t_ptr, lb_ptr, res_ptr, M, N, stride_ym,
                 stride_t, stride_res, HAS_BIAS: gl.constexpr, HAS_LORA: gl.constexpr, R: gl.constexpr,
-                HAS_RES: gl.constexpr, NW: gl.constexpr, LW: gl.constexpr):
-        """`_mma_out` with the layouts pinned."""
+                HAS_RES: gl.constexpr, NW: gl.constexpr, LW: gl.constexpr, lora_sum=None):
+        """`_mma_out` with the layouts pinned; lora_sum: the LoRA update already summed (`_gl_lora_part`), else
+        computed here."""
         i = gl.expand_dims(gl.arange(0, 4, layout=gl.SliceLayout(0, LW)), 0)
         rows = gl.expand_dims(row, 1) + 16 * blk + 8 * (i // 2)
         n = gl.expand_dims(2 * c, 1) + i % 2
@@ -515,7 +519,9 @@ if HAVE_GLUON:
         out = q * gl.load(os_ptr + rows, mask=rows < N, other=0.0)
         if HAS_BIAS:
             out += gl.load(bias_ptr + rows, mask=rows < N, other=0.0).to(gl.float32)
-        if HAS_LORA:
+        if lora_sum is not None:
+            out += lora_sum
+        elif HAS_LORA:
             # one rank at a time on LW itself (a 3-D [32 NW, 4, R] tile cost the whole kernel 150 registers), four
             # ranks a loop step so that their loads overlap
             bp = lb_ptr + rows * R
@@ -712,10 +718,9 @@ if HAVE_GLUON:
             async_copy.wait_group(0)
 
     @gluon.jit
-    def _gl_warp_sum(a0, a1, a2, a3, red, KW: gl.constexpr, LW: gl.constexpr, LR: gl.constexpr):
-        """The [32 KW, 4] accumulators of one tile summed over their words (`_gl_col`) and over the KW warps, in
-        warp order, through shared memory `red` ([32 KW, 4] fp32): [32, 4] on LR (every warp holds the sum)."""
-        q = _gl_col(a0, 0, LW) + _gl_col(a1, 1, LW) + _gl_col(a2, 2, LW) + _gl_col(a3, 3, LW)
+    def _gl_warp_reduce(q, red, KW: gl.constexpr, LR: gl.constexpr):
+        """[32 KW, 4] q summed over the KW warps, in warp order, through shared memory `red` ([32 KW, 4] fp32):
+        [32, 4] on LR (every warp holds the sum)."""
         red.store(q)
         _cta_barrier()
         tot = red.slice(0, 32).load(LR)
@@ -723,6 +728,32 @@ if HAVE_GLUON:
             tot += red.slice(32 * w, 32).load(LR)
         _cta_barrier()  # `red` is reused for the next tile
         return tot
+
+    @gluon.jit
+    def _gl_warp_sum(a0, a1, a2, a3, red, KW: gl.constexpr, LW: gl.constexpr, LR: gl.constexpr):
+        """The [32 KW, 4] accumulators of one tile summed over their words (`_gl_col`) and over the warps
+        (`_gl_warp_reduce`)."""
+        q = _gl_col(a0, 0, LW) + _gl_col(a1, 1, LW) + _gl_col(a2, 2, LW) + _gl_col(a3, 3, LW)
+        return _gl_warp_reduce(q, red, KW, LR)
+
+    @gluon.jit
+    def _gl_lora_part(lb_ptr, t_ptr, row0, g, c, warp, M, N, stride_t, R: gl.constexpr, RW: gl.constexpr,
+                      LW: gl.constexpr):
+        """[32 KW, 4]: warp w's part of one 16-row tile's LoRA update t @ B^T (slot (lane (g, c), i): row row0 + g
+        + 8 (i // 2), activation row 2c + i % 2, as `_gl_out`'s), ranks RW w .. RW (w + 1) - 1 in rank order; the
+        warps' parts are summed by `_gl_warp_reduce`. Each warp loads 2 RW values an output once, all in flight
+        together, where `_gl_out`'s own loop (every warp all R ranks) waits R / 4 times."""
+        i = gl.expand_dims(gl.arange(0, 4, layout=gl.SliceLayout(0, LW)), 0)
+        rows = gl.expand_dims(row0 + g, 1) + 8 * (i // 2)
+        n = gl.expand_dims(2 * c, 1) + i % 2
+        ok = (n < M) & (rows < N)
+        bp = lb_ptr + rows * R + warp * RW
+        tp = t_ptr + n * stride_t + warp * RW
+        acc = gl.load(bp, mask=ok, other=0.0).to(gl.float32) * gl.load(tp, mask=ok, other=0.0).to(gl.float32)
+        for r in gl.static_range(1, RW):
+            acc += gl.load(bp + r, mask=ok, other=0.0).to(gl.float32) * gl.load(tp + r, mask=ok, other=0.0).to(
+                gl.float32)
+        return acc
 
     @gluon.jit(do_not_specialize=["M"])
     def _fp4_mma_rows_gl(
@@ -732,7 +763,7 @@ if HAVE_GLUON:
             WROW, SROW, WUNIT, SUNIT, WBLK, SBLK,
             SCALE_KIND: gl.constexpr, BF16: gl.constexpr, HAS_BIAS: gl.constexpr, HAS_LORA: gl.constexpr,
             R: gl.constexpr, HAS_RES: gl.constexpr, EVEN_K: gl.constexpr, KW: gl.constexpr, SPLIT: gl.constexpr,
-            STAGES: gl.constexpr, CH: gl.constexpr, LOAD_ONLY: gl.constexpr = 0):
+            STAGES: gl.constexpr, CH: gl.constexpr, LOAD_ONLY: gl.constexpr = 0, PRE: gl.constexpr = 0):
         """The row-block grid (GRID "rows"): program (b, s) takes row block b (16 rows a tile, 2 // CH tiles) over
         its s-th of SPLIT equal runs of units; its KW warps split the run, warp w taking units w, w + KW, ... with
         the words and scale entries loaded straight into registers (STAGES 2: one unit ahead), the same MMA step as
@@ -740,7 +771,10 @@ if HAVE_GLUON:
         in the workspace (the last program to arrive sums them in split order and runs the epilogue; deterministic).
         No program waits on another's atomic mid-stream: the only cross-program step is the split's one arrival.
         Persistent: program (p, s) takes row blocks p, p + P, ... of the NB (P programs along the grid's first
-        dimension), so its set-up is paid once and the grid is one wave."""
+        dimension), so its set-up is paid once and the grid is one wave. PRE (LoRA, SPLIT 1): the LoRA update split
+        over the warps by rank (`_gl_lora_part`) and summed with the products' warp sums, its loads issued before the
+        row block's main loop (1, `rows_launch_args`' default) or after it (2); 0: `_gl_out` computes it, every warp
+        all ranks, R / 4 dependent load rounds (call 68: o with LoRA and residual 12.6 us, 8.4 with PRE 1)."""
         LW: gl.constexpr = gl.BlockedLayout([1, 4], [32, 1], [KW, 1], [1, 0])
         LV: gl.constexpr = gl.SliceLayout(1, LW)
         LR: gl.constexpr = gl.BlockedLayout([1, 4], [32, 1], [KW, 1], [1, 0])  # [32, 4]: replicated over the warps
@@ -788,6 +822,12 @@ if HAVE_GLUON:
             a5 = gl.zeros([32 * KW, 4], gl.float32, layout=LW)
             a6 = gl.zeros([32 * KW, 4], gl.float32, layout=LW)
             a7 = gl.zeros([32 * KW, 4], gl.float32, layout=LW)
+            if PRE == 1:
+                lw0 = _gl_lora_part(lb_ptr, t_ptr, pid_b * (16 * TILES), g, c, warp, M, N, stride_t, R, R // KW, LW)
+                lw1 = lw0
+                if TILES == 2:
+                    lw1 = _gl_lora_part(lb_ptr, t_ptr, pid_b * (16 * TILES) + 16, g, c, warp, M, N, stride_t, R,
+                                        R // KW, LW)
             for i in range(iters):
                 w0, w1, w2, w3, s0_, s1_, s2_, s3_ = pw0, pw1, pw2, pw3, ps0, ps1, ps2, ps3
                 if STAGES >= 2:
@@ -813,7 +853,22 @@ if HAVE_GLUON:
             gr = lr // 4
             cr = lr % 4
             row = pid_b * (16 * TILES) + gr
-            if SPLIT == 1:
+            if PRE:
+                if PRE == 2:
+                    lw0 = _gl_lora_part(lb_ptr, t_ptr, pid_b * (16 * TILES), g, c, warp, M, N, stride_t, R, R // KW,
+                                        LW)
+                    lw1 = lw0
+                    if TILES == 2:
+                        lw1 = _gl_lora_part(lb_ptr, t_ptr, pid_b * (16 * TILES) + 16, g, c, warp, M, N, stride_t, R,
+                                            R // KW, LW)
+                l0 = _gl_warp_reduce(lw0, red, KW, LR)
+                _gl_out(q0, row, cr, 0, os_row, bias_ptr, y_ptr, t_ptr, lb_ptr, res_ptr, M, N, stride_ym, stride_t,
+                        stride_res, HAS_BIAS, HAS_LORA, R, HAS_RES, 1, LR, l0)
+                if TILES == 2:
+                    l1 = _gl_warp_reduce(lw1, red, KW, LR)
+                    _gl_out(q1, row, cr, 1, os_row, bias_ptr, y_ptr, t_ptr, lb_ptr, res_ptr, M, N, stride_ym, stride_t,
+                            stride_res, HAS_BIAS, HAS_LORA, R, HAS_RES, 1, LR, l1)
+            elif SPLIT == 1:
                 _gl_out(q0, row, cr, 0, os_row, bias_ptr, y_ptr, t_ptr, lb_ptr, res_ptr, M, N, stride_ym, stride_t,
                         stride_res, HAS_BIAS, HAS_LORA, R, HAS_RES, 1, LR)
                 if TILES == 2:
@@ -1026,7 +1081,8 @@ def rows_launch_args(x: torch.Tensor, w: PreparedFP4, bias, lora, residual, y: t
                      config: dict | None = None) -> tuple[tuple, tuple, dict]:
     """(grid, positional arguments, meta-parameters) of one `_fp4_mma_rows_gl` launch (the row-block grid): the
     one place that turns its knobs (`rows_config`, overridden by config's CH, KW, SPLIT, STAGES 1-2, TILED: w is
-    `tile_prepared(w, 1, CH)`'s, CPB, MAXNREG: registers a thread at most, LOAD_ONLY) into a launch.
+    `tile_prepared(w, 1, CH)`'s, CPB, MAXNREG: registers a thread at most, LOAD_ONLY, PRE: where the LoRA update
+    is computed, default 1, ignored without LoRA or with SPLIT > 1) into a launch.
 
     Raises:
         ValueError: knobs the kernel does not support (the message names them).
@@ -1037,12 +1093,13 @@ def rows_launch_args(x: torch.Tensor, w: PreparedFP4, bias, lora, residual, y: t
     cfg = rows_config(n_pad, kww, n_sm, config.get("CH"), int(config["KW"]) if "KW" in config else None)
     cfg.update({k: int(config[k]) for k in ("SPLIT", "STAGES", "CPB") if k in config})
     ch, kw, split, stages, cpb = cfg["CH"], cfg["KW"], cfg["SPLIT"], cfg["STAGES"], cfg["CPB"]
+    pre = int(config.get("PRE", 1))
     steps = kww // (16 * ch) if ch in (1, 2) else 0
     if ch not in (1, 2) or n_pad % (32 // ch) or kww % (16 * ch) or kw not in (1, 2, 4, 8) or \
-            not 1 <= split <= min(MAX_SPLIT, steps) or stages not in (1, 2) or cpb < 0:
-        raise ValueError(f"fp4_gemm_mma: bad row-grid knobs {cfg} for {n_pad} padded rows and {kww} words a row "
-                         f"(CH 1 or 2, dividing the 128-column chunks; KW 1, 2, 4 or 8; SPLIT 1..min({MAX_SPLIT}, "
-                         f"units a row); STAGES 1 or 2; CPB >= 0)")
+            not 1 <= split <= min(MAX_SPLIT, steps) or stages not in (1, 2) or cpb < 0 or pre not in (0, 1, 2):
+        raise ValueError(f"fp4_gemm_mma: bad row-grid knobs {dict(cfg, PRE=pre)} for {n_pad} padded rows and {kww} "
+                         f"words a row (CH 1 or 2, dividing the 128-column chunks; KW 1, 2, 4 or 8; SPLIT "
+                         f"1..min({MAX_SPLIT}, units a row); STAGES 1 or 2; CPB >= 0; PRE 0, 1 or 2)")
     blocks = n_pad // (32 // ch)
     ws, cnt = _workspace(x.device, blocks * split * 2 * 32 * 4 if split > 1 else 1, blocks)
     dummy = w.out_scales
@@ -1056,7 +1113,8 @@ def rows_launch_args(x: torch.Tensor, w: PreparedFP4, bias, lora, residual, y: t
     meta = dict(SCALE_KIND=w.scale_kind, BF16=x.dtype == torch.bfloat16, HAS_BIAS=bias is not None,
                 HAS_LORA=lora is not None, R=lora[1].shape[1] if lora is not None else 16,
                 HAS_RES=residual is not None, EVEN_K=w.k == kww * 8, KW=kw, SPLIT=split, STAGES=stages, CH=ch,
-                LOAD_ONLY=int(config.get("LOAD_ONLY", 0)), num_warps=kw)
+                LOAD_ONLY=int(config.get("LOAD_ONLY", 0)), PRE=pre if lora is not None and split == 1 else 0,
+                num_warps=kw)
     if config.get("MAXNREG"):  # a register cap, so that CPB programs fit an SM (the compiler's launch option)
         meta["maxnreg"] = int(config["MAXNREG"])
     return (min(blocks, n_sm * cpb) if cpb else blocks, split), args, meta
@@ -1109,6 +1167,11 @@ def compile_variants() -> dict[str, tuple]:
         "down-lora-res-rows-table-m1": (3584, 18944, 1, 0, True, False, True, True,
                                         MEASURED_WINS[("h100", 0, "bf16", 3584, 18944, 1)]),
         "down-lora-res-rows-m1": (3584, 18944, 1, 0, True, False, True, True, {"GRID": "rows"}),
+        "o-lora-res-rows-pre1-m1": (3584, 3584, 1, 0, True, False, True, True,
+                                    dict(MEASURED_WINS[("h100", 0, "bf16", 3584, 3584, 1)], PRE=1)),
+        "down-lora-res-rows-pre2-m1": (3584, 18944, 1, 0, True, False, True, True,
+                                       dict(MEASURED_WINS[("h100", 0, "bf16", 3584, 18944, 1)], PRE=2)),
+        "mx-rows-ch1-pre1-m2": (200, 400, 2, 1, False, True, True, True, {"GRID": "rows", "KW": 2, "PRE": 1}),
         "o-rows-split2-m8": (3584, 3584, 8, 0, True, True, True, True, {"GRID": "rows", "KW": 4, "SPLIT": 2}),
         "mx-rows-ch1-m2": (200, 400, 2, 1, False, True, False, False, {"GRID": "rows", "SPLIT": 2}),
         "tiny-k256-lora-m3": (81, 256, 3, 0, True, False, True, True, {"NW": 1, "PER": 3}),

@@ -124,7 +124,8 @@ ROWS_CASES = {
     "m1-kw2-split2": (1, "nvfp4", 1024, dict(KW=2, SPLIT=2)),
     "m3-kw4-tiled": (3, "nvfp4", 1024, dict(KW=4, SPLIT=1, TILED=True)),
     "m8-ragged-kw1-split2-st1": (8, "mxfp4", 416, dict(KW=1, SPLIT=2, STAGES=1)),
-    "m2-ch1-kw2": (2, "nvfp4", 384, dict(KW=2, SPLIT=1, CH=1)),
+    "m2-ch1-kw2-pre1": (2, "nvfp4", 384, dict(KW=2, SPLIT=1, CH=1, PRE=1)),   # two tiles, LoRA split by rank
+    "m3-kw4-pre2": (3, "nvfp4", 512, dict(KW=4, SPLIT=1, PRE=2)),
     "m1-persistent-cpb1": (1, "nvfp4", 512, dict(KW=2, SPLIT=2, CPB=1)),   # programs of several row blocks each
 }
 

@@ -1,0 +1,28 @@
+#!/bin/bash
+# Issue 22, call 69: the row-block grid's LoRA epilogue split over the warps by rank (PRE, call 68) in the default
+# dispatch (fp4_mma.MEASURED_WINS: o and down at batch 1). A knob probe (gate/up programs an SM, q/k/v and o warps),
+# GPU tests (the MMA kernel; the engine / decode / fused / skinny-M set in the profile), then the 7B step trace with
+# the table (the default) and without it (QERL_FP4_MMA=0), and the rollout profile with it, same machine.
+# Usage (repository root, .whl/ carried): COMMIT=... bash results/measured/h100/kernels/epi_call69/run.sh
+export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD TRITON_DEFAULT_FP_FUSION=1
+OUT=${OUT:-/tmp/epi69-out}
+mkdir -p "$OUT"
+T0=$(date +%s)
+stamp() { echo "[call69 +$(( $(date +%s) - T0 ))s] $*"; }
+stamp "probe"
+timeout 120 python3 results/measured/h100/kernels/epi_call69/probe.py > "$OUT/probe.log" 2>&1; grep -c pass "$OUT/probe.log"
+stamp "mma tests"
+timeout 100 python3 -m pytest -q -rfE tests/qerl_kernels/test_fp4_mma.py \
+  -p no:cacheprovider > "$OUT/mma-pytest.log" 2>&1; tail -3 "$OUT/mma-pytest.log"
+for mode in default 0; do
+  stamp "trace QERL_FP4_MMA=$mode"
+  env $( [ $mode = 0 ] && echo QERL_FP4_MMA=0 ) timeout 150 python3 -m qerl.profiling.step_trace --arch 7B \
+    --methods lora qerl --batches 1 8 --span 1024 --out "/tmp/trace$mode.json" --md "$OUT/trace_mma$mode.md" 2>&1 \
+    | grep -E "^\| " | head -8
+done
+stamp "profile (default)"
+COMMIT=$COMMIT TESTS=1 TESTS_S=200 ARCHS=7B BUDGET=${BUDGET:-60} PROF_S=${PROF_S:-110} OUT=/tmp/pout W=/tmp/pw \
+  bash qerl/profiling/run_device.sh --methods qerl lora --ranks 32 --batches 1 8 --full-batches --e2e-batches 2>&1 \
+  | grep -E "tokens_per_s|passed|failed" | cut -c1-170
+cp /tmp/pw/prof/rollout.csv "$OUT/rollout.csv"; cp /tmp/pw/pytest-engine.log /tmp/pw/prof/env.txt "$OUT/"
+stamp done
