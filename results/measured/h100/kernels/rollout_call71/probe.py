@@ -1,7 +1,7 @@
-"""Issue 22, call 71: the row-block grid's knobs (warps a row block KW, programs an SM CPB, register cap MAXNREG; the
-LoRA epilogue PRE) on the 7B q/k/v and o launches at M = 1 (the knobs call 70 found for 14B / 32B), with the engine's epilogues (q/k/v: bias; o and
-down: LoRA rank 32 + residual; gate/up: none), beside the default path timed first and last (the lease's drift).
-Every row timed twice, the order reversed the second time. Run: PYTHONPATH=$PWD python3 <this file>."""
+"""Issue 22, call 71: the row-block grid's knobs (warps a row block KW, programs an SM CPB, register cap MAXNREG) on
+the 7B q/k/v (bias) and o (LoRA rank 32 + residual) launches at M = 1, the knobs call 70 found for 14B / 32B among
+them, beside the default path timed first and last (the lease's drift). Every row timed twice, the order reversed the
+second time. Run: PYTHONPATH=$PWD python3 <this file>."""
 import torch
 
 from qerl_kernels import fp4_launch, fp4_mma, nvfp4
