@@ -117,13 +117,15 @@ DEFAULT_ON = False   # the default forward takes this kernel for M <= 8: no (cal
 # timed twice) on down with 96 registers. Row-major weights (the load-time layout). Elsewhere the default path was
 # as fast or faster (every M = 8 launch). Call 68 (epi_call68/: o and down with the engine's LoRA rank 32 and
 # residual): the LoRA update split over the warps by rank (PRE) o 12.6 -> 8.4 us (PRE 1; 8.8 with PRE 2), down
-# 27.3 -> 24.3 (PRE 2; 24.9 with PRE 1); without LoRA and residual 7.6 and 23.0.
+# 27.3 -> 24.3 (PRE 2; 24.9 with PRE 1); without LoRA and residual 7.6 and 23.0. Call 71 (rollout_call71/): q/k/v
+# with its bias 9.25 us at 4 warps / 4 programs an SM / 96 registers (call 70's 14B / 32B knobs), 9.37-9.47 with
+# call 60's 4 / 6 / 80 (against 11.6 on the default path then).
 MEASURED_WINS: dict[tuple, dict] = {
     ("h100", 0, "bf16", 37888, 3584, 1): dict(GRID="rows", KW=2, SPLIT=1, CPB=12, MAXNREG=80),  # 37.4 vs 37.7-44.2
     ("h100", 0, "bf16", 3584, 18944, 1): dict(GRID="rows", KW=8, SPLIT=1, CPB=3, MAXNREG=96,    # down: 22.9 vs 24.5
                                               PRE=2),
     ("h100", 0, "bf16", 3584, 3584, 1): dict(GRID="rows", KW=8, SPLIT=1, CPB=3, MAXNREG=80),    # o: 7.8 vs 8.0
-    ("h100", 0, "bf16", 4608, 3584, 1): dict(GRID="rows", KW=4, SPLIT=1, CPB=6, MAXNREG=80),    # q/k/v: 9.4 vs 11.6
+    ("h100", 0, "bf16", 4608, 3584, 1): dict(GRID="rows", KW=4, SPLIT=1, CPB=4, MAXNREG=96),    # q/k/v: 9.25 vs 9.4
     # 14B / 32B (call 70, rows_call70/: with the engine's epilogues, the default path timed first and last), us:
     # q/k/v 13.3 vs 16.8, o 12.1 vs 14.8, 14B gate/up 39.8 vs 41.0-44.1, 14B down 25.5 vs 28.0, 32B gate/up 68.7
     # vs 72.0-79.0; 32B's down (5120 x 27648) stays on the default path (42.5 against the grid's best 46.2)

@@ -46,6 +46,7 @@ for label, (n, k, epi_kind) in SHAPES.items():
                 print(f"{label} {n}x{k} M=1 pass {rep} {name}: {t_s * 1e3:.2f} us "
                       f"({100 * p.nbytes / t_s / 1e6 / ceil:.0f} %){err}", flush=True)
             except Exception as e:  # noqa: BLE001 - one failing variant must not end the probe
-                print(f"{label} {n}x{k} M=1 pass {rep} {name}: FAILED {type(e).__name__}: {str(e)[:300]}", flush=True)
+                print(f"{label} {n}x{k} M=1 pass {rep} {name}: FAILED {type(e).__name__}: {str(e)[:300]}",
+                      flush=True)
     del cp
     torch.cuda.empty_cache()
