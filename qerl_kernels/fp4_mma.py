@@ -126,6 +126,9 @@ MEASURED_WINS: dict[tuple, dict] = {
                                               PRE=2),
     ("h100", 0, "bf16", 3584, 3584, 1): dict(GRID="rows", KW=8, SPLIT=1, CPB=3, MAXNREG=80),    # o: 7.8 vs 8.0
     ("h100", 0, "bf16", 4608, 3584, 1): dict(GRID="rows", KW=4, SPLIT=1, CPB=4, MAXNREG=96),    # q/k/v: 9.25 vs 9.4
+    # M = 8 (call 72, rows_call72/): o with LoRA + residual 10.84 us vs 11.54-11.69; every other 7B launch at M = 8
+    # slower on the grid (gate/up 57.6 vs 40.3, down 34.5 vs 27.2, q/k/v 12.4 vs 10.7: its activation loads)
+    ("h100", 0, "bf16", 3584, 3584, 8): dict(GRID="rows", KW=8, SPLIT=1, CPB=3, MAXNREG=96),
     # 14B / 32B (call 70, rows_call70/: with the engine's epilogues, the default path timed first and last), us:
     # q/k/v 13.3 vs 16.8, o 12.1 vs 14.8, 14B gate/up 39.8 vs 41.0-44.1, 14B down 25.5 vs 28.0, 32B gate/up 68.7
     # vs 72.0-79.0; 32B's down (5120 x 27648) stays on the default path (42.5 against the grid's best 46.2)
