@@ -776,7 +776,8 @@ if HAVE_GLUON:
             WROW, SROW, WUNIT, SUNIT, WBLK, SBLK,
             SCALE_KIND: gl.constexpr, BF16: gl.constexpr, HAS_BIAS: gl.constexpr, HAS_LORA: gl.constexpr,
             R: gl.constexpr, HAS_RES: gl.constexpr, EVEN_K: gl.constexpr, KW: gl.constexpr, SPLIT: gl.constexpr,
-            STAGES: gl.constexpr, CH: gl.constexpr, LOAD_ONLY: gl.constexpr = 0, PRE: gl.constexpr = 0):
+            STAGES: gl.constexpr, CH: gl.constexpr, LOAD_ONLY: gl.constexpr = 0, PRE: gl.constexpr = 0,
+            EVEN_U: gl.constexpr = False):
         """The row-block grid (GRID "rows"): program (b, s) takes row block b (16 rows a tile, 2 // CH tiles) over
         its s-th of SPLIT equal runs of units; its KW warps split the run, warp w taking units w, w + KW, ... with
         the words and scale entries loaded straight into registers (STAGES 2: one unit ahead), the same MMA step as
@@ -787,7 +788,8 @@ if HAVE_GLUON:
         dimension), so its set-up is paid once and the grid is one wave. PRE (LoRA, SPLIT 1): the LoRA update split
         over the warps by rank (`_gl_lora_part`) and summed with the products' warp sums, its loads issued before the
         row block's main loop (1, `rows_launch_args`' default) or after it (2); 0: `_gl_out` computes it, every warp
-        all ranks, R / 4 dependent load rounds (call 68: o with LoRA and residual 12.6 us, 8.4 with PRE 1)."""
+        all ranks, R / 4 dependent load rounds (call 68: o with LoRA and residual 12.6 us, 8.4 with PRE 1). EVEN_U:
+        every split's run is a multiple of KW units, so no warp's unit falls past it and the loads need no mask."""
         LW: gl.constexpr = gl.BlockedLayout([1, 4], [32, 1], [KW, 1], [1, 0])
         LV: gl.constexpr = gl.SliceLayout(1, LW)
         LR: gl.constexpr = gl.BlockedLayout([1, 4], [32, 1], [KW, 1], [1, 0])  # [32, 4]: replicated over the warps
@@ -825,8 +827,11 @@ if HAVE_GLUON:
             wp = w_ptr + (pid_b * wblk + w_lane)
             sp = s_ptr + (pid_b * sblk + s_lane)
             st = s0 + warp                                       # [32 KW, 1]: this warp's unit
-            pw0, pw1, pw2, pw3, ps0, ps1, ps2, ps3 = _gl_wload_at(wp + st * wst, sp + st * sst, w8, s8, st < s1,
-                                                                  CH)
+            if EVEN_U:  # every warp's units inside the run: no masks (no zeroed registers, no predicated loads)
+                pw0, pw1, pw2, pw3, ps0, ps1, ps2, ps3 = _gl_wload_at(wp + st * wst, sp + st * sst, w8, s8, None, CH)
+            else:
+                pw0, pw1, pw2, pw3, ps0, ps1, ps2, ps3 = _gl_wload_at(wp + st * wst, sp + st * sst, w8, s8, st < s1,
+                                                                      CH)
             a0 = gl.zeros([32 * KW, 4], gl.float32, layout=LW)
             a1 = gl.zeros([32 * KW, 4], gl.float32, layout=LW)
             a2 = gl.zeros([32 * KW, 4], gl.float32, layout=LW)
@@ -845,9 +850,17 @@ if HAVE_GLUON:
                 w0, w1, w2, w3, s0_, s1_, s2_, s3_ = pw0, pw1, pw2, pw3, ps0, ps1, ps2, ps3
                 if STAGES >= 2:
                     nx = st + KW
-                    pw0, pw1, pw2, pw3, ps0, ps1, ps2, ps3 = _gl_wload_at(wp + nx * wst, sp + nx * sst, w8, s8,
-                                                                          nx < s1, CH)
-                xs = gl.minimum(st, s1 - 1)                      # units past the run: zero words, any real x
+                    if EVEN_U:  # past the run only after the last unit: the last unit again, never used
+                        nx = gl.minimum(nx, s1 - 1)
+                        pw0, pw1, pw2, pw3, ps0, ps1, ps2, ps3 = _gl_wload_at(wp + nx * wst, sp + nx * sst, w8, s8,
+                                                                              None, CH)
+                    else:
+                        pw0, pw1, pw2, pw3, ps0, ps1, ps2, ps3 = _gl_wload_at(wp + nx * wst, sp + nx * sst, w8, s8,
+                                                                              nx < s1, CH)
+                if EVEN_U:
+                    xs = st
+                else:
+                    xs = gl.minimum(st, s1 - 1)                  # units past the run: zero words, any real x
                 x0, x1, x2, x3 = _gl_x_or_zero(xp, CH * xs, kp, EVEN_K, xk, LOAD_ONLY)
                 a0, a1, a2, a3, a4, a5, a6, a7 = _gl_mma_step(w0, w1, w2, w3, s0_, s1_, s2_, s3_, x0, x1, x2, x3, xp,
                                                               xs, kp, xk, a0, a1, a2, a3, a4, a5, a6, a7, SCALE_KIND,
@@ -1095,7 +1108,8 @@ def rows_launch_args(x: torch.Tensor, w: PreparedFP4, bias, lora, residual, y: t
     """(grid, positional arguments, meta-parameters) of one `_fp4_mma_rows_gl` launch (the row-block grid): the
     one place that turns its knobs (`rows_config`, overridden by config's CH, KW, SPLIT, STAGES 1-2, TILED: w is
     `tile_prepared(w, 1, CH)`'s, CPB, MAXNREG: registers a thread at most, LOAD_ONLY, PRE: where the LoRA update
-    is computed, default 1, ignored without LoRA or with SPLIT > 1) into a launch.
+    is computed, default 1, ignored without LoRA or with SPLIT > 1; EVEN_U False: the loads masked even where every
+    run is a multiple of KW units, a diagnostic) into a launch.
 
     Raises:
         ValueError: knobs the kernel does not support (the message names them).
@@ -1127,7 +1141,7 @@ def rows_launch_args(x: torch.Tensor, w: PreparedFP4, bias, lora, residual, y: t
                 HAS_LORA=lora is not None, R=lora[1].shape[1] if lora is not None else 16,
                 HAS_RES=residual is not None, EVEN_K=w.k == kww * 8, KW=kw, SPLIT=split, STAGES=stages, CH=ch,
                 LOAD_ONLY=int(config.get("LOAD_ONLY", 0)), PRE=pre if lora is not None and split == 1 else 0,
-                num_warps=kw)
+                EVEN_U=bool(config.get("EVEN_U", True)) and steps % (split * kw) == 0, num_warps=kw)
     if config.get("MAXNREG"):  # a register cap, so that CPB programs fit an SM (the compiler's launch option)
         meta["maxnreg"] = int(config["MAXNREG"])
     return (min(blocks, n_sm * cpb) if cpb else blocks, split), args, meta
