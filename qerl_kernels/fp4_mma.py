@@ -119,12 +119,13 @@ DEFAULT_ON = False   # the default forward takes this kernel for M <= 8: no (cal
 # residual): the LoRA update split over the warps by rank (PRE) o 12.6 -> 8.4 us (PRE 1; 8.8 with PRE 2), down
 # 27.3 -> 24.3 (PRE 2; 24.9 with PRE 1); without LoRA and residual 7.6 and 23.0. Call 71 (rollout_call71/): q/k/v
 # with its bias 9.25 us at 4 warps / 4 programs an SM / 96 registers (call 70's 14B / 32B knobs), 9.37-9.47 with
-# call 60's 4 / 6 / 80 (against 11.6 on the default path then).
+# call 60's 4 / 6 / 80 (against 11.6 on the default path then). Call 73 (even_call73/): o with LoRA + residual
+# 8.20 us at an 88-register cap against 8.44-8.49 at 80 (two programs an SM fit instead of three).
 MEASURED_WINS: dict[tuple, dict] = {
     ("h100", 0, "bf16", 37888, 3584, 1): dict(GRID="rows", KW=2, SPLIT=1, CPB=12, MAXNREG=80),  # 37.4 vs 37.7-44.2
     ("h100", 0, "bf16", 3584, 18944, 1): dict(GRID="rows", KW=8, SPLIT=1, CPB=3, MAXNREG=96,    # down: 22.9 vs 24.5
                                               PRE=2),
-    ("h100", 0, "bf16", 3584, 3584, 1): dict(GRID="rows", KW=8, SPLIT=1, CPB=3, MAXNREG=80),    # o: 7.8 vs 8.0
+    ("h100", 0, "bf16", 3584, 3584, 1): dict(GRID="rows", KW=8, SPLIT=1, CPB=3, MAXNREG=88),    # o: 7.8 vs 8.0
     ("h100", 0, "bf16", 4608, 3584, 1): dict(GRID="rows", KW=4, SPLIT=1, CPB=4, MAXNREG=96),    # q/k/v: 9.25 vs 9.4
     # M = 8 (call 72, rows_call72/): o with LoRA + residual 10.84 us vs 11.54-11.69; every other 7B launch at M = 8
     # slower on the grid (gate/up 57.6 vs 40.3, down 34.5 vs 27.2, q/k/v 12.4 vs 10.7: its activation loads)
@@ -776,8 +777,7 @@ if HAVE_GLUON:
             WROW, SROW, WUNIT, SUNIT, WBLK, SBLK,
             SCALE_KIND: gl.constexpr, BF16: gl.constexpr, HAS_BIAS: gl.constexpr, HAS_LORA: gl.constexpr,
             R: gl.constexpr, HAS_RES: gl.constexpr, EVEN_K: gl.constexpr, KW: gl.constexpr, SPLIT: gl.constexpr,
-            STAGES: gl.constexpr, CH: gl.constexpr, LOAD_ONLY: gl.constexpr = 0, PRE: gl.constexpr = 0,
-            EVEN_U: gl.constexpr = False):
+            STAGES: gl.constexpr, CH: gl.constexpr, LOAD_ONLY: gl.constexpr = 0, PRE: gl.constexpr = 0):
         """The row-block grid (GRID "rows"): program (b, s) takes row block b (16 rows a tile, 2 // CH tiles) over
         its s-th of SPLIT equal runs of units; its KW warps split the run, warp w taking units w, w + KW, ... with
         the words and scale entries loaded straight into registers (STAGES 2: one unit ahead), the same MMA step as
@@ -788,8 +788,7 @@ if HAVE_GLUON:
         dimension), so its set-up is paid once and the grid is one wave. PRE (LoRA, SPLIT 1): the LoRA update split
         over the warps by rank (`_gl_lora_part`) and summed with the products' warp sums, its loads issued before the
         row block's main loop (1, `rows_launch_args`' default) or after it (2); 0: `_gl_out` computes it, every warp
-        all ranks, R / 4 dependent load rounds (call 68: o with LoRA and residual 12.6 us, 8.4 with PRE 1). EVEN_U:
-        every split's run is a multiple of KW units, so no warp's unit falls past it and the loads need no mask."""
+        all ranks, R / 4 dependent load rounds (call 68: o with LoRA and residual 12.6 us, 8.4 with PRE 1)."""
         LW: gl.constexpr = gl.BlockedLayout([1, 4], [32, 1], [KW, 1], [1, 0])
         LV: gl.constexpr = gl.SliceLayout(1, LW)
         LR: gl.constexpr = gl.BlockedLayout([1, 4], [32, 1], [KW, 1], [1, 0])  # [32, 4]: replicated over the warps
@@ -827,11 +826,8 @@ if HAVE_GLUON:
             wp = w_ptr + (pid_b * wblk + w_lane)
             sp = s_ptr + (pid_b * sblk + s_lane)
             st = s0 + warp                                       # [32 KW, 1]: this warp's unit
-            if EVEN_U:  # every warp's units inside the run: no masks (no zeroed registers, no predicated loads)
-                pw0, pw1, pw2, pw3, ps0, ps1, ps2, ps3 = _gl_wload_at(wp + st * wst, sp + st * sst, w8, s8, None, CH)
-            else:
-                pw0, pw1, pw2, pw3, ps0, ps1, ps2, ps3 = _gl_wload_at(wp + st * wst, sp + st * sst, w8, s8, st < s1,
-                                                                      CH)
+            pw0, pw1, pw2, pw3, ps0, ps1, ps2, ps3 = _gl_wload_at(wp + st * wst, sp + st * sst, w8, s8, st < s1,
+                                                                  CH)
             a0 = gl.zeros([32 * KW, 4], gl.float32, layout=LW)
             a1 = gl.zeros([32 * KW, 4], gl.float32, layout=LW)
             a2 = gl.zeros([32 * KW, 4], gl.float32, layout=LW)
@@ -850,17 +846,9 @@ if HAVE_GLUON:
                 w0, w1, w2, w3, s0_, s1_, s2_, s3_ = pw0, pw1, pw2, pw3, ps0, ps1, ps2, ps3
                 if STAGES >= 2:
                     nx = st + KW
-                    if EVEN_U:  # past the run only after the last unit: the last unit again, never used
-                        nx = gl.minimum(nx, s1 - 1)
-                        pw0, pw1, pw2, pw3, ps0, ps1, ps2, ps3 = _gl_wload_at(wp + nx * wst, sp + nx * sst, w8, s8,
-                                                                              None, CH)
-                    else:
-                        pw0, pw1, pw2, pw3, ps0, ps1, ps2, ps3 = _gl_wload_at(wp + nx * wst, sp + nx * sst, w8, s8,
-                                                                              nx < s1, CH)
-                if EVEN_U:
-                    xs = st
-                else:
-                    xs = gl.minimum(st, s1 - 1)                  # units past the run: zero words, any real x
+                    pw0, pw1, pw2, pw3, ps0, ps1, ps2, ps3 = _gl_wload_at(wp + nx * wst, sp + nx * sst, w8, s8,
+                                                                          nx < s1, CH)
+                xs = gl.minimum(st, s1 - 1)                      # units past the run: zero words, any real x
                 x0, x1, x2, x3 = _gl_x_or_zero(xp, CH * xs, kp, EVEN_K, xk, LOAD_ONLY)
                 a0, a1, a2, a3, a4, a5, a6, a7 = _gl_mma_step(w0, w1, w2, w3, s0_, s1_, s2_, s3_, x0, x1, x2, x3, xp,
                                                               xs, kp, xk, a0, a1, a2, a3, a4, a5, a6, a7, SCALE_KIND,
@@ -1108,8 +1096,7 @@ def rows_launch_args(x: torch.Tensor, w: PreparedFP4, bias, lora, residual, y: t
     """(grid, positional arguments, meta-parameters) of one `_fp4_mma_rows_gl` launch (the row-block grid): the
     one place that turns its knobs (`rows_config`, overridden by config's CH, KW, SPLIT, STAGES 1-2, TILED: w is
     `tile_prepared(w, 1, CH)`'s, CPB, MAXNREG: registers a thread at most, LOAD_ONLY, PRE: where the LoRA update
-    is computed, default 1, ignored without LoRA or with SPLIT > 1; EVEN_U False: the loads masked even where every
-    run is a multiple of KW units, a diagnostic) into a launch.
+    is computed, default 1, ignored without LoRA or with SPLIT > 1) into a launch.
 
     Raises:
         ValueError: knobs the kernel does not support (the message names them).
@@ -1141,7 +1128,7 @@ def rows_launch_args(x: torch.Tensor, w: PreparedFP4, bias, lora, residual, y: t
                 HAS_LORA=lora is not None, R=lora[1].shape[1] if lora is not None else 16,
                 HAS_RES=residual is not None, EVEN_K=w.k == kww * 8, KW=kw, SPLIT=split, STAGES=stages, CH=ch,
                 LOAD_ONLY=int(config.get("LOAD_ONLY", 0)), PRE=pre if lora is not None and split == 1 else 0,
-                EVEN_U=bool(config.get("EVEN_U", True)) and steps % (split * kw) == 0, num_warps=kw)
+                num_warps=kw)
     if config.get("MAXNREG"):  # a register cap, so that CPB programs fit an SM (the compiler's launch option)
         meta["maxnreg"] = int(config["MAXNREG"])
     return (min(blocks, n_sm * cpb) if cpb else blocks, split), args, meta
