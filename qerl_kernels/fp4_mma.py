@@ -59,7 +59,13 @@ direct_call57/ ... rows_call67/):
   an SM fit; 4-32 bytes spilled outside the main loop) it also passes the default path on gate/up (call 64: 37.4 vs
   44.2 us, row-major; q/k/v 9.4 vs 11.6, o 7.8 vs 8.0), and down with 96 registers (call 66: 22.9 vs 24.5):
   `MEASURED_WINS`. In the 7B step with all four (call 67) the GEMMs take 2,357 us a step against 2,498, the graph
-  step 3,810 vs 3,883 us (-1.9 %). M = 8: slower everywhere (its activation loads stop being broadcasts).
+  step 3,810 vs 3,883 us (-1.9 %). M = 8: slower everywhere but 7B o (its activation loads stop being broadcasts;
+  calls 72, 74).
+- The epilogue's LoRA update split over the warps by rank (PRE, calls 68-69, kernels.notes.md "Calls 68-74"): o with
+  the engine's LoRA and residual 12.6 -> 8.4 us, down 27.3 -> 24.3; the 7B step's GEMMs 2,151 us, the graph step
+  3,604. The 14B / 32B launches where the grid wins (calls 70-71) are in the table too. Bound (ncu, call 74): 5.2
+  warps a scheduler under the register cap, 44 % of a warp's cycles waiting on its loads; 28 fewer instructions a
+  unit measured no faster (call 73).
 
 CPU: TRITON_INTERPRET=1 runs `_fp4_mma`, the Triton twin of the same programs (no ring; `_twin_row` stands for the
 asm: the decoded values times x summed over the lanes of each MMA, as the MMA does); the row-block grid's calls run
