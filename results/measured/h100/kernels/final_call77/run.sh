@@ -8,7 +8,7 @@ export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD TRITON_DEFAULT_FP_FUSION=1
 OUT=${OUT:-/tmp/final77-out}
 mkdir -p "$OUT"
 T0=$(date +%s)
-stamp() { echo "[call69 +$(( $(date +%s) - T0 ))s] $*"; }
+stamp() { echo "[call77 +$(( $(date +%s) - T0 ))s] $*"; }
 stamp "mma tests"
 timeout 100 python3 -m pytest -q -rfE tests/qerl_kernels/test_fp4_mma.py \
   -p no:cacheprovider > "$OUT/mma-pytest.log" 2>&1; tail -3 "$OUT/mma-pytest.log"
