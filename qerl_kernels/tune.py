@@ -16,7 +16,9 @@ Run:  python -m qerl_kernels.tune --shapes 18944x3584 3584x3584 --m 1 16 64
           default path and cuBLAS bf16)
       python -m qerl_kernels.tune --mma --shapes 37888x3584 3584x18944 --m 1 8   # the decode-size MMA kernel's
           (MMA_SWEEP: warps a CTA, ring depth, programs per SM; beside the default path and cuBLAS bf16; --tiled
-          adds MMA_TILED_SWEEP on tile-by-tile copies, --rows MMA_ROWS_SWEEP: the row-block grid's warps and splits)
+          adds MMA_TILED_SWEEP on tile-by-tile copies, --rows MMA_ROWS_SWEEP: the row-block grid's knob sets, or
+          --rows-knobs KW=8,CPB=3,MAXNREG=96 ...; --rows-only: without the stream-K sweeps; --epilogue
+          bias|lora: the engine's epilogue on every call; --passes 2: every set twice, the second time reversed)
       python -m qerl_kernels.tune --gemv --shapes 18944x3584 3584x18944 --m 1 16   # the skinny-M kernel's sweep
           (GEMV_SWEEP: mode, BN, BW, warps, stages, CTAs per SM; beside the default path and cuBLAS bf16, each
           timed on rotating weight copies as in the benchmark; prints the best knobs per shape and M)
@@ -76,11 +78,28 @@ MMA_SWEEP = [(1, 2, 2, 16, 0), (1, 2, 2, 16, 2), (1, 2, 2, 16, 4), (1, 2, 2, 16,
 MMA_TILED_SWEEP = [(1, 2, 2, 16, 0), (1, 2, 3, 16, 0), (1, 2, 4, 16, 0), (1, 2, 2, 8, 0), (2, 2, 3, 10, 0),
                    (1, 2, 2, 16, 2), (1, 1, 2, 16, 0)]
 
-# the row-block grid (--rows; config GRID "rows", persistent, `rows_config`'s programs an SM): (warps a row block,
-# runs a row block, stored tile by tile, register cap or 0); calls 64-66 (H100, M 1): KW 2 / 80 registers the best
-# on the 7B gate/up launch, KW 8 / 96 on down, KW 8 and 4 / 80 on o and q/k/v (fp4_mma.MEASURED_WINS)
-MMA_ROWS_SWEEP = [(2, 1, False, 80), (4, 1, False, 80), (8, 1, False, 80), (8, 1, False, 96), (4, 2, False, 96),
-                  (4, 1, False, 0), (2, 1, True, 80)]
+# the row-block grid (--rows; config GRID "rows", persistent): knob sets of `fp4_mma.rows_launch_args` (KW warps a
+# row block, CPB programs an SM, MAXNREG register cap, SPLIT runs a row block, PRE the LoRA epilogue, TILED the
+# weight stored tile by tile); calls 64-75 (H100, M 1): fp4_mma.MEASURED_WINS' knobs are among these. --rows-knobs
+# replaces the list ("KW=8,CPB=3,MAXNREG=96,PRE=2" ...)
+MMA_ROWS_SWEEP = [dict(KW=2, CPB=12, MAXNREG=80), dict(KW=4, CPB=6, MAXNREG=80), dict(KW=8, CPB=3, MAXNREG=80),
+                  dict(KW=8, CPB=3, MAXNREG=96), dict(KW=4, CPB=4, MAXNREG=96), dict(KW=8, CPB=2, MAXNREG=88),
+                  dict(KW=4, SPLIT=2, CPB=6, MAXNREG=80), dict(KW=2, CPB=12, MAXNREG=80, TILED=1)]
+
+
+def parse_knobs(text: str) -> dict:
+    """"KW=8,CPB=3,MAXNREG=96" -> {"KW": 8, "CPB": 3, "MAXNREG": 96} (integers; the row-block grid's knob names).
+
+    Raises:
+        ValueError: an item that is not NAME=integer (names it).
+    """
+    out = {}
+    for item in text.split(","):
+        name, eq, value = item.partition("=")
+        if not eq or not name.strip().isidentifier() or not value.strip().lstrip("-").isdigit():
+            raise ValueError(f"tune: knob {item!r} of {text!r} is not NAME=integer (e.g. KW=8,CPB=3,MAXNREG=96)")
+        out[name.strip().upper()] = int(value)
+    return out
 
 
 def parse_cfg(s: str):
@@ -115,6 +134,15 @@ def main(argv=None) -> int:
                     "tile by tile (fp4_mma.tile_prepared)")
     ap.add_argument("--rows", action="store_true", help="--mma: also time MMA_ROWS_SWEEP, the row-block grid "
                     "(GRID rows)")
+    ap.add_argument("--rows-knobs", nargs="+", type=parse_knobs, default=None,
+                    help="--rows: these knob sets instead of MMA_ROWS_SWEEP (KW=8,CPB=3,MAXNREG=96,PRE=2 ...)")
+    ap.add_argument("--epilogue", default="none", choices=["none", "bias", "lora"],
+                    help="--rows: every call (the default path's too) with a bias, or with the engine's LoRA update "
+                    "(rank 32) and residual; errors then against the default path's output")
+    ap.add_argument("--rows-only", action="store_true", help="--mma: the row-block grid alone (--rows without the "
+                    "stream-K sweeps)")
+    ap.add_argument("--passes", type=int, default=1, help="--rows: time every knob set this often, every second "
+                    "pass in reverse order, the default path again after the last (the machine's drift shows)")
     ap.add_argument("--mma-config", default=None, help="--profile --mma: its knobs NW,CH,STAGES,CPS (default: the "
                     "heuristic's)")
     args = ap.parse_args(argv)
@@ -229,14 +257,15 @@ def _print_best(head: str, best: list[tuple], tail: str = "") -> None:
 
 
 def _sweep_run(kernel, x, p, ref, label: str, shape: str, m: int, t_bf: float, t_def: float, items, head: str,
-               tail: str) -> None:
+               tail: str, extra: dict | None = None) -> None:
     """Time `kernel` at each (knob text, knob values, config, weight copies or a function giving them) of `items`
     on rotating copies beside the default path and cuBLAS bf16: a line each, then the best three (`head`: what
-    names the values, `tail` after them)."""
+    names the values, `tail` after them); `extra`: further arguments of every call (an epilogue's)."""
     best = []
     for text, values, cfg, ws in items:
         ws = ws() if callable(ws) else ws
-        if (res := _time_knobs(kernel, x, ws[0], ws, ref, {"config": cfg}, f"{label} {shape} M={m}")) is None:
+        if (res := _time_knobs(kernel, x, ws[0], ws, ref, {"config": cfg, **(extra or {})},
+                               f"{label} {shape} M={m}")) is None:
             continue
         t, err = res
         best.append((t, *values))
@@ -310,14 +339,10 @@ def sweep_mma(args) -> int:
         print(f"mma {shape} M={m}: bf16 {t_bf * 1e3:.1f} us, default path {t_def * 1e3:.1f} us, mma "
               f"heuristic {t_heur * 1e3:.1f} us ({p.nbytes / t_heur / 1e6:.0f} GB/s)", flush=True)
         tail = f" | default {t_def * 1e3:.1f}us heuristic {t_heur * 1e3:.1f}us bf16 {t_bf * 1e3:.1f}us"
-        if getattr(args, "rows", False):  # the row-block grid (tiled: tile_prepared's copies at NW 1, CH 2, once)
-            rows_tiled = functools.cache(lambda: [tile_prepared(q, 1, 2) for q in copies])
-            items = [(f"warps={kw} split={sp} tiled={t} maxnreg={mx}", (kw, sp, t, mx),
-                      dict(GRID="rows", KW=kw, SPLIT=sp, TILED=t, MAXNREG=mx), rows_tiled if t else copies)
-                     for kw, sp, t, mx in MMA_ROWS_SWEEP]
-            _sweep_run(fp4_gemm_mma, x, p, ref, "mma-rows", shape, m, t_bf, t_def, items,
-                       "(warps, split, tiled, register cap)", tail)
-        runs = [("mma", MMA_SWEEP, False)] + ([("mma-tiled", MMA_TILED_SWEEP, True)] if args.tiled else [])
+        if getattr(args, "rows", False) or getattr(args, "rows_only", False):
+            _sweep_rows(args, shape, m, x, p, copies, ref, t_bf, t_def, tail)
+        runs = [] if getattr(args, "rows_only", False) else \
+            [("mma", MMA_SWEEP, False)] + ([("mma-tiled", MMA_TILED_SWEEP, True)] if args.tiled else [])
         for label, sweep, tiled in runs:  # tiled: each unit one contiguous read (fp4_mma.tile_prepared)
             items = [(f"warps={nw} ch={ch} stages={st} ctas/SM={cps} pf={pf}", (nw, ch, st, cps, pf),
                       dict(NW=nw, CH=ch, STAGES=st, CPS=cps, PF=pf, TILED=tiled),
@@ -326,6 +351,42 @@ def sweep_mma(args) -> int:
             _sweep_run(fp4_gemm_mma, x, p, ref, label, shape, m, t_bf, t_def, items,
                        "(warps, ch, stages, ctas/SM, prefetch)", tail)
     return 0
+
+
+def _epilogue(kind: str, x: torch.Tensor, n: int) -> dict:
+    """The arguments of the engine's epilogue on an [M, n] product: none, q/k/v's bias, or o's / down's LoRA update
+    (rank 32, B with 0.02-scale entries) and residual."""
+    g = torch.Generator(device=x.device).manual_seed(0)
+    if kind == "bias":
+        return dict(bias=torch.randn(n, device=x.device, generator=g).to(x.dtype))
+    if kind == "lora":
+        t = torch.randn(x.shape[0], 32, device=x.device, generator=g).to(x.dtype)
+        b = (0.02 * torch.randn(n, 32, device=x.device, generator=g)).to(x.dtype)
+        return dict(lora=(t, b), residual=torch.randn(x.shape[0], n, device=x.device, generator=g).to(x.dtype))
+    return {}
+
+
+def _sweep_rows(args, shape, m, x, p, copies, ref, t_bf, t_def, tail) -> None:
+    """The row-block grid's knob sets (--rows-knobs or MMA_ROWS_SWEEP; TILED ones on tile_prepared's copies at NW 1,
+    CH 2, made once) with --epilogue on every call (the default path's time and output then with it too), --passes
+    times, every second pass in reverse order, the default path timed again after the last."""
+    from qerl_kernels.fp4_mma import fp4_gemm_mma, tile_prepared
+    epi = _epilogue(getattr(args, "epilogue", "none"), x, p.n)
+    if epi:
+        ref = fp4_launch.fp4_gemm(x, p, **epi).float()
+        t_def, _ = time_calls([lambda q=q: fp4_launch.fp4_gemm(x, q, **epi) for q in copies])
+    rows_tiled = functools.cache(lambda: [tile_prepared(q, 1, 2) for q in copies])
+    knob_sets = getattr(args, "rows_knobs", None) or MMA_ROWS_SWEEP
+    items = [(" ".join(f"{k}={v}" for k, v in kn.items()), tuple(kn.values()), dict(kn, GRID="rows"),
+              rows_tiled if kn.get("TILED") else copies) for kn in knob_sets]
+    passes = max(1, getattr(args, "passes", 1))
+    for i in range(passes):
+        _sweep_run(fp4_gemm_mma, x, p, ref, "mma-rows", shape, m, t_bf, t_def, items if i % 2 == 0 else items[::-1],
+                   f"(knobs{', pass ' + str(i) if passes > 1 else ''})", tail, epi)
+    if passes > 1:
+        t_end, _ = time_calls([lambda q=q: fp4_launch.fp4_gemm(x, q, **epi) for q in copies])
+        print(f"mma-rows {shape} M={m}: default path {t_def * 1e3:.1f} us first, {t_end * 1e3:.1f} us last",
+              flush=True)
 
 
 def profile(args) -> int:

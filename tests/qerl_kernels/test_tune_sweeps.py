@@ -31,7 +31,7 @@ def on_cpu(monkeypatch):
     monkeypatch.setattr(tune, "WGMMA_SWEEP", tune.WGMMA_SWEEP[:2])
     monkeypatch.setattr(tune, "MMA_SWEEP", tune.MMA_SWEEP[:2])
     monkeypatch.setattr(tune, "MMA_TILED_SWEEP", tune.MMA_TILED_SWEEP[:2])
-    monkeypatch.setattr(tune, "MMA_ROWS_SWEEP", [(2, 1, False, 80), (2, 2, True, 0)])
+    monkeypatch.setattr(tune, "MMA_ROWS_SWEEP", [dict(KW=2, CPB=12, MAXNREG=80), dict(KW=2, SPLIT=2, TILED=1)])
     return types.SimpleNamespace(dtype="bf16", shapes=["256x512"], m=[1, 16], tiled=True, rows=True)
 
 
@@ -44,7 +44,7 @@ def test_every_case_and_knob_set_is_timed(on_cpu, capsys, kernel):
     if kernel == "mma":  # --tiled: the same knob sets again on tile_prepared's copies
         assert out.count("mma-tiled best 256x512") == 2 and out.count("mma-tiled 256x512 M=1 warps") == 2
         # --rows: the row-block grid's knob sets (one row-major, one tiled)
-        assert out.count("mma-rows best 256x512") == 2 and out.count("mma-rows 256x512 M=16 warps=2") == 2
+        assert out.count("mma-rows best 256x512") == 2 and out.count("mma-rows 256x512 M=16 KW=2") == 2
 
 
 def test_a_knob_set_that_raises_is_reported_and_skipped(on_cpu, capsys, monkeypatch):
@@ -54,3 +54,25 @@ def test_a_knob_set_that_raises_is_reported_and_skipped(on_cpu, capsys, monkeypa
     assert tune.sweep_wgmma(on_cpu) == 0
     out = capsys.readouterr().out
     assert out.count("RuntimeError out of resources") == 4 and "wgmma best" not in out
+
+
+def test_rows_knobs_epilogue_and_passes(on_cpu, capsys, monkeypatch):
+    """--rows-knobs replaces MMA_ROWS_SWEEP, --epilogue lora gives every call (the default path's too) the LoRA update
+    and residual, --passes 2 times every set twice (the second pass reversed) and the default path again at the end."""
+    seen = []
+
+    def record(x, p, b=None, **kw):
+        if "config" in kw:  # not the heuristic's call the sweep times first
+            seen.append((kw["config"].get("CPB"), kw.get("lora") is not None and kw.get("residual") is not None))
+        return exact(x, p)
+    monkeypatch.setattr(fp4_mma, "fp4_gemm_mma", record)
+    on_cpu.m, on_cpu.tiled, on_cpu.rows, on_cpu.rows_only = [1], True, False, True   # no stream-K sweeps
+    on_cpu.rows_knobs = [tune.parse_knobs("KW=8,CPB=3,MAXNREG=96,PRE=2"), tune.parse_knobs("kw=4,cpb=6")]
+    on_cpu.epilogue, on_cpu.passes = "lora", 2
+    assert tune.sweep_mma(on_cpu) == 0
+    out = capsys.readouterr().out
+    assert [c for c, _ in seen] == [3, 3, 6, 6, 6, 6, 3, 3] and all(e for _, e in seen)  # checked, then timed
+    assert out.count("mma-rows best 256x512 M=1 (knobs, pass") == 2 and "KW=4 CPB=6:" in out
+    assert "default path" in out and " first, " in out and "mma best" not in out and "mma-tiled" not in out
+    with pytest.raises(ValueError, match="NAME=integer"):
+        tune.parse_knobs("KW=8,CPB")
