@@ -21,7 +21,7 @@ for b in (16, 32, 64):
         default = decode.attention_splits(b, KVH, span)
         ref = decode.decode_attention(q[0], kc[0], vc[0], valid, slot, span, D ** -0.5, use_triton=True,
                                       first=first, lora_a=a[0])
-        rows = [s for s in (1, 2, 3, 4, 6, 8, 16) if s <= span // 64]
+        rows = [s for s in (2, 3, 4, 6, 8, 16) if s <= span // 64]   # 1: no combine kernel
         for rep, order in enumerate((rows, rows[::-1])):
             for ns in order:
                 def step(ns=ns, kc=kc, vc=vc):
