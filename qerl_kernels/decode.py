@@ -843,15 +843,22 @@ def qkv_rope_cache(q, k, v, t, lora_b, bias, cos, sin, pos, slot, k_cache, v_cac
 
 
 def attention_splits(batch: int, kv_heads: int, span: int, sms: int = 132, block: int = 64) -> int:
-    """Key splits of `decode_attention` for this shape: enough programs for ~8 per multiprocessor (each one walks
-    its keys block by block, so several per SM keep loads in flight), each split at least two key blocks long
-    (fewer, longer splits when batch x kv_heads already fills the GPU); none once batch x kv_heads gives two
-    programs per SM: one kernel instead of a split kernel and a combine kernel (the small scale's jobs sharing a
-    GPU are bound by the count of kernels: results/measured/h100/small/share_gpu)."""
+    """Key splits of `decode_attention` for this shape: about two programs an SM (batch x kv_heads x splits), at
+    least three splits, at most one key block a split, then as many as the rounded split length needs (no empty
+    split); none once batch x kv_heads gives two programs an SM: one kernel instead of a split kernel and a combine
+    kernel (the small scale's jobs sharing a GPU are bound by the count of kernels: results/measured/h100/small/
+    share_gpu). Measured on the 7B shape (H100, issue 22 calls 78-79, results/measured/h100/kernels/attn_call78/,
+    attn_call79/; us a layer with o's LoRA down-products): batch 1 fastest with one block a split (span 1024: 16
+    splits 8.3-9.0 against 9.3-10.0 with 8; 2048: 32 splits 10.0 against 10.7 with 16), batch 8 with 8 (2048: 22.3
+    against 25.4 with 16), 16 with 4 (22.5 / 34.9 against 25.8 / 39.2 with 8 / 16), 32 and 64 with 3 (35.7 against
+    40.1 with 8; 64.5-67.8 with 2-4 at span 1024, 107.2 against 110.4-116.1 with 2-6 at 2048), where the rule before
+    (about 8 programs an SM, at least two blocks a split) gave 8, 16, 8 / 16, 8 / 9 and 5."""
     if batch * kv_heads >= 2 * sms:
         return 1
-    want = -(-8 * sms // max(1, batch * kv_heads))
-    return max(1, min(want, span // (2 * block), 64))
+    want = max(-(-2 * sms // max(1, batch * kv_heads)), 3)
+    ns = max(1, min(want, span // block, 64))
+    chunk = -(-(-(-span // ns)) // block) * block
+    return -(-span // chunk)
 
 
 def decode_attention(q, k_cache, v_cache, valid, slot, span: int, scale: float, *, use_triton: bool = False,

@@ -164,11 +164,15 @@ def test_silu_mul(dtype, lora):
 
 def test_rank_padding_and_splits():
     assert [decode.lora_rank_pad(r) for r in (1, 8, 16, 17, 32, 64)] == [16, 16, 16, 32, 32, 64]
-    assert decode.attention_splits(1, 4, 2304) == 18  # long spans split for several programs per SM
-    assert decode.attention_splits(64, 4, 1024) == 5
+    # about two programs an SM, at least three splits, at most one key block a split, no empty split (H100 calls
+    # 78-79: batch 1 fastest with one block a split, 8 with 8 splits, 16 with 4, 32 and 64 with 3)
+    assert decode.attention_splits(1, 4, 2304) == 36
+    assert decode.attention_splits(1, 4, 1024) == 16 and decode.attention_splits(8, 4, 1024) == 8
+    assert decode.attention_splits(8, 4, 2048) == 8   # 9 wanted, 256-key splits: 8 of them
+    assert decode.attention_splits(16, 4, 1024) == 4 and decode.attention_splits(64, 4, 1024) == 3
     assert decode.attention_splits(512, 4, 2304) == 1  # a large batch fills the GPU by itself
     assert decode.attention_splits(128, 3, 512) == 1  # the small scale's rollouts: no combine kernel
-    assert decode.attention_splits(64, 4, 512) == 4
+    assert decode.attention_splits(64, 4, 512) == 3
     # the fused sampler where the H100 measured it faster (results/measured/h100/small/sampler)
     assert decode.sample_gumbel_pays(128, 49152) and decode.sample_gumbel_pays(1, 49152)
     assert decode.sample_gumbel_pays(64, 152064) and not decode.sample_gumbel_pays(8, 152064)
