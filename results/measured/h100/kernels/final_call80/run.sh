@@ -1,17 +1,13 @@
 #!/bin/bash
-# Issue 22, call 80: the session's final tree (call 77's with decode.attention_splits' new rule, calls 78-79; the rank-split
-# LoRA epilogue, the 14B / 32B entries and 7B o at batch 8): GPU tests (the MMA kernel; the engine / decode / fused /
-# skinny-M set in the profile), the 7B step trace with the table (the default) and without it (QERL_FP4_MMA=0), and
-# the rollout profile with it, same machine.
+# Issue 22, call 80: the session's final tree (call 77's with decode.attention_splits' new rule, calls 78-79): the
+# 7B step trace with the table (the default) and without it (QERL_FP4_MMA=0), and the rollout profile with the
+# engine / decode / fused / skinny-M GPU tests, same machine.
 # Usage (repository root, .whl/ carried): COMMIT=... bash results/measured/h100/kernels/final_call80/run.sh
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD TRITON_DEFAULT_FP_FUSION=1
 OUT=${OUT:-/tmp/final80-out}
 mkdir -p "$OUT"
 T0=$(date +%s)
 stamp() { echo "[call80 +$(( $(date +%s) - T0 ))s] $*"; }
-stamp "mma tests"
-timeout 100 python3 -m pytest -q -rfE tests/qerl_kernels/test_fp4_mma.py \
-  -p no:cacheprovider > "$OUT/mma-pytest.log" 2>&1; tail -3 "$OUT/mma-pytest.log"
 for mode in default 0; do
   stamp "trace QERL_FP4_MMA=$mode"
   env $( [ $mode = 0 ] && echo QERL_FP4_MMA=0 ) timeout 150 python3 -m qerl.profiling.step_trace --arch 7B \
