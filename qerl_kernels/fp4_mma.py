@@ -61,7 +61,7 @@ direct_call57/ ... rows_call67/):
   `MEASURED_WINS`. In the 7B step with all four (call 67) the GEMMs take 2,357 us a step against 2,498, the graph
   step 3,810 vs 3,883 us (-1.9 %). M = 8: slower everywhere but 7B o (its activation loads stop being broadcasts;
   calls 72, 74).
-- The epilogue's LoRA update split over the warps by rank (PRE, calls 68-69, kernels.notes.md "Calls 68-77"): o with
+- The epilogue's LoRA update split over the warps by rank (PRE, calls 68-69, kernels.notes.md "Calls 68-80"): o with
   the engine's LoRA and residual 12.6 -> 8.4 us, down 27.3 -> 24.3; the 7B step's GEMMs 2,151 us, the graph step
   3,604. The 14B / 32B launches where the grid wins (calls 70-71) are in the table too. Bound (ncu, call 74): 5.2
   warps a scheduler under the register cap, 44 % of a warp's cycles waiting on its loads; 28 fewer instructions a
