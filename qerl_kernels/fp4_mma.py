@@ -775,6 +775,16 @@ if HAVE_GLUON:
                 gl.float32)
         return acc
 
+    @gluon.jit
+    def _gl_lora_parts(lb_ptr, t_ptr, row0, g, c, warp, M, N, stride_t, R: gl.constexpr, KW: gl.constexpr,
+                       TILES: gl.constexpr, LW: gl.constexpr):
+        """`_gl_lora_part` of a row block's TILES tiles (rows row0 and row0 + 16), R / KW ranks a warp."""
+        lw0 = _gl_lora_part(lb_ptr, t_ptr, row0, g, c, warp, M, N, stride_t, R, R // KW, LW)
+        lw1 = lw0
+        if TILES == 2:
+            lw1 = _gl_lora_part(lb_ptr, t_ptr, row0 + 16, g, c, warp, M, N, stride_t, R, R // KW, LW)
+        return lw0, lw1
+
     @gluon.jit(do_not_specialize=["M"])
     def _fp4_mma_rows_gl(
             x32_ptr, w_ptr, s_ptr, os_ptr, bias_ptr, y_ptr, ws_ptr, cnt_ptr, t_ptr, lb_ptr, res_ptr,
@@ -843,11 +853,8 @@ if HAVE_GLUON:
             a6 = gl.zeros([32 * KW, 4], gl.float32, layout=LW)
             a7 = gl.zeros([32 * KW, 4], gl.float32, layout=LW)
             if PRE == 1:
-                lw0 = _gl_lora_part(lb_ptr, t_ptr, pid_b * (16 * TILES), g, c, warp, M, N, stride_t, R, R // KW, LW)
-                lw1 = lw0
-                if TILES == 2:
-                    lw1 = _gl_lora_part(lb_ptr, t_ptr, pid_b * (16 * TILES) + 16, g, c, warp, M, N, stride_t, R,
-                                        R // KW, LW)
+                lw0, lw1 = _gl_lora_parts(lb_ptr, t_ptr, pid_b * (16 * TILES), g, c, warp, M, N, stride_t, R, KW,
+                                          TILES, LW)
             for i in range(iters):
                 w0, w1, w2, w3, s0_, s1_, s2_, s3_ = pw0, pw1, pw2, pw3, ps0, ps1, ps2, ps3
                 if STAGES >= 2:
@@ -875,12 +882,8 @@ if HAVE_GLUON:
             row = pid_b * (16 * TILES) + gr
             if PRE:
                 if PRE == 2:
-                    lw0 = _gl_lora_part(lb_ptr, t_ptr, pid_b * (16 * TILES), g, c, warp, M, N, stride_t, R, R // KW,
-                                        LW)
-                    lw1 = lw0
-                    if TILES == 2:
-                        lw1 = _gl_lora_part(lb_ptr, t_ptr, pid_b * (16 * TILES) + 16, g, c, warp, M, N, stride_t, R,
-                                            R // KW, LW)
+                    lw0, lw1 = _gl_lora_parts(lb_ptr, t_ptr, pid_b * (16 * TILES), g, c, warp, M, N, stride_t, R,
+                                              KW, TILES, LW)
                 l0 = _gl_warp_reduce(lw0, red, KW, LR)
                 _gl_out(q0, row, cr, 0, os_row, bias_ptr, y_ptr, t_ptr, lb_ptr, res_ptr, M, N, stride_ym, stride_t,
                         stride_res, HAS_BIAS, HAS_LORA, R, HAS_RES, 1, LR, l0)
@@ -1187,11 +1190,8 @@ def compile_variants() -> dict[str, tuple]:
         "down-lora-res-rows-table-m1": (3584, 18944, 1, 0, True, False, True, True,
                                         MEASURED_WINS[("h100", 0, "bf16", 3584, 18944, 1)]),
         "down-lora-res-rows-m1": (3584, 18944, 1, 0, True, False, True, True, {"GRID": "rows"}),
-        "o-lora-res-rows-pre1-m1": (3584, 3584, 1, 0, True, False, True, True,
-                                    dict(MEASURED_WINS[("h100", 0, "bf16", 3584, 3584, 1)], PRE=1)),
-        "down-lora-res-rows-pre2-m1": (3584, 18944, 1, 0, True, False, True, True,
-                                       dict(MEASURED_WINS[("h100", 0, "bf16", 3584, 18944, 1)], PRE=2)),
-        "mx-rows-ch1-pre1-m2": (200, 400, 2, 1, False, True, True, True, {"GRID": "rows", "KW": 2, "PRE": 1}),
+        "mx-rows-ch1-pre1-m2": (200, 400, 2, 1, False, True, True, True,   # two tiles a row block, LoRA PRE 1
+                                {"GRID": "rows", "KW": 2, "CH": 1, "SPLIT": 1, "PRE": 1}),
         "o-rows-split2-m8": (3584, 3584, 8, 0, True, True, True, True, {"GRID": "rows", "KW": 4, "SPLIT": 2}),
         "mx-rows-ch1-m2": (200, 400, 2, 1, False, True, False, False, {"GRID": "rows", "SPLIT": 2}),
         "tiny-k256-lora-m3": (81, 256, 3, 0, True, False, True, True, {"NW": 1, "PER": 3}),
