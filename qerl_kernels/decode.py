@@ -852,7 +852,8 @@ def attention_splits(batch: int, kv_heads: int, span: int, sms: int = 132, block
     splits 8.3-9.0 against 9.3-10.0 with 8; 2048: 32 splits 10.0 against 10.7 with 16), batch 8 with 8 (2048: 22.3
     against 25.4 with 16), 16 with 4 (22.5 / 34.9 against 25.8 / 39.2 with 8 / 16), 32 and 64 with 3 (35.7 against
     40.1 with 8; 64.5-67.8 with 2-4 at span 1024, 107.2 against 110.4-116.1 with 2-6 at 2048), where the rule before
-    (about 8 programs an SM, at least two blocks a split) gave 8, 16, 8 / 16, 8 / 9 and 5."""
+    (about 8 programs an SM, at least two blocks a split) gave 8, 16, 8 / 16, 8 / 9 and 5. Other GPUs and shapes:
+    `python -m qerl_kernels.bench_attention` times every split count beside this rule's."""
     if batch * kv_heads >= 2 * sms:
         return 1
     want = max(-(-2 * sms // max(1, batch * kv_heads)), 3)

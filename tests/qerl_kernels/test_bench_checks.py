@@ -70,3 +70,27 @@ def test_an_earlier_module_version_loads_from_its_file_for_a_before_after_run(tm
     assert _load_engine_class(str(engine)).__name__ == "DecodeEngine"
     with pytest.raises(FileNotFoundError, match="no file"):
         bench.load_module_file(tmp_path / "missing.py", "x")
+
+
+def test_the_attention_split_sweep_times_every_count_against_the_rule(monkeypatch, capsys):
+    """bench_attention (GPU tool) on the CPU, the graph timer stood in for and a two-layer 7B-like shape: every
+    split count from 2 up to span / 64 and the rule's own, each pass in turn (the second reversed), the outputs
+    checked against the rule's count's."""
+    from qerl_kernels import bench_attention
+    monkeypatch.setitem(bench_attention.SHAPES, "tiny", (4, 2, 16, 2, 16))
+    calls = []
+
+    def timer(fn):
+        fn()
+        calls.append(1)
+        return 10.0 * (len(calls) % 3 + 1)
+    rows = bench_attention.sweep("tiny", [1], [256], [2, 3, 8, 16], passes=2, timer=timer, device="cpu")
+    rule = rows[0]["rule"]
+    assert rule == 4  # one 64-key block a split (attention_splits)
+    assert [r["splits"] for r in rows] == [2, 3, 4] and all(len(r["us"]) == 2 for r in rows)  # 8, 16 > span / 64
+    assert all(r["max_diff"] < 0.05 for r in rows)
+    out = capsys.readouterr().out
+    assert out.index("pass 0 splits 2:") < out.index("pass 0 splits 3:")
+    assert out.index("pass 1 splits 3:") < out.index("pass 1 splits 2:")
+    table = bench_attention.markdown(rows)
+    assert f"{rule}*:" in table and "| tiny | 1 | 256 |" in table
