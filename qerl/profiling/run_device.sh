@@ -3,7 +3,8 @@
 # AdamW of the paper config; jsonschema, jsonschema-specifications, referencing, rpds-py and attrs, which `qerl profile` needs
 # to read the training settings of --config, default config/paper.yaml), compile the kernels in
 # parallel, optionally run the engine's GPU tests (TESTS=1) and the decode-step trace (TRACE=1: qerl.profiling.
-# step_trace, the current engine against .whl/engine_before.py when present), the LoRA down-product benchmark
+# step_trace, the current engine against .whl/engine_before.py when present; TRACE_ALSO="QERL_FP4_MMA=0": again with
+# each setting, trace_QERL_FP4_MMA0.md), the LoRA down-product benchmark
 # (LORA_BENCH=1: qerl_kernels.bench_lora, rows $LORA_ROWS; again with .whl/decode_before.py's kernels when present),
 # then `qerl profile` into $W/prof
 # (rollout.csv, e2e.csv, memory.csv, rollout_hf.csv; the machine's description in env.txt; the log in log.txt).
@@ -49,9 +50,12 @@ if [ -n "$LORA_BENCH" ]; then  # the LoRA down-products: split kernel vs norm + 
 fi
 if [ -n "$TRACE" ]; then
   EF=""; [ -f .whl/engine_before.py ] && EF="--engine-file .whl/engine_before.py --engine-name before"
-  timeout "${TRACE_S:-240}" python3 -m qerl.profiling.step_trace --arch "${TRACE_ARCH:-7B}" --methods lora qerl \
-    --batches ${TRACE_BATCHES:-1 64} --span 1024 $EF --out "$W/trace.json" --md "$W/trace.md" 2>&1 \
-    | grep -v Warn | grep -E "^\| |^# " | head -30
+  for setting in "" $TRACE_ALSO; do  # TRACE_ALSO="QERL_FP4_MMA=0 ...": the trace again with each setting
+    tag=${setting:+_${setting//=/}}
+    env $setting timeout "${TRACE_S:-240}" python3 -m qerl.profiling.step_trace --arch "${TRACE_ARCH:-7B}" \
+      --methods lora qerl --batches ${TRACE_BATCHES:-1 64} --span 1024 $EF --out "$W/trace$tag.json" \
+      --md "$W/trace$tag.md" 2>&1 | grep -v Warn | grep -E "^\| |^# " | head -30
+  done
 fi
 timeout "${PROF_S:-420}" python3 -m qerl.cli profile --archs ${ARCHS:-7B} --budget-s "${BUDGET:-300}" --out "$W/prof" "$@" 2>&1 \
   | tee "$W/prof/log.txt" | grep -v Warning | grep -E "tokens_per_s|# |budget" | cut -c1-200 | tail -60
