@@ -136,6 +136,15 @@ MEASURED_WINS: dict[tuple, dict] = {
     # M = 8 (call 72, rows_call72/): o with LoRA + residual 10.84 us vs 11.54-11.69; every other 7B launch at M = 8
     # slower on the grid (gate/up 57.6 vs 40.3, down 34.5 vs 27.2, q/k/v 12.4 vs 10.7: its activation loads)
     ("h100", 0, "bf16", 3584, 3584, 8): dict(GRID="rows", KW=8, SPLIT=1, CPB=3, MAXNREG=96),
+    # M = 2 and 4 (call 84, rows_call84/, each with the engine's epilogue, the default path timed first and last):
+    # o 8.7-8.8 / 9.1 us vs 11.1-11.2 / 11.6-11.7, q/k/v with bias 9.4 / 9.9-10.0 vs 12.0-12.1 / 12.0-12.1, down at
+    # M = 2 26.0-26.1 vs 26.4-26.5; gate/up on the grid 39.5 vs 39.5-39.8 at M = 2 (a tie: left), 43.0 vs 39.9-40.1
+    # at 4, down 28.0 vs 26.9-27.1 at 4 (default)
+    ("h100", 0, "bf16", 3584, 3584, 2): dict(GRID="rows", KW=8, SPLIT=1, CPB=3, MAXNREG=88),
+    ("h100", 0, "bf16", 3584, 3584, 4): dict(GRID="rows", KW=8, SPLIT=1, CPB=3, MAXNREG=88),
+    ("h100", 0, "bf16", 4608, 3584, 2): dict(GRID="rows", KW=4, SPLIT=1, CPB=4, MAXNREG=96),
+    ("h100", 0, "bf16", 4608, 3584, 4): dict(GRID="rows", KW=4, SPLIT=1, CPB=4, MAXNREG=96),
+    ("h100", 0, "bf16", 3584, 18944, 2): dict(GRID="rows", KW=8, SPLIT=1, CPB=3, MAXNREG=96, PRE=2),
     # 14B / 32B (call 70, rows_call70/: with the engine's epilogues, the default path timed first and last), us:
     # q/k/v 13.3 vs 16.8, o 12.1 vs 14.8, 14B gate/up 39.8 vs 41.0-44.1, 14B down 25.5 vs 28.0, 32B gate/up 68.7
     # vs 72.0-79.0; 32B's down (5120 x 27648) stays on the default path (42.5 against the grid's best 46.2)
