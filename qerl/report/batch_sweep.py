@@ -11,7 +11,9 @@ weights. This artifact ("figbatch", not a paper figure) plots the measured ratio
     attention; the ceiling is BF16's floor over NVFP4's;
   * weights only: the same without the KV cache (the ratio the 4-bit weights alone would buy).
 Bandwidth and matrix rate come from results/measured/<gpu>/ceilings.json (measured on that GPU, with provenance
-inside); without it only the measured ratios are drawn.
+inside) of the folder the ceilings' model (7B, else the first plotted) was measured in, so the ceilings and the ratios
+they bound are of one GPU; without that file only the measured ratios are drawn. Each model's rows come from its own
+folder (qerl/report/context.py); when the models' GPUs differ, every label names its model's GPU ("7B (h100)").
 
 Regimes (`regime_verdicts`, also used by `qerl claims`): batch <= 8, 16-64, >= 128; "holds" where every measured
 ratio of the regime is >= 1.5, otherwise "not reproduced", said with whether QeRL is still faster than BF16 LoRA
@@ -24,7 +26,9 @@ from __future__ import annotations
 import json
 
 from qerl.contract.methods import METHODS
-from qerl.report.context import Context, measured_dir
+from pathlib import Path
+
+from qerl.report.context import Context
 from qerl.report.speed import NOT_MEASURED, method_aliases
 
 __all__ = ["REGIMES", "PAPER_CLAIM", "MEAN_CONTEXT", "ceilings", "step_floor", "speedups", "regime_verdicts",
@@ -36,9 +40,12 @@ MEAN_CONTEXT = 256 + 2048 / 2  # the profile's shape: prompt 256, completion 204
 _BITS = {"lora": 16.0, "qerl": 4.5, "qlora": 4.127}  # NF4: 4 bits + 8-bit absmax per 64 + fp32 per 256 blocks
 
 
-def ceilings(cfg: dict) -> dict | None:
-    """{"read_gbs", "tflops", "source"} from measured/<gpu>/ceilings.json, or None when absent."""
-    folder = measured_dir(cfg)
+def ceilings(folder: Path | None) -> dict | None:
+    """{"read_gbs", "tflops", "source"} from <folder>/ceilings.json (a measured/<gpu>/ folder), or None when absent.
+
+    Raises:
+        ValueError: naming the file when it lacks the read_gbs or tflops number.
+    """
     path = folder / "ceilings.json" if folder is not None else None
     if path is None or not path.exists():
         return None
@@ -120,13 +127,14 @@ def sweep_claim_lines(ctx: Context) -> tuple[list[str], str] | None:
     """Markdown lines and a one-line summary of the per-regime verdicts of every model with a batch sweep (QeRL and
     BF16 LoRA measured at three or more batch sizes, up to 64 or more); None when there is none."""
     rows = ctx.measured("rollout.csv") or []
-    lines, summary = [], []
+    lines, summary, swept = [], [], []
     for model in dict.fromkeys(r["model"] for r in rows):
         q = speedups(rows, model, "qerl")
         if len(q) < 3 or max(q) < 64:
             continue
+        swept.append(model)
         ql = speedups(rows, model, "qlora")
-        label = model
+        label = ctx.measured_model(model)
         lines.append(f"- {label}, QeRL / BF16 LoRA rollout tok/s by batch: " +
                      ", ".join(f"{b}: {v:.2f}" for b, v in q.items()) +
                      ("; QLoRA / BF16 LoRA: " + ", ".join(f"{b}: {v:.2f}" for b, v in ql.items()) if ql else ""))
@@ -136,8 +144,10 @@ def sweep_claim_lines(ctx: Context) -> tuple[list[str], str] | None:
                                                  for name, span, _, short in verdicts))
     if not lines:
         return None
-    return ["Across batch sizes (figure figbatch; rank 32, the same rollout.csv):", "", *lines, ""], \
-        " | ".join(summary)
+    gpus = ctx.measured_gpus_line("rollout.csv", models=swept)
+    where = f"; GPU per model: {gpus}" if gpus else ""
+    head = f"Across batch sizes (figure figbatch; rank 32, the same rollout.csv{where}):"
+    return [head, "", *lines, ""], " | ".join(summary)
 
 
 def render_figbatch(ctx: Context, artifact):
@@ -147,16 +157,16 @@ def render_figbatch(ctx: Context, artifact):
 
     plt = figures.pyplot()
     rows = ctx.measured("rollout.csv") or []
-    ceil = ceilings(ctx.cfg)
     # the models with a sweep (QeRL and BF16 LoRA measured up to batch >= 64); others (batch 1-8, Tables 5-8) are
     # in Tables 5-8 and Fig. 11
     models = [m for m in dict.fromkeys(r["model"] for r in rows)
               if len(speedups(rows, m, "qerl")) >= 3 and max(speedups(rows, m, "qerl")) >= 64]
     ceiling_model = "7B" if "7B" in models else (models[0] if models else None)
+    ceil = ceilings(ctx.measured_sources().get(ceiling_model))  # the ceilings of the GPU that model was measured on
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(11.0, 6.4))
     styles = ["-", "--", ":", "-."]
     for i, model in enumerate(models):
-        label = model
+        label = ctx.measured_model(model)
         ls = styles[i % len(styles)]
         for method in ("qerl", "qlora"):
             s = speedups(rows, model, method)
@@ -202,9 +212,20 @@ def render_figbatch(ctx: Context, artifact):
     for a in (ax, ax2):
         if a.get_legend_handles_labels()[0]:
             a.legend(fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2, frameon=False)
-    fig.suptitle(figures.figure_title(artifact, ctx, figures.measured_line(ctx)), fontsize=10)
-    extra = (f"Ceilings: {ceil['source']}; read {ceil['read_gbs']:.0f} GB/s, bf16 {ceil['tflops']:.0f} TFLOP/s; "
-             f"mean context {MEAN_CONTEXT:.0f} tokens (prompt 256 + completion 2048 / 2)." if ceil else "No ceilings.json: ceilings not drawn.")
+    fig.suptitle(figures.figure_title(artifact, ctx, figures.measured_line(ctx, models or None)), fontsize=10)
+    gpu = ctx.measured_gpu(ceiling_model) if ceiling_model else None
+    if ceil:
+        extra = (f"Ceilings of {ceiling_model}, from the GPU it was measured on ({gpu}): {ceil['source']}; read "
+                 f"{ceil['read_gbs']:.0f} GB/s, bf16 {ceil['tflops']:.0f} TFLOP/s; mean context {MEAN_CONTEXT:.0f} "
+                 "tokens (prompt 256 + completion 2048 / 2).")
+    elif gpu:
+        extra = f"No ceilings.json in {ctx.measured_sources()[ceiling_model]} (the folder of {ceiling_model}): " \
+                "ceilings not drawn."
+    else:
+        extra = "No ceilings.json: ceilings not drawn."
+    gpus = ctx.measured_gpus_line("rollout.csv", models=models)
+    if gpus:
+        extra += f" GPU per model (in each label): {gpus}."
     figures.figure_footer(fig, artifact, ctx, extra)
     fig.subplots_adjust(bottom=0.36, top=0.88, wspace=0.25)
     return fig

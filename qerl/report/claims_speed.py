@@ -1,6 +1,9 @@
 """Claims 1 and 2, speed and memory: QeRL's rollout and end-to-end speedups over BF16 LoRA, and a 32B model's GRPO
-steps on one 80 GB GPU, from the committed measurements (results/measured/<gpu>/) through the Table 3 / 5-8
-arithmetic (qerl/report/efficiency_tables.py); and, for the record, this scale's own step phases.
+steps on one 80 GB GPU, from the committed measurements (results/measured/<gpu>/, each model from its own folder:
+qerl/report/context.py) through the Table 3 / 5-8 arithmetic (qerl/report/efficiency_tables.py); and, for the
+record, this scale's own step phases. When the models' GPUs differ, each row names its model's ("7B (h100)") and a
+line says which file each model's numbers come from; a speedup only ever divides two numbers of one model, so of one
+GPU.
 """
 from __future__ import annotations
 
@@ -8,7 +11,7 @@ from qerl.contract.methods import METHODS, get_method
 from qerl.report.claims_verdicts import fmt, tracked_context
 from qerl.report.context import Context, Needs, RunSpec, task_name, trained_methods
 from qerl.report.speed import e2e_speedup, method_aliases, rollout_ratio
-from qerl.report.inputs import paper_model_label, summarize
+from qerl.report.inputs import summarize
 
 __all__ = ["TIMED", "speed_claim", "memory_32b_claim", "cpu_timing"]
 
@@ -52,8 +55,8 @@ def speed_claim(cfg: dict, seen: list[Context]) -> tuple[list[str], str] | None:
             rx += [roll] if _num(roll) is not None else []
             ex += [v for v in (e_no, e_gc) if _num(v) is not None]
             qx += [v for v in (ql_no, ql_gc) if _num(v) is not None]
-            rows.append(f"| {paper_model_label(model)} | {batch} | {_cell(roll)} | {_cell(e_no)} | {_cell(e_gc)} | "
-                        f"{_cell(ql_no)} | {_cell(ql_gc)} |")
+            rows.append(f"| {ctx.measured_model(model)} | {batch} | {_cell(roll)} | "
+                        f"{_cell(e_no)} | {_cell(e_gc)} | {_cell(ql_no)} | {_cell(ql_gc)} |")
 
     def span(xs: list[float], lo: float, hi: float | None, what: str) -> str:
         if not xs:
@@ -66,9 +69,11 @@ def speed_claim(cfg: dict, seen: list[Context]) -> tuple[list[str], str] | None:
     summary = "; ".join([span(rx, 1.5, None, "QeRL rollout"), span(ex, 1.2, 1.5, "QeRL E2E"),
                          span(qx, 0.7, 0.9, "QLoRA E2E")])
     where = "; ".join(s for s in ctx.prov.sources)
+    gpus = ctx.measured_gpus_line()
+    per_model = f" GPU per model (in the model column): {gpus}." if gpus else ""
     lines = [f"Measured ({where}); speedup = BF16 LoRA time / method time at the same batch, rollout at the lowest "
              "LoRA rank measured; E2E without and with gradient checkpointing (GC); \"OOM\" or \"s/step\" where "
-             "BF16 LoRA has no step to compare with.", "",
+             f"BF16 LoRA has no step to compare with.{per_model}", "",
              "| model | batch | QeRL rollout x | QeRL E2E x | QeRL E2E x (GC) | QLoRA E2E x | QLoRA E2E x (GC) |",
              "|---|---|---|---|---|---|---|", *rows, "", f"- {summary}.", ""]
     return lines, summary + "."
@@ -77,8 +82,8 @@ def speed_claim(cfg: dict, seen: list[Context]) -> tuple[list[str], str] | None:
 def memory_32b_claim(cfg: dict, seen: list[Context]) -> tuple[list[str], str] | None:
     """Claim 2 from the committed memory.csv and e2e.csv rows of the 32B model; None when there are none."""
     ctx = tracked_context(cfg, Needs(measured=("e2e.csv", "memory.csv")), seen)
-    memory = [r for r in ctx.measured("memory.csv") or [] if paper_model_label(r["model"]) == "32B"]
-    e2e = [r for r in ctx.measured("e2e.csv") or [] if paper_model_label(r["model"]) == "32B"]
+    memory = ctx.measured("memory.csv", "32B") or []  # the rows' model is the paper's label (inputs.py)
+    e2e = ctx.measured("e2e.csv", "32B") or []
     if not memory and not e2e:
         return None
     lines = [f"- {_short(r['method'])}: weights {r['model_size_gb']:.1f} GB, peak "

@@ -17,11 +17,16 @@ directly; a config that was not validated is a caller's bug and fails with a Key
 - trained methods: train.methods; a task's own train.tasks.NAME.methods, when it lists any, narrows them for that
   task's role.
 - ablations: train.ablations.*; the task role is the algorithm of train.ablations.task (or of the first task).
-- measured GPU folder: profile.measured_gpu, else among the folders of <results_dir>/measured holding a profiling
-  CSV (rollout/e2e/memory.csv): one whose name contains h100, else the first in name order.
+- measured GPU folder, chosen per model: the candidate folders are profile.measured_gpu's alone when it is set,
+  else the folders of <results_dir>/measured holding a profiling CSV (rollout/e2e/memory.csv), those whose name
+  contains h100 first (the paper's GPU), then in name order. A model's numbers come from the first candidate with
+  rows for it in any of the three CSVs, all three files from that one folder, so no row (and no speedup) mixes
+  GPUs; each row read says its folder in key "gpu". Artifacts spanning models mark the GPU per model when their
+  models come from more than one folder (`Context.measured_mixed`).
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,11 +55,14 @@ __all__ = [
     "lr_variant",
     "run_path",
     "eval_path",
-    "measured_dir",
+    "measured_folders",
     "MEASURED_FILES",
 ]
 
 MEASURED_FILES = tuple(name for name, spec in MEASURED_CSVS.items() if spec.required)  # the ones the report reads
+_READERS = {"rollout.csv": inputs.read_rollout_csv, "e2e.csv": inputs.read_e2e_csv,
+            "memory.csv": inputs.read_memory_csv}
+_SIZE = re.compile(r"(\d+(?:\.\d+)?)B")
 # the benchmarks of a role's paper table, shown when the config runs no task of that role (tiny: the generated one)
 _NO_TASK_BENCHMARKS = {"grpo": ["gsm8k"], "dapo": list(TABLE2_BENCHMARKS)}
 
@@ -184,19 +192,24 @@ def eval_path(cfg: dict, method: str, benchmark: str, seed: int) -> Path:
     return Path(paths.eval_file(paths.root_of(cfg), cfg["model"]["name"], method, benchmark, seed))
 
 
-def measured_dir(cfg: dict) -> Path | None:
-    """<results_dir>/measured/<gpu>, chosen as the module docstring says; None when there is none."""
+def measured_folders(cfg: dict) -> list[Path]:
+    """The candidate measured folders, in preference order (the module docstring's rule): [<results_dir>/measured/
+    <profile.measured_gpu>] when that key is set (whether or not the folder exists), else the folders holding a
+    profiling CSV, h100-named first, then by name; [] when there is none."""
     chosen = cfg["profile"]["measured_gpu"]
     if chosen:
-        return Path(paths.measured_dir(cfg["results_dir"], chosen))
+        return [Path(paths.measured_dir(cfg["results_dir"], chosen))]
     root = Path(cfg["results_dir"]) / "measured"
     if not root.is_dir():
-        return None
-    folders = sorted(p for p in root.iterdir() if p.is_dir() and any((p / n).exists() for n in MEASURED_FILES))
-    if not folders:
-        return None
-    preferred = [p for p in folders if "h100" in p.name.lower()]
-    return (preferred or folders)[0]
+        return []
+    folders = [p for p in root.iterdir() if p.is_dir() and any((p / n).exists() for n in MEASURED_FILES)]
+    return sorted(folders, key=lambda p: ("h100" not in p.name.lower(), p.name))
+
+
+def _model_order(model: str) -> tuple:
+    """Sort key of a measured row's model label: the paper's sizes ascending ("3B" < "14B"), other names after."""
+    size = _SIZE.fullmatch(model)
+    return (0, float(size.group(1)), model) if size else (1, 0.0, model)
 
 
 @dataclass
@@ -219,6 +232,7 @@ class Context:
     prov: Provenance = field(init=False)
     notes: list[str] = field(default_factory=list)
     reads: dict = field(default_factory=dict)
+    _sources: dict | None = field(default=None, init=False, repr=False)  # measured_sources, once computed
 
     def __post_init__(self):
         self.prov = Provenance(self.cfg["scale"], self.cfg["model"]["name"], [])  # seeds: added as files are read
@@ -319,27 +333,104 @@ class Context:
                 out.append(per_seed)
         return out
 
-    def measured(self, name: str) -> list[dict] | None:
-        """Rows of measured/<gpu>/<name> (rollout.csv, e2e.csv, memory.csv), or None when absent."""
-        folder = measured_dir(self.cfg)
-        if folder is None or not (folder / name).exists():
-            return None
-        reader = {"rollout.csv": inputs.read_rollout_csv, "e2e.csv": inputs.read_e2e_csv,
-                  "memory.csv": inputs.read_memory_csv}[name]
-        rows = reader(folder / name)
-        prov = inputs.read_measured_provenance(folder)
-        note = f"measured on {prov.get('gpu') or folder.name} ({folder / name})"
+    def measured_sources(self) -> dict[str, Path]:
+        """{model label: the measured folder its numbers come from} (the module docstring's rule), models in the
+        paper's order; {} when no candidate folder has a row."""
+        if self._sources is None:
+            found: dict[str, Path] = {}
+            for folder in measured_folders(self.cfg):
+                for name in MEASURED_FILES:
+                    for row in self._measured_file(folder, name) or []:
+                        found.setdefault(row["model"], folder)
+            self._sources = {m: found[m] for m in sorted(found, key=_model_order)}
+        return self._sources
+
+    def _measured_file(self, folder: Path, name: str) -> list[dict] | None:
+        """The parsed rows of folder/name (read once, see `reads`), or None when the file is absent."""
+        path = folder / name
+        return self._read(_READERS[name], path) if path.exists() else None
+
+    def measured(self, name: str, model: str | None = None) -> list[dict] | None:
+        """Rows of a measured CSV (rollout.csv, e2e.csv, memory.csv): every model's (or `model`'s) rows from its own
+        folder, each with key "gpu" (the folder's name), in the paper's model order; provenance is recorded for the
+        folders they come from.
+
+        Returns:
+            The rows ([] when the file exists but holds none of them), or None when the file is absent: from the
+            model's folder, or (a model no folder measured, or none at all) from every candidate folder.
+        """
+        sources = self.measured_sources()
+        wanted = [model] if model is not None else list(sources)
+        used = self._folders_of(wanted)
+        rows, present = [], False
+        for folder in used or measured_folders(self.cfg):
+            part = self._measured_file(folder, name)
+            if part is None:
+                continue
+            present = True
+            if folder in used:
+                self._measured_provenance(folder, name)
+                rows += [{**r, "gpu": folder.name} for r in part
+                         if r["model"] in wanted and sources[r["model"]] == folder]
+        return sorted(rows, key=lambda r: _model_order(r["model"])) if present else None
+
+    def _folders_of(self, models: list[str]) -> list[Path]:
+        """The folders the numbers of `models` come from, in preference order."""
+        chosen = {f for m, f in self.measured_sources().items() if m in models}
+        return [f for f in measured_folders(self.cfg) if f in chosen]
+
+    def _measured_provenance(self, folder: Path, name: str) -> None:
+        prov = self._read(inputs.read_measured_provenance, folder)
+        gpu = prov.get("gpu") or folder.name
+        note = f"measured on {gpu} ({folder / name})"
         if note not in self.prov.sources:
             self.prov.sources.append(note)
-        self.prov.hardware.add(f"GPU {prov.get('gpu') or folder.name} (measured files)")
-        return rows
+        self.prov.hardware.add(f"GPU {gpu} (measured files)")
 
-    def measured_label(self) -> str:
-        """Column prefix of measured values: "ours (measured, h100)"."""
-        folder = measured_dir(self.cfg)
-        return f"ours (measured, {folder.name})" if folder is not None else "ours (measured)"
+    def measured_gpu(self, model: str) -> str | None:
+        """The name of the folder `model`'s measured numbers come from ("h100"), or None when none has it."""
+        folder = self.measured_sources().get(model)
+        return folder.name if folder is not None else None
 
-    def measured_where(self, name: str) -> str:
-        """Where `name` is expected, for "not measured" captions."""
-        folder = measured_dir(self.cfg)
-        return str((folder if folder is not None else Path(self.cfg["results_dir"]) / "measured" / "<gpu>") / name)
+    def measured_mixed(self) -> bool:
+        """Whether the measured models come from more than one folder (then artifacts spanning models mark the GPU
+        of each)."""
+        return len(set(self.measured_sources().values())) > 1
+
+    def measured_model(self, model: str) -> str:
+        """A model's label in an artifact spanning models: "7B (h100)" when the GPUs are mixed, else "7B"."""
+        gpu = self.measured_gpu(model)
+        return f"{model} ({gpu})" if gpu is not None and self.measured_mixed() else model
+
+    def measured_label(self, model: str | None = None) -> str:
+        """Column prefix of measured values: "ours (measured, h100)" -- the GPU of `model`, or without a model the
+        one GPU of every model; "ours (measured)" when that model has no folder or the models' GPUs differ."""
+        if model is not None:
+            gpus = {self.measured_gpu(model)} - {None}
+        else:
+            gpus = {folder.name for folder in self.measured_sources().values()}
+        return f"ours (measured, {next(iter(gpus))})" if len(gpus) == 1 else "ours (measured)"
+
+    def measured_where(self, name: str, model: str | None = None) -> str:
+        """Where `name` is read (for captions): `model`'s folder, or without a model the folders every model comes
+        from; the candidate folders (where it was looked for) when that is none; measured/<gpu>/ without any."""
+        models = [model] if model is not None else list(self.measured_sources())
+        folders = self._folders_of(models) or measured_folders(self.cfg)
+        if not folders:
+            return str(Path(self.cfg["results_dir"]) / "measured" / "<gpu>" / name)
+        return " and ".join(str(folder / name) for folder in folders)
+
+    def measured_gpus_line(self, name: str | None = None, models: list[str] | None = None) -> str:
+        """Which GPU each model's numbers come from, when they come from more than one folder: "7B: h100
+        (results/measured/h100/rollout.csv); 3B, 14B, 32B: h200 (results/measured/h200/rollout.csv)" (the folder
+        when no file `name` is given); `models` narrows the models; "" when they all come from one folder."""
+        sources = self.measured_sources()
+        chosen = {m: f for m, f in sources.items() if models is None or m in models}
+        if len(set(chosen.values())) < 2:
+            return ""
+        groups = []
+        for folder in measured_folders(self.cfg):
+            names = [m for m, f in chosen.items() if f == folder]
+            if names:
+                groups.append(f"{', '.join(names)}: {folder.name} ({folder / name if name else str(folder) + '/'})")
+        return "; ".join(groups)

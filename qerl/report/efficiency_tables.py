@@ -1,8 +1,11 @@
 """The efficiency tables: Tables 3, 5-8 and 9 (speed and memory), from the committed GPU measurements.
 
 How ours map onto the paper's rows (rows are keyed by model and method, and batch in Tables 5-8): from
-results/measured/<gpu>/*.csv (qerl/report/inputs.py states the files). When a file is absent, every one of our cells
-reads "not measured" and the caption says which file is missing. Speedups are BF16 LoRA's step time (or rollout
+results/measured/<gpu>/*.csv (qerl/report/inputs.py states the files), each model from its own GPU folder
+(qerl/report/context.py says which): a table of one model (Tables 5-8) names that GPU in its column labels; Tables 3
+and 9, when their models come from more than one folder, add an "ours: GPU" column and a caption line saying which
+GPU (and file) each model's numbers come from. When a file is absent, every one of our cells reads "not measured"
+and the caption says which file is missing. Speedups are BF16 LoRA's step time (or rollout
 tokens/s) over the method's, same model and batch, as in the paper; QeRL rows read the method "qerl" (or
 "nvfp4_lora"). Table 9 adds rows for our QeRL rank-ablation runs when their metrics carry rollout_tokens (tokens/s =
 rollout_tokens / time_rollout, mean over steps, then over seeds).
@@ -38,10 +41,10 @@ def _peak_column(memory: list[dict] | None) -> str:
     return f"peak (GB), bs{batch} {'with' if gc else 'without'} GC"
 
 
-def _not_measured_note(ctx: Context, names: list[str], data: dict[str, Any]) -> None:
+def _not_measured_note(ctx: Context, names: list[str], data: dict[str, Any], model: str | None = None) -> None:
     absent = [n for n in names if data[n] is None]
     if absent:
-        where = ", ".join(ctx.measured_where(n) for n in absent)
+        where = ", ".join(ctx.measured_where(n, model) for n in absent)
         ctx.notes.append(f"Cells marked '{NOT_MEASURED}': {where} absent (the profiling stage writes these on a GPU; "
                          "no number is made up).")
 
@@ -53,15 +56,29 @@ def _fill_not_measured(rows: list[dict], columns: list[Column]) -> None:
                 row[c.name] = NOT_MEASURED
 
 
+_GPU = "ours: GPU"  # the measured folder of a row's model, in tables spanning models whose GPUs differ
+
+
+def _gpu_column(ctx: Context) -> list[Column]:
+    """[the "ours: GPU" column] when the models' measured folders differ, else [] (the column labels name the GPU)."""
+    return [Column(_GPU, "ours")] if ctx.measured_mixed() else []
+
+
+def _gpus_sentence(ctx: Context, name: str | None = None) -> str:
+    """" GPU per model (column 'ours: GPU'): 7B: h100 (...); 3B, 14B: h200 (...)." or "" for one folder."""
+    line = ctx.measured_gpus_line(name)
+    return f" GPU per model (column '{_GPU}'): {line}." if line else ""
+
+
 def render_table3(ctx: Context, artifact) -> Table:
     """Table 3: model size and end-to-end GRPO step speedup over BF16 LoRA at batch 2, 4, 8 (no grad. ckpt)."""
     data = {n: ctx.measured(n) for n in ("e2e.csv", "memory.csv")}
     _not_measured_note(ctx, list(data), data)
-    o = ctx.measured_label()
+    o, mixed = ctx.measured_label(), ctx.measured_mixed()
     peak = f"{o}: {_peak_column(data['memory.csv'])}"
     columns = [Column("model", "key"), Column("method", "key"), Column("W#", "key"),
                Column("paper: model size (GB)", "paper"),
-               *[Column(f"paper: x bs{b}", "paper") for b in (2, 4, 8)],
+               *[Column(f"paper: x bs{b}", "paper") for b in (2, 4, 8)], *_gpu_column(ctx),
                Column(f"{o}: model size (GB)", "ours", 2),
                *[Column(f"{o}: step s bs{b}", "ours", 1) for b in (2, 4, 8)],
                *[Column(f"{o}: x bs{b}", "ours", 2) for b in (2, 4, 8)], Column(peak, "ours", 2)]
@@ -75,6 +92,7 @@ def render_table3(ctx: Context, artifact) -> Table:
         for method in SPEED_METHODS:
             mem = find_row(data["memory.csv"], method, model=model)
             row = {"model": model, "method": get_method(method).short, "W#": get_method(method).wbits,
+                   **({_GPU: ctx.measured_gpu(model)} if mixed else {}),
                    f"{o}: model size (GB)": mem["model_size_gb"] if mem else NOT_MEASURED,
                    peak: mem["peak_gb"] if mem else NOT_MEASURED}
             row.update({f"{o}: step s bs{b}": _step_cell(data["e2e.csv"], model, method, b, False) for b in (2, 4, 8)})
@@ -85,17 +103,18 @@ def render_table3(ctx: Context, artifact) -> Table:
     caption = (f"{artifact.caption} Ours: one measurement per cell from the committed profiling files. step s: "
                "seconds per GRPO step without gradient checkpointing (GC), as the paper's speedups are, or OOM when "
                "it ran out of GPU memory; x: BF16 LoRA step time / the method's, '-' for BF16 LoRA itself, OOM where "
-               "the method ran out of memory, n/a where only BF16 LoRA did. The peak column is the peak memory of the step memory.csv names "
-               "(with GC), so a model can show a peak next to OOM steps without GC.")
+               "the method ran out of memory, n/a where only BF16 LoRA did. The peak column is the peak memory of "
+               "the step memory.csv names (with GC), so a model can show a peak next to OOM steps without GC."
+               f"{_gpus_sentence(ctx)}")
     return Table(artifact.id, artifact.title, caption, ctx.prov.fields(), columns, rows, list(ctx.notes))
 
 
 def render_table5_8(ctx: Context, artifact) -> Table:
     """Tables 5-8 (3B, 7B, 14B, 32B): rollout tokens/s and speedups, E2E speedup without and with grad. ckpt."""
     model = paper.TABLE5_8_MODEL[artifact.id]
-    data = {n: ctx.measured(n) for n in ("rollout.csv", "e2e.csv", "memory.csv")}
-    _not_measured_note(ctx, list(data), data)
-    o = ctx.measured_label()
+    data = {n: ctx.measured(n, model) for n in ("rollout.csv", "e2e.csv", "memory.csv")}  # one folder: the model's
+    _not_measured_note(ctx, list(data), data, model)
+    o = ctx.measured_label(model)
     names = ["size (GB)", "rollout tok/s", "rollout x", "E2E x w/o GC", "E2E x w/ GC"]
     columns = [Column("model", "key"), Column("method", "key"), Column("W#", "key"), Column("BS", "key"),
                *[Column(f"paper: {n}", "paper") for n in names],
@@ -106,8 +125,8 @@ def render_table5_8(ctx: Context, artifact) -> Table:
         vals = [r["size_gb"], r["rollout_tps"], r["rollout_x"], r["e2e_x"], r["e2e_x_gc"]]
         rows.append({"model": model, "method": get_method(r["method"]).short, "W#": r["wbits"], "BS": r["batch"],
                      **{f"paper: {n}": ("-" if v is None else v) for n, v in zip(names, vals)}})
-    rollout = [r for r in data["rollout.csv"] or [] if r["model"] == model]
-    batches = sorted({r["batch"] for r in rollout} | {r["batch"] for r in data["e2e.csv"] or [] if r["model"] == model})
+    rollout = data["rollout.csv"] or []
+    batches = sorted({r["batch"] for r in rollout} | {r["batch"] for r in data["e2e.csv"] or []})
     ranks_used: dict[int, set[int]] = {}  # rank -> batches whose rollout cells are at that rank
     ours = []
     for batch in batches:
@@ -130,7 +149,7 @@ def render_table5_8(ctx: Context, artifact) -> Table:
     rows = merge_rows(rows, ours, ("model", "method", "BS"))
     _fill_not_measured(rows, columns)
     if data["rollout.csv"] is not None and not rollout:
-        ctx.notes.append(f"{ctx.measured_where('rollout.csv')} has no rows for {model}.")
+        ctx.notes.append(f"{ctx.measured_where('rollout.csv', model)} has no rows for {model}.")
     if len(ranks_used) == 1:
         ranks = f"; rollout at LoRA rank {next(iter(ranks_used))}"
     elif ranks_used:
@@ -149,12 +168,13 @@ def render_table9(ctx: Context, artifact) -> Table:
     """Table 9: rollout tokens/s by LoRA rank at batch 1 (ours: measured, and our QeRL rank-ablation runs)."""
     measured = ctx.measured("rollout.csv")
     _not_measured_note(ctx, ["rollout.csv"], {"rollout.csv": measured})
+    mixed = ctx.measured_mixed()
     wlabel = {"lora": "BF16", "qerl": "NVFP4", "qlora": "NF4 (QLoRA)"}
     rank_specs = [s for s in ctx.needs.runs if s.variant.startswith("rank")]
     ranks = sorted(set(paper.TABLE9_RANKS) | {r["rank"] for r in measured or []}
                    | {int(s.variant[4:]) for s in rank_specs})
     columns = [Column("model", "key"), Column("W#", "key"),
-               *[Column(f"paper: r{r}", "paper") for r in paper.TABLE9_RANKS],
+               *[Column(f"paper: r{r}", "paper") for r in paper.TABLE9_RANKS], *_gpu_column(ctx),
                *[Column(f"ours: r{r}", "ours") for r in ranks]]
     rows: list[dict] = []
     for r in paper.TABLE9:
@@ -173,16 +193,18 @@ def render_table9(ctx: Context, artifact) -> Table:
                 continue
             batch = 1 if any(r["batch"] == 1 for r in cand) else min(r["batch"] for r in cand)
             batch_note.add(batch)
-            row = {"model": model, "method": method, "W#": wlabel[method]}
+            row = {"model": model, "method": method, "W#": wlabel[method],
+                   **({_GPU: ctx.measured_gpu(model)} if mixed else {})}
             row.update({f"ours: r{r['rank']}": r["tokens_per_s"] for r in cand if r["batch"] == batch})
             ours.append(row)
     rows = merge_rows(rows, ours, ("model", "method"))
     for row in rows:
-        for r in ranks:
-            if row.get(f"ours: r{r}") is None:
-                row[f"ours: r{r}"] = NOT_MEASURED
+        for name in [*([_GPU] if mixed else []), *(f"ours: r{r}" for r in ranks)]:
+            if row.get(name) is None:
+                row[name] = NOT_MEASURED
     if rank_specs:
-        row = {"model": ctx.model, "method": "qerl-runs", "W#": f"NVFP4, QeRL training rollouts ({ctx.scale})"}
+        row = {"model": ctx.model, "method": "qerl-runs", "W#": f"NVFP4, QeRL training rollouts ({ctx.scale})",
+               **({_GPU: "n/a (training runs)"} if mixed else {})}
         for spec in rank_specs:
             per_seed = ctx.metrics(spec)
             tps = []
@@ -196,5 +218,5 @@ def render_table9(ctx: Context, artifact) -> Table:
                 f"rollout_tokens / time_rollout averaged over steps, {over_seeds(ctx.read_seeds())}; "
                 if rank_specs else "")
     caption = (f"{artifact.caption} Ours: measured rows at {where} ({ctx.measured_where('rollout.csv')}); "
-               f"{runs_row}{paper.FIG11_NOTE}")
+               f"{runs_row}{paper.FIG11_NOTE}{_gpus_sentence(ctx, 'rollout.csv')}")
     return Table(artifact.id, artifact.title, caption, ctx.prov.fields(), columns, rows, list(ctx.notes))

@@ -30,7 +30,7 @@ from qerl.contract import paths
 from qerl.contract.methods import METHODS, SPEED_METHODS
 from qerl.io import write_bytes
 from qerl.report import paper
-from qerl.report.context import Context, RunSpec, ablation, measured_dir, role_benchmarks
+from qerl.report.context import Context, RunSpec, ablation, role_benchmarks
 from qerl.report.speed import NOT_MEASURED, e2e_speedup, method_aliases
 
 __all__ = [
@@ -109,10 +109,15 @@ def _runs_line(ctx: Context) -> str:
     return f"{ctx.scale} scale, model {ctx.model}, {what}"
 
 
-def measured_line(ctx: Context) -> str:
-    """Where the measured files of this config come from, for a figure's title."""
-    folder = measured_dir(ctx.cfg)
-    return f"measured on {folder.name} ({folder})" if folder is not None else NOT_MEASURED
+def measured_line(ctx: Context, models: list[str] | None = None) -> str:
+    """Where the measured numbers of `models` (default: every measured model) come from, for a figure's title:
+    "measured on h100 (results/measured/h100)", or per model when their GPUs differ."""
+    folders = list(dict.fromkeys(f for m, f in ctx.measured_sources().items() if models is None or m in models))
+    if not folders:
+        return NOT_MEASURED
+    if len(folders) == 1:
+        return f"measured on {folders[0].name} ({folders[0]})"
+    return f"measured per model: {ctx.measured_gpus_line(models=models)}"
 
 
 def figure_title(artifact, ctx: Context, ours: str | None = None) -> str:
@@ -280,8 +285,10 @@ def render_fig1(ctx: Context, artifact):
     """Fig. 1: rollout speed, E2E speedup (batch 8) and accuracy of LoRA, QLoRA, QeRL, full: paper vs ours."""
     plt = pyplot()
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.8))
-    rollout, e2e = ctx.measured("rollout.csv"), ctx.measured("e2e.csv")
-    o = ctx.measured_label()
+    sources = ctx.measured_sources()
+    shown = "7B" if "7B" in sources else next(iter(sources), None)  # the paper's model, else the first measured
+    rollout, e2e = ctx.measured("rollout.csv", shown), ctx.measured("e2e.csv", shown)  # its GPU's files alone
+    o = ctx.measured_label(shown)
     groups = ["LoRA", "QLoRA", "QeRL", "Full"]
     # (a) rollout tokens/s
     ours_tps, where = {}, NOT_MEASURED
@@ -327,7 +334,7 @@ def render_fig1(ctx: Context, artifact):
     for ax, data, name in ((axes[0], rollout, "rollout.csv"), (axes[1], e2e, "e2e.csv")):
         if data is None:
             ax.set_title(f"{ax.get_title()} (ours: {NOT_MEASURED})", fontsize=9, color="tab:red")
-            absent.append(ctx.measured_where(name))
+            absent.append(ctx.measured_where(name, shown))
     # (c) accuracy
     bench = role_benchmarks(ctx.cfg, "grpo")[0]
     ours_acc = {}
@@ -342,7 +349,8 @@ def render_fig1(ctx: Context, artifact):
     _bars(axes[2], groups, [("paper: GSM8K (7B)", paper_acc, _PAPER_STYLE),
                             (f"ours ({ctx.scale}): {bench}", ours_acc, _OURS_STYLE)], "pass@1 (%)")
     axes[2].set_title("accuracy after GRPO (ours: mean, min-max bar, seeds as dots)", fontsize=9)
-    fig.suptitle(figure_title(artifact, ctx, f"speed {measured_line(ctx)}; accuracy: {_runs_line(ctx)}"), fontsize=10)
+    speed = measured_line(ctx, [shown]) if shown else NOT_MEASURED
+    fig.suptitle(figure_title(artifact, ctx, f"speed {speed}; accuracy: {_runs_line(ctx)}"), fontsize=10)
     extra = "Paper bars are the values of Tables 1, 3 and 6 (7B, batch 8)." + gc_note
     if absent:
         extra += f" Ours not measured: {', '.join(absent)} absent."
@@ -379,9 +387,11 @@ def render_fig11(ctx: Context, artifact):
         if rollout is None or not any(r["model"] == model for r in rollout):
             ax.set_title(f"{model} (ours: {NOT_MEASURED})", fontsize=9, color="tab:red")
         else:
-            ax.set_title(model, fontsize=9)
+            ax.set_title(f"{model} (ours: {ctx.measured_gpu(model)})" if ctx.measured_mixed() else model, fontsize=9)
     fig.suptitle(figure_title(artifact, ctx, measured_line(ctx)), fontsize=10)
-    extra = "" if rollout is not None else f"Ours not measured: {ctx.measured_where('rollout.csv')} absent."
+    gpus = ctx.measured_gpus_line("rollout.csv")
+    extra = (f"Ours not measured: {ctx.measured_where('rollout.csv')} absent." if rollout is None else
+             f"Ours, GPU per model (in each panel's title): {gpus}." if gpus else "")
     figure_footer(fig, artifact, ctx, extra)
     entries = {}  # one legend for all panels: every series label once
     for ax in axes.flat:

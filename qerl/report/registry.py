@@ -41,8 +41,9 @@ from qerl.report.context import (
     RunSpec,
     ablation,
     eval_path,
+    MEASURED_FILES,
     lr_variant,
-    measured_dir,
+    measured_folders,
     run_path,
     run_seeds,
     task_name,
@@ -326,17 +327,19 @@ def input_files(artifact: Artifact, cfg: dict) -> list[str]:
     """Every file the artifact reads for this config (runs and evaluations over all seeds; measured files present).
 
     Measured files are committed, so only those that exist are inputs; their absence renders as "not measured".
+    An artifact that reads any measured file lists, of every candidate folder (qerl.report.context.measured_folders),
+    the files it names, the three profiling CSVs (which folder a model's numbers come from depends on all three)
+    and provenance.json: every folder, not only those that supply a model now, so that a folder that starts to
+    supply one (a model added to its CSVs) reruns the render too.
     """
     needs = artifact.needs(cfg)
     files = [str(run_path(cfg, spec, seed)) for spec in needs.runs for seed in run_seeds(cfg, spec)]
     for spec in needs.evals:
         files += [str(eval_path(cfg, spec.method, b, seed)) for b in untrained_benchmarks(cfg, spec.role)
                   for seed in cfg["seeds"]]
-    folder = measured_dir(cfg)
-    if folder is not None and needs.measured:
-        files += [str(folder / n) for n in needs.measured if (folder / n).exists()]
-        if (folder / "provenance.json").exists():
-            files.append(str(folder / "provenance.json"))
+    if needs.measured:
+        names = list(dict.fromkeys((*needs.measured, *MEASURED_FILES, "provenance.json")))
+        files += [str(folder / n) for folder in measured_folders(cfg) for n in names if (folder / n).exists()]
     return list(dict.fromkeys(files))
 
 

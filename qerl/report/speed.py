@@ -1,6 +1,7 @@
 """The speed arithmetic over the measured rows (qerl.contract.measured), shared by the efficiency tables, the figures,
 the batch sweep and the speed claims: which rows stand for a method, and the speedup over BF16 LoRA as the paper
-prints it.
+prints it. A speedup divides two rows of one model, and a model's rows come from one GPU folder
+(qerl/report/context.py), so never numbers of two GPUs.
 """
 from __future__ import annotations
 
@@ -43,6 +44,7 @@ def e2e_speedup(e2e: list[dict] | None, model: str, method: str, batch: int, gc:
     ref = find_row(e2e, "lora", model=model, batch=batch, gc=gc)
     if ref is None:
         return f"{row['step_s']:.1f} s/step (no BF16 LoRA row)"
+    assert ref.get("gpu") == row.get("gpu"), f"{model}: a speedup across GPUs ({ref.get('gpu')}, {row.get('gpu')})"
     if ref["step_s"] == "OOM":
         return f"{row['step_s']:.1f} s/step"
     return ref["step_s"] / row["step_s"]
