@@ -212,18 +212,24 @@ def read_rollout_csv(path: str | Path) -> list[dict]:
 
     Returns:
         Rows {"model" (paper label), "model_name", "method", "rank", "batch", "tokens_per_s" (float, or the string
-        "OOM" where the rollout ran out of memory)}.
+        "OOM" where the rollout ran out of memory)}, one per (model, method, rank, batch): where the profiler wrote
+        both timings of a configuration (column "timing": "buckets", the graph-replay timing every batch has, and
+        "full", one complete generation that validates it within ~1 %), the "buckets" row, so that every table,
+        figure and claim reads the same number; without the column, the first row of a configuration.
 
     Raises:
         ValueError: naming `file:line` and the column for a missing column or a value that is not a number.
     """
-    out = []
-    for where, r in _read_csv(Path(path), ROLLOUT.required):
+    out: dict[tuple, dict] = {}
+    for where, r in _read_csv(Path(path), ROLLOUT.required, ("timing",)):
         tps = r["tokens_per_s"]
-        out.append({"model": paper_model_label(r["model"]), "model_name": r["model"], "method": r["method"],
-                    "rank": _csv_int(r["rank"], where, "rank"), "batch": _csv_int(r["batch"], where, "batch"),
-                    "tokens_per_s": "OOM" if tps.upper() == "OOM" else _csv_float(tps, where, "tokens_per_s")})
-    return out
+        row = {"model": paper_model_label(r["model"]), "model_name": r["model"], "method": r["method"],
+               "rank": _csv_int(r["rank"], where, "rank"), "batch": _csv_int(r["batch"], where, "batch"),
+               "tokens_per_s": "OOM" if tps.upper() == "OOM" else _csv_float(tps, where, "tokens_per_s")}
+        key = (r["model"], row["method"], row["rank"], row["batch"])
+        if key not in out or (r["timing"] == "buckets" and out[key]["_timing"] != "buckets"):
+            out[key] = {**row, "_timing": r["timing"]}
+    return [{k: v for k, v in row.items() if k != "_timing"} for row in out.values()]
 
 
 _BOOL = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}

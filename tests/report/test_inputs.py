@@ -114,6 +114,13 @@ def test_measured_csv_readers(tmp_path):
     roll.write_text("model,method,rank,batch,tokens_per_s\nQwen2.5-14B-Instruct,qerl,16,1,95.3\n")
     assert read_rollout_csv(roll) == [{"model": "14B", "model_name": "Qwen2.5-14B-Instruct", "method": "qerl",
                                       "rank": 16, "batch": 1, "tokens_per_s": 95.3}]
+    # both timings of a configuration: the bucket row, wherever it stands; one row per configuration, in file order
+    roll.write_text("model,method,rank,batch,tokens_per_s,timing\n7B,lora,32,1,146.9,full\n7B,lora,32,1,146.2,buckets\n"
+                    "7B,qerl,32,1,278.6,buckets\n7B,qerl,32,1,276.8,full\n7B,qerl,32,8,1705,buckets\n")
+    assert [(r["method"], r["batch"], r["tokens_per_s"]) for r in read_rollout_csv(roll)] == [
+        ("lora", 1, 146.2), ("qerl", 1, 278.6), ("qerl", 8, 1705.0)]
+    roll.write_text("model,method,rank,batch,tokens_per_s\n7B,lora,32,1,146.9\n7B,lora,32,1,146.2\n")  # no column
+    assert [r["tokens_per_s"] for r in read_rollout_csv(roll)] == [146.9]
     e2e = tmp_path / "e2e.csv"
     e2e.write_text("model,method,batch,gradient_checkpointing,step_s\n7B,lora,8,yes,OOM\n7B,qerl,8,no,fast\n")
     with pytest.raises(ValueError, match=r"e2e.csv:3: column 'step_s' must be a number, got 'fast'"):
