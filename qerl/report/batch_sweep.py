@@ -24,10 +24,9 @@ Run: `qerl render --config results/tiny/config.yaml --artifact figbatch --out re
 from __future__ import annotations
 
 import json
-
-from qerl.contract.methods import METHODS
 from pathlib import Path
 
+from qerl.contract.methods import METHODS
 from qerl.report.context import Context
 from qerl.report.speed import NOT_MEASURED, method_aliases
 
