@@ -13,7 +13,7 @@ engine launches; each recorded launch then goes through the JIT's binding and tr
 (gluon_compile.compile_launch, as the GEMMs' checks do), `ptxas -v` for registers and spills
 (gluon_compile.ptxas_usage), and the bundled cuobjdump for the SASS. Must run in a process where the Triton interpreter has not run.
 
-Run: python -m qerl_kernels.decode_compile [--rows 1 8] [--only NAME ...] [--json]
+Run: python -m qerl_kernels.decode_compile [--rows 1 8] [--only NAME ...] [--json] [--split-lora]
 """
 from __future__ import annotations
 
@@ -47,10 +47,11 @@ def record(fn) -> list[tuple]:
     return seen
 
 
-def launches(rows: int) -> dict:
+def launches(rows: int, split_lora: bool = False) -> dict:
     """{name: fn} of the 7B step's decode-kernel calls at `rows` rows (bf16, CPU tensors), as the engine makes them:
-    the norm with the q/k/v and gate/up LoRA down-products and the SiLU with down's at 1 row (the split kernel),
-    the plain norm and SiLU above; RoPE + cache; the attention over SHAPE's span, its combine with o's factors."""
+    the norm with the q/k/v and gate/up LoRA down-products and the SiLU with down's up to decode.LORA_SPLIT_MAX_ROWS
+    rows (the split kernel; at any rows with `split_lora`, to see what it would take there), the plain norm and SiLU
+    above; RoPE + cache; the attention over SHAPE's span, its combine with o's factors."""
     from qerl_kernels import decode
     s, bf = SHAPE, torch.bfloat16
     h, i, d, r = s["hidden"], s["inter"], s["head_dim"], s["rank"]
@@ -78,7 +79,7 @@ def launches(rows: int) -> dict:
             q, cache, cache, valid, slot, s["span"], d ** -0.5, use_triton=True, splits=splits, first=first,
             lora_a=torch.empty(r, nq, dtype=bf)),
     }
-    if rows == 1:
+    if rows <= decode.LORA_SPLIT_MAX_ROWS or split_lora:
         out["norm + q/k/v LoRA"] = lambda: decode.rmsnorm_lora(x, w, 1e-6, torch.empty(3 * r, h, dtype=bf),
                                                                use_triton=True)
         out["norm + gate/up LoRA"] = lambda: decode.rmsnorm_lora(x, w, 1e-6, torch.empty(2 * r, h, dtype=bf),
@@ -104,11 +105,11 @@ def sass_facts(cubin: bytes) -> dict:
                 ldg_before_bar=sum(op.startswith("LDG") for op in ops[:bar]))
 
 
-def check(name: str, rows: int, arch: int = 90) -> list[dict]:
+def check(name: str, rows: int, arch: int = 90, split_lora: bool = False) -> list[dict]:
     """Build every launch of one `launches` entry; a report row each (status 'ok' or the error's first line)."""
     from qerl_kernels.gluon_compile import compile_launch, ptxas_usage
     out = []
-    for kernel, grid, args, kwargs in record(launches(rows)[name]):
+    for kernel, grid, args, kwargs in record(launches(rows, split_lora)[name]):
         row = dict(name=name, rows=rows, kernel=kernel.fn.__name__, grid=list(grid) if isinstance(grid, tuple)
                    else grid, num_warps=kwargs.get("num_warps", 4))
         try:
@@ -131,20 +132,22 @@ def main(argv=None) -> int:
     ap.add_argument("--only", nargs="*", default=None, help="launch names (default: all)")
     ap.add_argument("--arch", type=int, default=90, help="compute capability to build for (default 90)")
     ap.add_argument("--json", action="store_true", help="one JSON object per launch instead of the table")
+    ap.add_argument("--split-lora", action="store_true", help="the split LoRA kernels at every --rows (the engine "
+                    "runs them up to decode.LORA_SPLIT_MAX_ROWS rows)")
     args = ap.parse_args(argv)
     if os.environ.get("TRITON_INTERPRET") == "1":
         print("decode_compile: run it without TRITON_INTERPRET (the interpreter replaces the JIT)", file=sys.stderr)
         return 2
-    known = {name for n in args.rows for name in launches(n)}
+    known = {name for n in args.rows for name in launches(n, args.split_lora)}
     unknown = set(args.only or ()) - known
     if unknown:
         print(f"decode_compile: unknown launches {sorted(unknown)}; they are {sorted(known)}", file=sys.stderr)
         return 2
     rows = []
     for n in args.rows:
-        for name in launches(n):
+        for name in launches(n, args.split_lora):
             if args.only is None or name in args.only:
-                rows += check(name, n, args.arch)
+                rows += check(name, n, args.arch, args.split_lora)
     if args.json:
         for r in rows:
             print(json.dumps(r))

@@ -14,3 +14,14 @@ def test_the_attention_launches_build_for_sm90(offline_build):
         assert row["status"] == "ok" and row["regs"] > 0 and row["spill_st"] == 0, row
         if "sass" in row:  # cuobjdump present: the combine loads its inputs (o's factors among them) up front
             assert row["sass"] > 0 and 0 < row["ldg_before_bar"] <= row["ldg"], row
+
+
+def test_split_lora_launches_by_rows():
+    """The split LoRA kernels are the step's launches up to decode.LORA_SPLIT_MAX_ROWS rows; --split-lora lists them
+    at any rows (what they would take there), in place of the plain norm and SiLU the engine runs there."""
+    from qerl_kernels import decode, decode_compile
+    split = {"norm + q/k/v LoRA", "norm + gate/up LoRA", "silu + down LoRA"}
+    rows = decode.LORA_SPLIT_MAX_ROWS + 1
+    assert split <= set(decode_compile.launches(decode.LORA_SPLIT_MAX_ROWS))
+    assert not split & set(decode_compile.launches(rows)) and {"norm", "silu"} <= set(decode_compile.launches(rows))
+    assert split <= set(decode_compile.launches(rows, split_lora=True))
