@@ -232,7 +232,6 @@ class Context:
     prov: Provenance = field(init=False)
     notes: list[str] = field(default_factory=list)
     reads: dict = field(default_factory=dict)
-    _sources: dict | None = field(default=None, init=False, repr=False)  # measured_sources, once computed
 
     def __post_init__(self):
         self.prov = Provenance(self.cfg["scale"], self.cfg["model"]["name"], [])  # seeds: added as files are read
@@ -335,15 +334,13 @@ class Context:
 
     def measured_sources(self) -> dict[str, Path]:
         """{model label: the measured folder its numbers come from} (the module docstring's rule), models in the
-        paper's order; {} when no candidate folder has a row."""
-        if self._sources is None:
-            found: dict[str, Path] = {}
-            for folder in measured_folders(self.cfg):
-                for name in MEASURED_FILES:
-                    for row in self._measured_file(folder, name) or []:
-                        found.setdefault(row["model"], folder)
-            self._sources = {m: found[m] for m in sorted(found, key=_model_order)}
-        return self._sources
+        paper's order; {} when no candidate folder has a row. (The files are parsed once, `reads`.)"""
+        found: dict[str, Path] = {}
+        for folder in measured_folders(self.cfg):
+            for name in MEASURED_FILES:
+                for row in self._measured_file(folder, name) or []:
+                    found.setdefault(row["model"], folder)
+        return {m: found[m] for m in sorted(found, key=_model_order)}
 
     def _measured_file(self, folder: Path, name: str) -> list[dict] | None:
         """The parsed rows of folder/name (read once, see `reads`), or None when the file is absent."""

@@ -221,15 +221,16 @@ def read_rollout_csv(path: str | Path) -> list[dict]:
         ValueError: naming `file:line` and the column for a missing column or a value that is not a number.
     """
     out: dict[tuple, dict] = {}
+    timing: dict[tuple, str] = {}  # the timing of the row kept for each configuration
     for where, r in _read_csv(Path(path), ROLLOUT.required, ("timing",)):
         tps = r["tokens_per_s"]
         row = {"model": paper_model_label(r["model"]), "model_name": r["model"], "method": r["method"],
                "rank": _csv_int(r["rank"], where, "rank"), "batch": _csv_int(r["batch"], where, "batch"),
                "tokens_per_s": "OOM" if tps.upper() == "OOM" else _csv_float(tps, where, "tokens_per_s")}
         key = (r["model"], row["method"], row["rank"], row["batch"])
-        if key not in out or (r["timing"] == "buckets" and out[key]["_timing"] != "buckets"):
-            out[key] = {**row, "_timing": r["timing"]}
-    return [{k: v for k, v in row.items() if k != "_timing"} for row in out.values()]
+        if key not in out or (r["timing"] == "buckets" and timing[key] != "buckets"):
+            out[key], timing[key] = row, r["timing"]
+    return list(out.values())
 
 
 _BOOL = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
