@@ -532,6 +532,11 @@ if HAVE_GLUON:
         return a0, a1, a2, a3, a4, a5, a6, a7
 
     @gluon.jit
+    def _gl_xs_load(xsm, b, LW: gl.constexpr):
+        """The four [32 KW, 4] activation operands staged at xsm's indices b .. b + 3 (the XS knob), in layout LW."""
+        return xsm.index(b).load(LW), xsm.index(b + 1).load(LW), xsm.index(b + 2).load(LW), xsm.index(b + 3).load(LW)
+
+    @gluon.jit
     def _gl_mma_asm(w0, w1, w2, w3, s0, s1, s2, s3, x0, x1, x2, x3, x4, x5, x6, x7, a0, a1, a2, a3, a4, a5, a6, a7,
                     SCALE_KIND: gl.constexpr, BF16: gl.constexpr, CH: gl.constexpr):
         """`_mma_asm` on one unit's operands: x0-x3 the first chunk's activation pairs, x4-x7 the second's (CH 2;
@@ -879,10 +884,11 @@ if HAVE_GLUON:
                 xs = gl.minimum(s0 + warp + KW * i, s1 - 1)
                 for ch in gl.static_range(CH):
                     y0, y1, y2, y3 = _gl_x(xp, CH * xs + ch, kp, EVEN_K, xk)
-                    xsm.index(i * (4 * CH) + 4 * ch).store(y0)
-                    xsm.index(i * (4 * CH) + 4 * ch + 1).store(y1)
-                    xsm.index(i * (4 * CH) + 4 * ch + 2).store(y2)
-                    xsm.index(i * (4 * CH) + 4 * ch + 3).store(y3)
+                    b = i * (4 * CH) + 4 * ch
+                    xsm.index(b).store(y0)
+                    xsm.index(b + 1).store(y1)
+                    xsm.index(b + 2).store(y2)
+                    xsm.index(b + 3).store(y3)
             _cta_barrier()
         for pid_b in range(gl.program_id(0), NB, gl.num_programs(0)):
             wp = w_ptr + (pid_b * wblk + w_lane)
@@ -908,17 +914,10 @@ if HAVE_GLUON:
                     pw0, pw1, pw2, pw3, ps0, ps1, ps2, ps3 = _gl_wload_at(wp + nx * wst, sp + nx * sst, w8, s8,
                                                                           nx < s1, CH)
                 if XS:
-                    xb = i * (4 * CH)
-                    x0 = xsm.index(xb).load(LW)
-                    x1 = xsm.index(xb + 1).load(LW)
-                    x2 = xsm.index(xb + 2).load(LW)
-                    x3 = xsm.index(xb + 3).load(LW)
+                    x0, x1, x2, x3 = _gl_xs_load(xsm, i * (4 * CH), LW)
                     x4, x5, x6, x7 = x0, x1, x2, x3
                     if CH == 2:
-                        x4 = xsm.index(xb + 4).load(LW)
-                        x5 = xsm.index(xb + 5).load(LW)
-                        x6 = xsm.index(xb + 6).load(LW)
-                        x7 = xsm.index(xb + 7).load(LW)
+                        x4, x5, x6, x7 = _gl_xs_load(xsm, i * (4 * CH) + 4, LW)
                     a0, a1, a2, a3, a4, a5, a6, a7 = _gl_mma_asm(w0, w1, w2, w3, s0_, s1_, s2_, s3_, x0, x1, x2, x3,
                                                                  x4, x5, x6, x7, a0, a1, a2, a3, a4, a5, a6, a7,
                                                                  SCALE_KIND, BF16, CH)
