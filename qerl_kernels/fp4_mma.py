@@ -65,12 +65,7 @@ direct_call57/ ... rows_call67/):
   the engine's LoRA and residual 12.6 -> 8.4 us, down 27.3 -> 24.3; the 7B step's GEMMs 2,151 us, the graph step
   3,604. The 14B / 32B launches where the grid wins (calls 70-71) are in the table too. Bound (ncu, call 74): 5.2
   warps a scheduler under the register cap, 44 % of a warp's cycles waiting on its loads; 28 fewer instructions a
-  unit measured no faster (call 73). The table has its M = 2 / 4 entries for 7B o and q/k/v (call 84).
-- XS (not yet timed on a GPU): x staged in shared memory once a program, each [32 KW, 4] operand stored as it is
-  loaded, so a unit's activation pairs are 8 16-byte shared loads (offline: 8 global loads a unit instead of 40,
-  the same ~440 SASS) and a program's later row blocks read no x from L1 / L2, which at M = 8 costs ~8 wavefronts
-  a global operand load (its M rows' lines; call 72's M = 8 losses). SPLIT 1 only; 2 KB a unit and CH chunk
-  (7B gate/up at KW 4: 64 KB a program; down's 74 units a row do not fit).
+  unit measured no faster (call 73).
 
 CPU: TRITON_INTERPRET=1 runs `_fp4_mma`, the Triton twin of the same programs (no ring; `_twin_row` stands for the
 asm: the decoded values times x summed over the lanes of each MMA, as the MMA does); the row-block grid's calls run
@@ -115,7 +110,7 @@ else:
 
 __all__ = ["fp4_gemm_mma", "launch_args", "mma_config", "rows_config", "rows_launch_args", "selected",
            "check_layout", "tile_prepared", "storage_strides", "MMA_MAX_M", "DEFAULT_ON", "MEASURED_WINS",
-           "XS_MAX_BYTES", "compile_variants", "compile_variant"]
+           "compile_variants", "compile_variant"]
 
 MMA_MAX_M = 8        # the MMA's n = 8 columns are the activation rows
 MAX_SPLIT = 16       # programs that may share a row block (the last one's sum of their parts)
@@ -159,8 +154,6 @@ MEASURED_WINS: dict[tuple, dict] = {
     ("h100", 0, "bf16", 5120, 13824, 1): dict(GRID="rows", KW=4, SPLIT=1, CPB=4, MAXNREG=96),
     ("h100", 0, "bf16", 55296, 5120, 1): dict(GRID="rows", KW=4, SPLIT=1, CPB=6, MAXNREG=80),
 }
-#: the row-block grid's XS knob: the most shared memory its staged activations may take (an H100 block takes 227 KB)
-XS_MAX_BYTES = 192 * 1024
 _LAYOUT = re.compile(r"sizePerThread = \[1, 4\], threadsPerWarp = \[32, 1\], warpsPerCTA = \[(\d+), 1\], "
                      r"order = \[1, 0\]")
 
@@ -523,31 +516,13 @@ if HAVE_GLUON:
         and no MMA (the output is not y). Returns the eight accumulators (a4-a7 unchanged at CH 2)."""
         if LOAD_ONLY:
             a0 += (w0 ^ w1 ^ w2 ^ w3 ^ x0 ^ x1 ^ x2 ^ x3 ^ (s0 ^ s1 ^ s2 ^ s3).to(gl.int32)).to(gl.float32)
-        else:
-            x4, x5, x6, x7 = x0, x1, x2, x3
-            if CH == 2:
-                x4, x5, x6, x7 = _gl_x(xp, CH * st + 1, kp, EVEN_K, xk)
-            a0, a1, a2, a3, a4, a5, a6, a7 = _gl_mma_asm(w0, w1, w2, w3, s0, s1, s2, s3, x0, x1, x2, x3, x4, x5, x6,
-                                                         x7, a0, a1, a2, a3, a4, a5, a6, a7, SCALE_KIND, BF16, CH)
-        return a0, a1, a2, a3, a4, a5, a6, a7
-
-    @gluon.jit
-    def _gl_xs_load(xsm, b, LW: gl.constexpr):
-        """The four [32 KW, 4] activation operands staged at xsm's indices b .. b + 3 (the XS knob), in layout LW."""
-        return xsm.index(b).load(LW), xsm.index(b + 1).load(LW), xsm.index(b + 2).load(LW), xsm.index(b + 3).load(LW)
-
-    @gluon.jit
-    def _gl_mma_asm(w0, w1, w2, w3, s0, s1, s2, s3, x0, x1, x2, x3, x4, x5, x6, x7, a0, a1, a2, a3, a4, a5, a6, a7,
-                    SCALE_KIND: gl.constexpr, BF16: gl.constexpr, CH: gl.constexpr):
-        """`_mma_asm` on one unit's operands: x0-x3 the first chunk's activation pairs, x4-x7 the second's (CH 2;
-        ignored at CH 1, whose two tiles are a0-a3 and a4-a7). Returns the eight accumulators (a4-a7 unchanged at
-        CH 2)."""
-        if CH == 1:
+        elif CH == 1:
             a0, a1, a2, a3, a4, a5, a6, a7 = gl.inline_asm_elementwise(
                 _G_ASM[4 * SCALE_KIND + 2 * BF16 + CH - 1], _G_CONSTRAINTS[CH - 1],
                 [w0, w1, w2, w3, s0, s1, s2, s3, x0, x1, x2, x3, a0, a1, a2, a3, a4, a5, a6, a7],
                 dtype=(gl.float32,) * 8, is_pure=True, pack=1)
         else:
+            x4, x5, x6, x7 = _gl_x(xp, CH * st + 1, kp, EVEN_K, xk)
             a0, a1, a2, a3 = gl.inline_asm_elementwise(
                 _G_ASM[4 * SCALE_KIND + 2 * BF16 + CH - 1], _G_CONSTRAINTS[CH - 1],
                 [w0, w1, w2, w3, s0, s1, s2, s3, x0, x1, x2, x3, x4, x5, x6, x7, a0, a1, a2, a3],
@@ -827,8 +802,7 @@ if HAVE_GLUON:
             WROW, SROW, WUNIT, SUNIT, WBLK, SBLK,
             SCALE_KIND: gl.constexpr, BF16: gl.constexpr, HAS_BIAS: gl.constexpr, HAS_LORA: gl.constexpr,
             R: gl.constexpr, HAS_RES: gl.constexpr, EVEN_K: gl.constexpr, KW: gl.constexpr, SPLIT: gl.constexpr,
-            STAGES: gl.constexpr, CH: gl.constexpr, LOAD_ONLY: gl.constexpr = 0, PRE: gl.constexpr = 0,
-            XS: gl.constexpr = 0, XI: gl.constexpr = 1):
+            STAGES: gl.constexpr, CH: gl.constexpr, LOAD_ONLY: gl.constexpr = 0, PRE: gl.constexpr = 0):
         """The row-block grid (GRID "rows"): program (b, s) takes row block b (16 rows a tile, 2 // CH tiles) over
         its s-th of SPLIT equal runs of units; its KW warps split the run, warp w taking units w, w + KW, ... with
         the words and scale entries loaded straight into registers (STAGES 2: one unit ahead), the same MMA step as
@@ -839,11 +813,7 @@ if HAVE_GLUON:
         dimension), so its set-up is paid once and the grid is one wave. PRE (LoRA, SPLIT 1): the LoRA update split
         over the warps by rank (`_gl_lora_part`) and summed with the products' warp sums, its loads issued before the
         row block's main loop (1, `rows_launch_args`' default) or after it (2); 0: `_gl_out` computes it, every warp
-        all ranks, R / 4 dependent load rounds (call 68: o with LoRA and residual 12.6 us, 8.4 with PRE 1). XS
-        (SPLIT 1): the activation pairs of every unit the program's warps take (XI per warp) staged once a program in
-        shared memory, each [32 KW, 4] operand as it is loaded (a thread's 4 pairs contiguous: one 16-byte shared load
-        an operand), so the row blocks after the first read x from there instead of from L1 / L2 (at M > 1 a global
-        operand load touches M rows' lines, call 72)."""
+        all ranks, R / 4 dependent load rounds (call 68: o with LoRA and residual 12.6 us, 8.4 with PRE 1)."""
         LW: gl.constexpr = gl.BlockedLayout([1, 4], [32, 1], [KW, 1], [1, 0])
         LV: gl.constexpr = gl.SliceLayout(1, LW)
         LR: gl.constexpr = gl.BlockedLayout([1, 4], [32, 1], [KW, 1], [1, 0])  # [32, 4]: replicated over the warps
@@ -877,19 +847,6 @@ if HAVE_GLUON:
         os_row = os_ptr + BF16 * stride_os
         iters = (s1 - s0 + KW - 1) // KW
         red = gl.allocate_shared_memory(gl.float32, [32 * KW, 4], SM)
-        if XS:
-            XSL: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])  # a [32 KW, 4] operand an index
-            xsm = gl.allocate_shared_memory(gl.int32, [XI * 4 * CH, 32 * KW, 4], XSL)
-            for i in range(XI):  # warp w's i-th unit, as the main loop takes it (past the run: any real x)
-                xs = gl.minimum(s0 + warp + KW * i, s1 - 1)
-                for ch in gl.static_range(CH):
-                    y0, y1, y2, y3 = _gl_x(xp, CH * xs + ch, kp, EVEN_K, xk)
-                    b = i * (4 * CH) + 4 * ch
-                    xsm.index(b).store(y0)
-                    xsm.index(b + 1).store(y1)
-                    xsm.index(b + 2).store(y2)
-                    xsm.index(b + 3).store(y3)
-            _cta_barrier()
         for pid_b in range(gl.program_id(0), NB, gl.num_programs(0)):
             wp = w_ptr + (pid_b * wblk + w_lane)
             sp = s_ptr + (pid_b * sblk + s_lane)
@@ -913,20 +870,11 @@ if HAVE_GLUON:
                     nx = st + KW
                     pw0, pw1, pw2, pw3, ps0, ps1, ps2, ps3 = _gl_wload_at(wp + nx * wst, sp + nx * sst, w8, s8,
                                                                           nx < s1, CH)
-                if XS:
-                    x0, x1, x2, x3 = _gl_xs_load(xsm, i * (4 * CH), LW)
-                    x4, x5, x6, x7 = x0, x1, x2, x3
-                    if CH == 2:
-                        x4, x5, x6, x7 = _gl_xs_load(xsm, i * (4 * CH) + 4, LW)
-                    a0, a1, a2, a3, a4, a5, a6, a7 = _gl_mma_asm(w0, w1, w2, w3, s0_, s1_, s2_, s3_, x0, x1, x2, x3,
-                                                                 x4, x5, x6, x7, a0, a1, a2, a3, a4, a5, a6, a7,
-                                                                 SCALE_KIND, BF16, CH)
-                else:
-                    xs = gl.minimum(st, s1 - 1)                  # units past the run: zero words, any real x
-                    x0, x1, x2, x3 = _gl_x_or_zero(xp, CH * xs, kp, EVEN_K, xk, LOAD_ONLY)
-                    a0, a1, a2, a3, a4, a5, a6, a7 = _gl_mma_step(w0, w1, w2, w3, s0_, s1_, s2_, s3_, x0, x1, x2, x3,
-                                                                  xp, xs, kp, xk, a0, a1, a2, a3, a4, a5, a6, a7,
-                                                                  SCALE_KIND, BF16, CH, EVEN_K, LOAD_ONLY)
+                xs = gl.minimum(st, s1 - 1)                      # units past the run: zero words, any real x
+                x0, x1, x2, x3 = _gl_x_or_zero(xp, CH * xs, kp, EVEN_K, xk, LOAD_ONLY)
+                a0, a1, a2, a3, a4, a5, a6, a7 = _gl_mma_step(w0, w1, w2, w3, s0_, s1_, s2_, s3_, x0, x1, x2, x3, xp,
+                                                              xs, kp, xk, a0, a1, a2, a3, a4, a5, a6, a7, SCALE_KIND,
+                                                              BF16, CH, EVEN_K, LOAD_ONLY)
                 if STAGES < 2:
                     nx = st + KW
                     pw0, pw1, pw2, pw3, ps0, ps1, ps2, ps3 = _gl_wload_at(wp + nx * wst, sp + nx * sst, w8, s8,
@@ -1166,8 +1114,7 @@ def rows_launch_args(x: torch.Tensor, w: PreparedFP4, bias, lora, residual, y: t
     """(grid, positional arguments, meta-parameters) of one `_fp4_mma_rows_gl` launch (the row-block grid): the
     one place that turns its knobs (`rows_config`, overridden by config's CH, KW, SPLIT, STAGES 1-2, TILED: w is
     `tile_prepared(w, 1, CH)`'s, CPB, MAXNREG: registers a thread at most, LOAD_ONLY, PRE: where the LoRA update
-    is computed, default 1, ignored without LoRA or with SPLIT > 1, XS: x staged in shared memory, default 0) into
-    a launch.
+    is computed, default 1, ignored without LoRA or with SPLIT > 1) into a launch.
 
     Raises:
         ValueError: knobs the kernel does not support (the message names them).
@@ -1179,18 +1126,12 @@ def rows_launch_args(x: torch.Tensor, w: PreparedFP4, bias, lora, residual, y: t
     cfg.update({k: int(config[k]) for k in ("SPLIT", "STAGES", "CPB") if k in config})
     ch, kw, split, stages, cpb = cfg["CH"], cfg["KW"], cfg["SPLIT"], cfg["STAGES"], cfg["CPB"]
     pre = int(config.get("PRE", 1))
-    xs = int(config.get("XS", 0))
     steps = kww // (16 * ch) if ch in (1, 2) else 0
-    xi = -(-steps // kw) if xs and kw in (1, 2, 4, 8) else 1  # units a warp; XS: 2 KB of x each a CH chunk
     if ch not in (1, 2) or n_pad % (32 // ch) or kww % (16 * ch) or kw not in (1, 2, 4, 8) or \
-            not 1 <= split <= min(MAX_SPLIT, steps) or stages not in (1, 2) or cpb < 0 or pre not in (0, 1, 2) or \
-            xs not in (0, 1) or (xs and (split != 1 or int(config.get("LOAD_ONLY", 0)) or
-                                         xi * ch * kw * 2048 > XS_MAX_BYTES)):
-        raise ValueError(f"fp4_gemm_mma: bad row-grid knobs {dict(cfg, PRE=pre, XS=xs)} for {n_pad} padded rows and "
-                         f"{kww} words a row (CH 1 or 2, dividing the 128-column chunks; KW 1, 2, 4 or 8; SPLIT "
-                         f"1..min({MAX_SPLIT}, units a row); STAGES 1 or 2; CPB >= 0; PRE 0, 1 or 2; XS 0 or 1, "
-                         f"1 only with SPLIT 1, without LOAD_ONLY and with x's {xi * ch * kw * 2048} bytes of shared "
-                         f"memory at most {XS_MAX_BYTES})")
+            not 1 <= split <= min(MAX_SPLIT, steps) or stages not in (1, 2) or cpb < 0 or pre not in (0, 1, 2):
+        raise ValueError(f"fp4_gemm_mma: bad row-grid knobs {dict(cfg, PRE=pre)} for {n_pad} padded rows and {kww} "
+                         f"words a row (CH 1 or 2, dividing the 128-column chunks; KW 1, 2, 4 or 8; SPLIT "
+                         f"1..min({MAX_SPLIT}, units a row); STAGES 1 or 2; CPB >= 0; PRE 0, 1 or 2)")
     blocks = n_pad // (32 // ch)
     ws, cnt = _workspace(x.device, blocks * split * 2 * 32 * 4 if split > 1 else 1, blocks)
     dummy = w.out_scales
@@ -1205,7 +1146,7 @@ def rows_launch_args(x: torch.Tensor, w: PreparedFP4, bias, lora, residual, y: t
                 HAS_LORA=lora is not None, R=lora[1].shape[1] if lora is not None else 16,
                 HAS_RES=residual is not None, EVEN_K=w.k == kww * 8, KW=kw, SPLIT=split, STAGES=stages, CH=ch,
                 LOAD_ONLY=int(config.get("LOAD_ONLY", 0)), PRE=pre if lora is not None and split == 1 else 0,
-                XS=xs, XI=xi, num_warps=kw)
+                num_warps=kw)
     if config.get("MAXNREG"):  # a register cap, so that CPB programs fit an SM (the compiler's launch option)
         meta["maxnreg"] = int(config["MAXNREG"])
     return (min(blocks, n_sm * cpb) if cpb else blocks, split), args, meta
@@ -1261,10 +1202,6 @@ def compile_variants() -> dict[str, tuple]:
         "mx-rows-ch1-pre1-m2": (200, 400, 2, 1, False, True, True, True,   # two tiles a row block, LoRA PRE 1
                                 {"GRID": "rows", "KW": 2, "CH": 1, "SPLIT": 1, "PRE": 1}),
         "o-rows-split2-m8": (3584, 3584, 8, 0, True, True, True, True, {"GRID": "rows", "KW": 4, "SPLIT": 2}),
-        "gateup-rows-xs-m8": (37888, 3584, 8, 0, True, False, False, False,   # x staged in shared memory
-                              {"GRID": "rows", "KW": 4, "SPLIT": 1, "CPB": 3, "MAXNREG": 96, "XS": 1}),
-        "o-lora-res-rows-xs-m4": (3584, 3584, 4, 0, True, False, True, True,
-                                  {"GRID": "rows", "KW": 8, "SPLIT": 1, "CPB": 2, "MAXNREG": 104, "XS": 1}),
         "mx-rows-ch1-m2": (200, 400, 2, 1, False, True, False, False, {"GRID": "rows", "SPLIT": 2}),
         "tiny-k256-lora-m3": (81, 256, 3, 0, True, False, True, True, {"NW": 1, "PER": 3}),
         "tiny-mx-nw1-m1": (81, 416, 1, 1, True, False, False, False, {"NW": 1, "PER": 3}),

@@ -80,7 +80,7 @@ MMA_TILED_SWEEP = [(1, 2, 2, 16, 0), (1, 2, 3, 16, 0), (1, 2, 4, 16, 0), (1, 2, 
 
 # the row-block grid (--rows; config GRID "rows", persistent): knob sets of `fp4_mma.rows_launch_args` (KW warps a
 # row block, CPB programs an SM, MAXNREG register cap, SPLIT runs a row block, PRE the LoRA epilogue, TILED the
-# weight stored tile by tile, XS x staged in shared memory); calls 64-75 (H100, M 1): fp4_mma.MEASURED_WINS' knobs are among these. --rows-knobs
+# weight stored tile by tile); calls 64-75 (H100, M 1): fp4_mma.MEASURED_WINS' knobs are among these. --rows-knobs
 # replaces the list ("KW=8,CPB=3,MAXNREG=96,PRE=2" ...)
 MMA_ROWS_SWEEP = [dict(KW=2, CPB=12, MAXNREG=80), dict(KW=4, CPB=6, MAXNREG=80), dict(KW=8, CPB=3, MAXNREG=80),
                   dict(KW=8, CPB=3, MAXNREG=96), dict(KW=4, CPB=4, MAXNREG=96), dict(KW=8, CPB=2, MAXNREG=88),

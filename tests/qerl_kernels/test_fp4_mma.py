@@ -127,9 +127,6 @@ ROWS_CASES = {
     "m2-ch1-kw2-pre1": (2, "nvfp4", 384, dict(KW=2, SPLIT=1, CH=1, PRE=1)),   # two tiles, LoRA split by rank
     "m3-kw4-pre2": (3, "nvfp4", 512, dict(KW=4, SPLIT=1, PRE=2)),
     "m1-persistent-cpb1": (1, "nvfp4", 512, dict(KW=2, SPLIT=2, CPB=1)),   # programs of several row blocks each
-    # x staged in shared memory once a program (XS), read by its row blocks after the first
-    "m8-xs-kw2-cpb1": (8, "nvfp4", 1024, dict(KW=2, SPLIT=1, CPB=1, XS=1)),
-    "m3-ragged-xs-kw1-st1": (3, "mxfp4", 416, dict(KW=1, SPLIT=1, STAGES=1, CPB=1, XS=1)),
 }
 
 
@@ -186,14 +183,6 @@ def test_mma_config_and_bad_input():
     # the row-block grid's knobs: 7B gate/up 14 units a row block -> 4 warps, one run; down 74 -> 8 warps
     assert fp4_mma.rows_config(37888, 448, 132) == dict(GRID="rows", CH=2, KW=4, SPLIT=1, STAGES=2, CPB=6)
     assert fp4_mma.rows_config(3584, 2368, 132)["KW"] == 8
-    y1 = torch.empty(1, N, device=DEV, dtype=torch.bfloat16)   # launch arguments only: the XS knob's limits
-    for bad in (dict(SPLIT=2, XS=1), dict(SPLIT=1, XS=1, LOAD_ONLY=1), dict(SPLIT=1, XS=2)):
-        with pytest.raises(ValueError, match="XS 0 or 1, 1 only with SPLIT 1"):
-            fp4_mma.rows_launch_args(x[:1], p, None, None, None, y1, 132, dict(bad, GRID="rows", KW=2))
-    q, _, _ = _weight("nvfp4", N, 4096, seed=2)     # 32 chunks, CH 2: 16 units a row block, 4 a warp of 4
-    _, _, meta = fp4_mma.rows_launch_args(torch.zeros(1, 4096, device=DEV, dtype=torch.bfloat16), q, None, None,
-                                          None, y1, 132, dict(GRID="rows", KW=4, SPLIT=1, XS=1))
-    assert meta["XS"] == 1 and meta["XI"] == 4
     if CUDA:
         with pytest.raises(ValueError, match="row-grid knobs"):
             fp4_mma.fp4_gemm_mma(x[:1], p, config=dict(GRID="rows", KW=3))
