@@ -46,6 +46,8 @@ barrier): `python -m qerl_kernels.decode_compile`.
 """
 from __future__ import annotations
 
+import os
+
 import torch
 
 from qerl_kernels.fp4_decoder import HAVE_TRITON
@@ -55,7 +57,7 @@ if HAVE_TRITON:
     import triton.language as tl
 
 __all__ = ["sample_gumbel", "sample_gumbel_pays", "rmsnorm", "rmsnorm_reference", "rmsnorm_lora",
-           "rmsnorm_lora_reference", "LORA_SPLIT_MAX_ROWS", "LORA_SPLITS", "lora_block",
+           "rmsnorm_lora_reference", "LORA_SPLIT_MAX_ROWS", "lora_split_max_rows", "LORA_SPLITS", "lora_block",
            "lora_down", "lora_splits", "qkv_rope_cache", "qkv_rope_cache_reference", "decode_attention",
            "decode_attention_reference", "attention_splits", "silu_mul", "silu_mul_reference", "silu_mul_lora",
            "SILU_LORA_SPLITS", "lora_rank_pad", "ROPE_ONE_ROW"]
@@ -278,16 +280,27 @@ if HAVE_TRITON:
                 hv = tl.load(h_ptr + (pid_m * BM).to(tl.int64) * stride_h + hc, mask=hc < H, other=0.0).to(tl.float32)
                 rstd += 1.0 / tl.sqrt_rn(tl.sum(hv * hv, axis=0) / H + eps)
             else:
-                # chunks of BKS columns (8,192 elements a chunk): each chunk's load waits for the one before (one L2
-                # round trip a chunk), so few wide chunks, not the step's BK (56 round trips at 7B's q/k/v). Call 68
-                # (H100, 8 rows): norm + gate/up 17.05 -> 13.39 us, norm + q/k/v 25.9 -> 26.1 (its cost is elsewhere)
-                ss = tl.zeros([BM], dtype=tl.float32)
+                # chunks of [BMR, BKS] (the row block's real rows, 8,192 elements a chunk): each chunk's load waits
+                # for the one before (one L2 round trip a chunk), so few wide chunks, not the step's BK (56 round
+                # trips at 7B's q/k/v), and no masked rows (BMR < BM only for one row block of M < 16 rows). Call 68
+                # (H100, 8 rows, [16, 512] chunks): norm + gate/up 17.05 -> 13.39 us
+                rr = pid_m * BM + tl.arange(0, BMR)
+                rr_ok = rr < M
+                ss = tl.zeros([BMR], dtype=tl.float32)
                 for k0 in range(0, H, BKS):
                     cols = k0 + tl.arange(0, BKS)
-                    ok = r_ok[:, None] & (cols < H)[None, :]
-                    hv = tl.load(h_ptr + rows64[:, None] * stride_h + cols[None, :], mask=ok, other=0.0).to(tl.float32)
+                    ok = rr_ok[:, None] & (cols < H)[None, :]
+                    hv = tl.load(h_ptr + rr.to(tl.int64)[:, None] * stride_h + cols[None, :], mask=ok,
+                                 other=0.0).to(tl.float32)
                     ss += tl.sum(hv * hv, axis=1)
-                rstd = 1.0 / tl.sqrt_rn(ss / H + eps)
+                rs = 1.0 / tl.sqrt_rn(ss / H + eps)
+                if BMR == BM:
+                    rstd = rs
+                else:  # row r's rstd into lane r of the row block
+                    lr = tl.arange(0, BM)
+                    lq = tl.arange(0, BMR)
+                    for r in tl.static_range(BMR):
+                        rstd = tl.where(lr == r, tl.sum(tl.where(lq == r, rs, 0.0), axis=0), rstd)
         acc = tl.zeros([BM, RP], dtype=tl.float32)
         if ITERS <= 4:
             for i in tl.static_range(ITERS):
@@ -686,9 +699,9 @@ def rmsnorm(h: torch.Tensor, weight: torch.Tensor, eps: float, add: torch.Tensor
     return out.view(h.shape)
 
 
-#: decode rows up to which the engine computes every LoRA down-product t = x A^T with the split kernel below
-#: (rmsnorm_lora for q/k/v and gate/up, lora_down for o and down). cuBLAS runs a skinny product as a split-K GEMV and
-#: a reduction, two launches; the split kernel is one, fused with the norm. Per 7B layer on an H100 in CUDA graphs
+#: decode rows up to which the engine computes each group's LoRA down-products t = x A^T with the split kernel below
+#: (rmsnorm_lora for q/k/v and gate/up, lora_down for o, silu_mul_lora for down), by group. cuBLAS runs a skinny
+#: product as a split-K GEMV and a reduction, two launches; the split kernel is one, fused with the norm. Per 7B layer on an H100 in CUDA graphs
 #: (qerl_kernels.bench_lora, kernels.notes.md calls 15-17), at 1 row: norm + q/k/v 5.0-5.1 vs 7.8-8.7 us (norm
 #: kernel + cuBLAS), o 4.0-4.1 vs 6.1, norm + gate/up 4.2-4.4 vs 8.3-8.5, down 6.1-6.4 vs 6.5-6.9; from 8 rows it is
 #: slower (25.9 vs 8.2 us for norm + q/k/v at 8; calls 38-41: 25.4 vs 7.9 with each row's rstd from one whole-row
@@ -698,7 +711,26 @@ def rmsnorm(h: torch.Tensor, weight: torch.Tensor, eps: float, add: torch.Tensor
 #: row: 15.9 vs 15.8 us a layer (o slower, the norms faster). With one split (a program per 16 rows walking the whole
 #: hidden size, the engine's fused norm at hidden sizes <= 2048 until call 17) SmolLM2-135M's norm + q/k/v took 7.7-7.9
 #: us against 4.5-4.8 for the norm kernel + cuBLAS at 8-256 rows, so above this the engine runs those two
-LORA_SPLIT_MAX_ROWS = 1
+LORA_SPLIT_MAX_ROWS = {"q/k/v": 1, "o": 1, "gate/up": 1, "down": 1}
+
+
+def lora_split_max_rows(group: str) -> int:
+    """LORA_SPLIT_MAX_ROWS[group], or its value in the environment's QERL_LORA_SPLIT_ROWS ("q/k/v=2,down=4": to
+    measure other limits in one process).
+
+    Raises:
+        ValueError: an unknown group or a non-integer value in QERL_LORA_SPLIT_ROWS (names it).
+    """
+    rows = dict(LORA_SPLIT_MAX_ROWS)
+    for item in filter(None, os.environ.get("QERL_LORA_SPLIT_ROWS", "").split(",")):
+        key, _, val = item.partition("=")
+        if key.strip() not in rows or not val.strip().isdigit():
+            raise ValueError(f"QERL_LORA_SPLIT_ROWS: bad entry {item!r}; expected GROUP=ROWS with GROUP one of "
+                             f"{', '.join(rows)} (e.g. q/k/v=2,down=4)")
+        rows[key.strip()] = int(val)
+    return rows[group]
+
+
 #: programs per row block the split kernel aims at (each walks a multiple of lora_block(RT) columns); against 16, per
 #: 7B layer at 1 row on an H100 (kernels.notes.md call 15): norm + q/k/v 5.09 vs 5.91 us, o 4.13 vs 4.13, norm +
 #: gate/up 4.36 vs 4.80, down 6.13 vs 8.88
@@ -747,8 +779,8 @@ def _lora_down_launch(h2: torch.Tensor, weight: torch.Tensor | None, a: torch.Te
         t.stride(0), float(eps), u2, tg if has_tg else h2, bgu if has_tg else h2, u2.stride(0),
         tg.stride(0) if has_tg else 0, NORM=norm, BM=bm, BK=lora_block(rt), ITERS=iters, NSPLIT=n_split, RP=rp,
         BMR=bmr, RED=red, HP=triton.next_power_of_2(hidden) if norm else 16,
-        BKS=min(triton.next_power_of_2(hidden), max(lora_block(rt), 8192 // bm)), IEEE=_ieee(h2), SILU=silu is not None,
-        R=bgu.shape[1] if has_tg else 16, HAS_TG=has_tg, num_warps=4)
+        BKS=min(triton.next_power_of_2(hidden), max(lora_block(rt), 8192 // bmr)), IEEE=_ieee(h2),
+        SILU=silu is not None, R=bgu.shape[1] if has_tg else 16, HAS_TG=has_tg, num_warps=4)
     return (x if norm or silu is not None else None), t
 
 

@@ -49,9 +49,9 @@ def record(fn) -> list[tuple]:
 
 def launches(rows: int, split_lora: bool = False) -> dict:
     """{name: fn} of the 7B step's decode-kernel calls at `rows` rows (bf16, CPU tensors), as the engine makes them:
-    the norm with the q/k/v and gate/up LoRA down-products and the SiLU with down's up to decode.LORA_SPLIT_MAX_ROWS
-    rows (the split kernel; at any rows with `split_lora`, to see what it would take there), the plain norm and SiLU
-    above; RoPE + cache; the attention over SHAPE's span, its combine with o's factors."""
+    the norm with the q/k/v and gate/up LoRA down-products and the SiLU with down's up to each group's
+    decode.lora_split_max_rows (the split kernel; at any rows with `split_lora`, to see what it would take there), the
+    plain norm and SiLU above; RoPE + cache; the attention over SHAPE's span, its combine with o's factors."""
     from qerl_kernels import decode
     s, bf = SHAPE, torch.bfloat16
     h, i, d, r = s["hidden"], s["inter"], s["head_dim"], s["rank"]
@@ -79,15 +79,21 @@ def launches(rows: int, split_lora: bool = False) -> dict:
             q, cache, cache, valid, slot, s["span"], d ** -0.5, use_triton=True, splits=splits, first=first,
             lora_a=torch.empty(r, nq, dtype=bf)),
     }
-    if rows <= decode.LORA_SPLIT_MAX_ROWS or split_lora:
+    def split(group):
+        return split_lora or rows <= decode.lora_split_max_rows(group)
+
+    if split("q/k/v"):
         out["norm + q/k/v LoRA"] = lambda: decode.rmsnorm_lora(x, w, 1e-6, torch.empty(3 * r, h, dtype=bf),
                                                                use_triton=True)
+    if split("gate/up"):
         out["norm + gate/up LoRA"] = lambda: decode.rmsnorm_lora(x, w, 1e-6, torch.empty(2 * r, h, dtype=bf),
                                                                  use_triton=True)
+    if not (split("q/k/v") and split("gate/up")):
+        out["norm"] = lambda: decode.rmsnorm(x, w, 1e-6, use_triton=True)
+    if split("down"):
         out["silu + down LoRA"] = lambda: decode.silu_mul_lora(y[..., :i], y[..., i:], t_gu, b_gu,
                                                                torch.empty(r, i, dtype=bf), use_triton=True)
     else:
-        out["norm"] = lambda: decode.rmsnorm(x, w, 1e-6, use_triton=True)
         out["silu"] = lambda: decode.silu_mul(y[..., :i], y[..., i:], t_gu, b_gu, use_triton=True)
     return out
 
@@ -133,7 +139,7 @@ def main(argv=None) -> int:
     ap.add_argument("--arch", type=int, default=90, help="compute capability to build for (default 90)")
     ap.add_argument("--json", action="store_true", help="one JSON object per launch instead of the table")
     ap.add_argument("--split-lora", action="store_true", help="the split LoRA kernels at every --rows (the engine "
-                    "runs them up to decode.LORA_SPLIT_MAX_ROWS rows)")
+                    "runs them up to decode.lora_split_max_rows)")
     args = ap.parse_args(argv)
     if os.environ.get("TRITON_INTERPRET") == "1":
         print("decode_compile: run it without TRITON_INTERPRET (the interpreter replaces the JIT)", file=sys.stderr)

@@ -81,8 +81,8 @@ from dataclasses import dataclass
 
 import torch
 
-from qerl_kernels.decode import (decode_attention, qkv_rope_cache, rmsnorm, rmsnorm_lora, sample_gumbel,
-                                  sample_gumbel_pays, silu_mul, silu_mul_lora)
+from qerl_kernels.decode import (decode_attention, lora_split_max_rows, qkv_rope_cache, rmsnorm, rmsnorm_lora,
+                                  sample_gumbel, sample_gumbel_pays, silu_mul, silu_mul_lora)
 from qerl.rl.engine_groups import Group
 from qerl.rl.sampling import gumbel_sample
 
@@ -175,12 +175,15 @@ class DecodeEngine:
         pos = torch.arange(max_len, device=self.device).unsqueeze(0)
         cos, sin = self.inner.rotary_emb(emb[:1].unsqueeze(0), pos)  # [1, max_len, head_dim]
         self.cos, self.sin = cos[0].to(self.dtype).contiguous(), sin[0].to(self.dtype).contiguous()
-        kw = dict(fuse=fuse, dtype=self.dtype, in_place=self.device.type == "cuda", split_lora=self.use_triton)
+        kw = dict(fuse=fuse, dtype=self.dtype, in_place=self.device.type == "cuda")
+        rows = {g: lora_split_max_rows(g) if self.use_triton else 0 for g in ("q/k/v", "o", "gate/up", "down")}
         self._groups = [(Group([layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj],
-                               copy_dense=copy_dense_qkv, **kw),
-                         Group([layer.self_attn.o_proj], copy_dense=False, **kw),
-                         Group([layer.mlp.gate_proj, layer.mlp.up_proj], copy_dense=False, **kw),
-                         Group([layer.mlp.down_proj], copy_dense=False, **kw)) for layer in self.layers]
+                               copy_dense=copy_dense_qkv, split_rows=rows["q/k/v"], **kw),
+                         Group([layer.self_attn.o_proj], copy_dense=False, split_rows=rows["o"], **kw),
+                         Group([layer.mlp.gate_proj, layer.mlp.up_proj], copy_dense=False, split_rows=rows["gate/up"],
+                               **kw),
+                         Group([layer.mlp.down_proj], copy_dense=False, split_rows=rows["down"], **kw))
+                        for layer in self.layers]
         if self.graphs and not self.use_triton and "fp4" in self.group_kinds():
             # a 4-bit weight without the Triton kernels (float32 activations) is dequantized by the torch reference,
             # which builds small index tensors on the host: not capturable, so this engine replays no graphs
@@ -238,7 +241,7 @@ class DecodeEngine:
 
     def _norm(self, hidden: torch.Tensor, norm, group: Group, tri: bool):
         """(x, t): the normed input of `group` and, where one kernel computes both (the Triton decode step and
-        `Group.splits_lora`: LoRA adapters, at most qerl_kernels.decode.LORA_SPLIT_MAX_ROWS rows), its LoRA
+        `Group.splits_lora`: LoRA adapters, at most qerl_kernels.decode.lora_split_max_rows rows), its LoRA
         down-products; else t None (the group computes them)."""
         if tri and group.splits_lora(hidden):
             return rmsnorm_lora(hidden, norm.weight, _eps(norm), group.a_cat, use_triton=True)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from qerl_kernels.decode import LORA_SPLIT_MAX_ROWS, lora_down
+from qerl_kernels.decode import lora_down
 from qerl_kernels.prepared_ops import fp4_linear_fused
 
 __all__ = ["Group"]
@@ -41,7 +41,7 @@ class Group:
     called as they are, LoRA included: merged or DoRA adapters, several adapters, trainable bases, fuse=False)."""
 
     def __init__(self, mods, *, fuse: bool, dtype: torch.dtype, in_place: bool, copy_dense: bool,
-                 split_lora: bool = False):
+                 split_rows: int = 0):
         from torch import nn
 
         from qerl.layers import QuantLinear
@@ -49,7 +49,7 @@ class Group:
         from qerl.policy.formats import decode_dequantized
 
         self.mods, self.dtype, self.in_place, self.copy_dense = list(mods), dtype, in_place, copy_dense
-        self.split_lora = split_lora  # LoRA down-products of at most LORA_SPLIT_MAX_ROWS rows by the split kernel
+        self.split_rows = split_rows  # LoRA down-products of at most this many rows by the split kernel
         facts = [adapter_factors(m) for m in self.mods]
         self.kind, self.lora_b, self.a_cat, self.bias = "call", None, None, None
         self.dequantized = False  # "dense" from bitsandbytes NF4 layers (the engine owns their dequantized weights)
@@ -155,9 +155,9 @@ class Group:
 
     # ---- the products -----------------------------------------------------------------------------------------
     def lora_t(self, x: torch.Tensor) -> torch.Tensor | None:
-        """x A_cat^T [..., R * members] (None without adapters or for kind "call"): with `split_lora` (the engine's
-        Triton kernels) and at most LORA_SPLIT_MAX_ROWS rows one launch of qerl_kernels.decode.lora_down, else
-        cuBLAS (whose skinny GEMM is a split-K pass and a reduction)."""
+        """x A_cat^T [..., R * members] (None without adapters or for kind "call"): at most `split_rows` rows (the
+        engine's Triton kernels: qerl_kernels.decode.lora_split_max_rows) one launch of qerl_kernels.decode.lora_down,
+        else cuBLAS (whose skinny GEMM is a split-K pass and a reduction)."""
         if self.a_cat is None or self.kind == "call":
             return None
         if self.splits_lora(x):
@@ -166,9 +166,8 @@ class Group:
 
     def splits_lora(self, x: torch.Tensor) -> bool:
         """Whether this group's LoRA down-products of input x are the split kernel's (qerl_kernels.decode.lora_down,
-        or fused into the kernel producing x): adapters, `split_lora` and at most LORA_SPLIT_MAX_ROWS rows."""
-        return self.a_cat is not None and self.kind != "call" and self.split_lora and \
-            x.numel() // x.shape[-1] <= LORA_SPLIT_MAX_ROWS
+        or fused into the kernel producing x): adapters and at most `split_rows` rows."""
+        return self.a_cat is not None and self.kind != "call" and x.numel() // x.shape[-1] <= self.split_rows
 
     def project(self, x: torch.Tensor, t: torch.Tensor | None = None):
         """(member outputs without their LoRA update, t, bias still to add or None); `t`: x A_cat^T if the caller

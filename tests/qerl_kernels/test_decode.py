@@ -184,8 +184,10 @@ def test_rank_padding_and_splits():
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("rows,hidden,rt,splits", [(3, 200, 48, None), (20, 64, 96, None), (1, 130, 16, None),
-                                                   (3, 200, 48, 1), (20, 320, 96, 3), (70, 600, 16, 2)],
-                         ids=["ragged", "two-programs", "one-row", "one-split", "three-splits", "two-row-blocks"])
+                                                   (3, 200, 48, 1), (20, 320, 96, 3), (70, 600, 16, 2),
+                                                   (8, 1100, 16, None)],
+                         ids=["ragged", "two-programs", "one-row", "one-split", "three-splits", "two-row-blocks",
+                              "eight-rows-two-chunks"])
 def test_rmsnorm_lora(dtype, rows, hidden, rt, splits):
     """The norm and the LoRA down-products in one kernel equal the norm kernel's output and x a^T, with the hidden
     size split over one or several programs (their partials summed by the last to arrive)."""

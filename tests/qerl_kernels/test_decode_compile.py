@@ -3,6 +3,8 @@ own launches recorded (the 7B step's grids), built for sm_90 with the bundled pt
 process without TRITON_INTERPRET (the `offline_build` fixture of conftest.py)."""
 from __future__ import annotations
 
+import pytest
+
 
 def test_the_attention_launches_build_for_sm90(offline_build):
     r, rows = offline_build("qerl_kernels.decode_compile", "--rows", "1", "--only", "attention + combine with o's LoRA")
@@ -16,12 +18,18 @@ def test_the_attention_launches_build_for_sm90(offline_build):
             assert row["sass"] > 0 and 0 < row["ldg_before_bar"] <= row["ldg"], row
 
 
-def test_split_lora_launches_by_rows():
-    """The split LoRA kernels are the step's launches up to decode.LORA_SPLIT_MAX_ROWS rows; --split-lora lists them
-    at any rows (what they would take there), in place of the plain norm and SiLU the engine runs there."""
+def test_split_lora_launches_by_rows(monkeypatch):
+    """The split LoRA kernels are the step's launches up to each group's decode.lora_split_max_rows; --split-lora
+    lists them at any rows (what they would take there), in place of the plain norm and SiLU the engine runs there."""
     from qerl_kernels import decode, decode_compile
     split = {"norm + q/k/v LoRA", "norm + gate/up LoRA", "silu + down LoRA"}
-    rows = decode.LORA_SPLIT_MAX_ROWS + 1
-    assert split <= set(decode_compile.launches(decode.LORA_SPLIT_MAX_ROWS))
-    assert not split & set(decode_compile.launches(rows)) and {"norm", "silu"} <= set(decode_compile.launches(rows))
-    assert split <= set(decode_compile.launches(rows, split_lora=True))
+    monkeypatch.setenv("QERL_LORA_SPLIT_ROWS", "q/k/v=1,gate/up=1,down=4")
+    assert split <= set(decode_compile.launches(1))
+    assert set(decode_compile.launches(2)) & (split | {"norm", "silu"}) == {"silu + down LoRA", "norm"}
+    assert not split & set(decode_compile.launches(5)) and {"norm", "silu"} <= set(decode_compile.launches(5))
+    assert split <= set(decode_compile.launches(5, split_lora=True))
+    monkeypatch.setenv("QERL_LORA_SPLIT_ROWS", "qkv=2")
+    with pytest.raises(ValueError, match="QERL_LORA_SPLIT_ROWS.*qkv=2.*q/k/v"):
+        decode.lora_split_max_rows("o")
+    monkeypatch.delenv("QERL_LORA_SPLIT_ROWS")
+    assert decode.lora_split_max_rows("down") == decode.LORA_SPLIT_MAX_ROWS["down"]

@@ -288,6 +288,24 @@ def test_triton_decode_kernels_match_the_torch_step(variant, batch):
     _triton_matches_torch(variant, batch)
 
 
+def test_triton_decode_step_with_the_split_lora_kernels_at_two_rows(monkeypatch):
+    """The same at batch 2 with every group's LoRA down-products by the split kernel (QERL_LORA_SPLIT_ROWS: the
+    multi-row norm of rmsnorm_lora, silu_mul_lora and lora_down at the rows where LORA_SPLIT_MAX_ROWS may put them)."""
+    import qerl.rl.engine as engine_mod
+    rows = []
+    for name in ("rmsnorm_lora", "silu_mul_lora"):
+        real = getattr(engine_mod, name)
+
+        def spy(h, *args, _real=real, **kw):
+            if kw.get("use_triton"):
+                rows.append(h.numel() // h.shape[-1])
+            return _real(h, *args, **kw)
+        monkeypatch.setattr(engine_mod, name, spy)
+    monkeypatch.setenv("QERL_LORA_SPLIT_ROWS", "q/k/v=2,o=2,gate/up=2,down=2")
+    _triton_matches_torch("nvfp4+lora", 2)
+    assert 2 in rows
+
+
 @pytest.mark.triton_device
 @pytest.mark.parametrize("variant,batch", [("nvfp4+lora", 1), ("lora", 2)], ids=["nvfp4+lora-batch1", "lora"])
 def test_triton_decode_step_with_split_attention_matches_the_torch_step(variant, batch, monkeypatch):
