@@ -700,18 +700,16 @@ def rmsnorm(h: torch.Tensor, weight: torch.Tensor, eps: float, add: torch.Tensor
 
 
 #: decode rows up to which the engine computes each group's LoRA down-products t = x A^T with the split kernel below
-#: (rmsnorm_lora for q/k/v and gate/up, lora_down for o, silu_mul_lora for down), by group. cuBLAS runs a skinny
-#: product as a split-K GEMV and a reduction, two launches; the split kernel is one, fused with the norm. Per 7B layer on an H100 in CUDA graphs
-#: (qerl_kernels.bench_lora, kernels.notes.md calls 15-17), at 1 row: norm + q/k/v 5.0-5.1 vs 7.8-8.7 us (norm
-#: kernel + cuBLAS), o 4.0-4.1 vs 6.1, norm + gate/up 4.2-4.4 vs 8.3-8.5, down 6.1-6.4 vs 6.5-6.9; from 8 rows it is
-#: slower (25.9 vs 8.2 us for norm + q/k/v at 8; calls 38-41: 25.4 vs 7.9 with each row's rstd from one whole-row
-#: load instead of the loop over column chunks, so not the norm's loop; ncu: 220 registers against 77 at 1 row, 37 vs
-#: 8.8 us alone, 28 CTAs with 0.13 eligible warps a scheduler; norm + gate/up 12.7 vs 7.8, o 4.7 vs 5.7, down 8.1 vs
-#: 6.6, silu + down 13.3 vs 12.3: the cost grows with rows x stacked ranks). SmolLM2-135M at 1
-#: row: 15.9 vs 15.8 us a layer (o slower, the norms faster). With one split (a program per 16 rows walking the whole
-#: hidden size, the engine's fused norm at hidden sizes <= 2048 until call 17) SmolLM2-135M's norm + q/k/v took 7.7-7.9
-#: us against 4.5-4.8 for the norm kernel + cuBLAS at 8-256 rows, so above this the engine runs those two
-LORA_SPLIT_MAX_ROWS = {"q/k/v": 1, "o": 1, "gate/up": 1, "down": 1}
+#: (rmsnorm_lora for q/k/v and gate/up, lora_down for o, silu_mul_lora for down), by group; above, the norm kernel
+#: (or silu_mul) and cuBLAS, whose skinny product is a split-K GEMV and a reduction, two launches. Per 7B layer on an
+#: H100 in CUDA graphs (qerl_kernels.bench_lora; kernels.notes.md call 88, with the norm's sums over the row block's
+#: real rows), split vs replaced, us at 1 / 2 / 4 / 8 rows: norm + q/k/v 4.90 / 6.57 / 10.46 / 24.28 vs 7.80-7.83;
+#: norm + gate/up 4.27 / 4.55 / 6.45 / 11.42 vs 7.71-7.81; o 3.92 / 3.92 / 4.36 / 4.65 vs 5.68-5.71 (cuBLAS); SiLU +
+#: down 7.40 / 8.15 / 9.25 / 12.55 vs 10.76 / 11.00 / 11.07 / 11.99 (silu_mul + lora_down). The cost grows with rows x
+#: stacked ranks (ncu, call 76: 220 registers at 8 rows against 77 at 1). At batch <= 65 the 7B step computes o's
+#: down-products in the attention combine kernel instead (decode_attention's lora_a). SmolLM2-135M's norm + q/k/v
+#: took 7.7-7.9 us against 4.5-4.8 for the norm kernel + cuBLAS at 8-256 rows (one split, call 17)
+LORA_SPLIT_MAX_ROWS = {"q/k/v": 2, "o": 8, "gate/up": 4, "down": 4}
 
 
 def lora_split_max_rows(group: str) -> int:

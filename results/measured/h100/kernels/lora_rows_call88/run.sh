@@ -4,6 +4,8 @@
 # the split kernel beats the path it replaces at every row count up to it), and the 7B rollout at batch 2 / 4 / 8
 # (QeRL and BF16 LoRA) with the limits at 1 and at the picked ones (QERL_LORA_SPLIT_ROWS), on one lease.
 # Usage (repository root, .whl/ carried): bash results/measured/h100/kernels/lora_rows_call88/run.sh
+# (As run in call 88 the pick read the JSON's top level, not its "rows", and picked nothing: both rollouts ran with
+# the limits at 1; fixed here afterwards.)
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD TRITON_DEFAULT_FP_FUSION=1
 OUT=${OUT:-/tmp/lora88-out}
 mkdir -p "$OUT"
@@ -13,7 +15,7 @@ timeout 80 python3 -m qerl_kernels.bench_lora --models 7B --rows 1 2 4 8 --split
   --md "$OUT/lora.md" > "$OUT/lora.log" 2>&1; cat "$OUT/lora.md"
 PICK=$(python3 - "$OUT/lora.json" <<'PY'
 import json, sys
-rows = json.load(open(sys.argv[1]))
+rows = json.load(open(sys.argv[1]))["rows"]
 us = {(r["op"], r["rows"], r["variant"]): r["us"] for r in rows}
 ops = {"q/k/v": "norm + q/k/v", "o": "o", "gate/up": "norm + gate/up", "down": "silu + down"}
 out = []
@@ -31,7 +33,7 @@ PY
 echo "picked QERL_LORA_SPLIT_ROWS=$PICK" | tee "$OUT/pick.txt"
 for tag in one picked; do
   [ $tag = picked ] && export QERL_LORA_SPLIT_ROWS=$PICK
-  W=/tmp/lora88-$tag PROF_S=160 BUDGET=135 bash qerl/profiling/run_device.sh --methods qerl lora --ranks 32 \
+  OUT=/tmp/lora88-prof-$tag W=/tmp/lora88-$tag PROF_S=160 BUDGET=135 bash qerl/profiling/run_device.sh --methods qerl lora --ranks 32 \
     --batches 2 4 8 --full-batches --e2e-batches > "$OUT/profile_$tag.log" 2>&1
   cp /tmp/lora88-$tag/prof/rollout.csv "$OUT/rollout_$tag.csv"
   grep -E "tokens_per_s" "$OUT/profile_$tag.log" | cut -c1-160
