@@ -51,8 +51,8 @@ which a later per-launch measurement found slower than the norm kernel + cuBLAS
 At batch 1 (up to each group's qerl_kernels.decode.LORA_SPLIT_MAX_ROWS: q/k/v 2 rows, gate/up and down 4, o 8;
 7B, H100, call 89: QeRL 471.6 -> 510.3 tok/s at batch 2) the LoRA down-products of every group are one split kernel
 each, fused with the norm for q/k/v and gate/up (7B, H100, kernels.notes.md call 16: 16 -> 12 kernels a layer, a
-graph-replayed step 4,451 -> 4,058 us for NVFP4 + LoRA and 7,268 -> 6,920 us for BF16 + LoRA) and with the MLP activation for down (silu_mul_lora; call 34:
-12 -> 11 a layer, 4,127 -> 4,052 us and 7,049 -> 6,971 us). Wherever the attention is split over the keys (7B: batch
+graph-replayed step 4,451 -> 4,058 us for NVFP4 + LoRA and 7,268 -> 6,920 us for BF16 + LoRA) and with the MLP
+activation for down (silu_mul_lora; call 34: 12 -> 11 a layer, 4,127 -> 4,052 us and 7,049 -> 6,971 us). Wherever the attention is split over the keys (7B: batch
 <= 65), o's LoRA down-products are the attention combine kernel's (decode_attention's lora_a; call 37: one
 kernel a layer fewer, QeRL's step 4,105 -> 4,008 us at batch 1 and 4,622 -> 4,533 us of kernels at batch 8, BF16
 LoRA's 6,980 -> 6,887 and 7,687 -> 7,558 us; call 39 at batch 64: 7,538 -> 7,497 and 9,270 -> 9,161 us).
