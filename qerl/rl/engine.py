@@ -48,14 +48,14 @@ with LoRA rank 32 at 128 rows, all of it (H100, one call, results/measured/h100/
 all (+31 %); that count had the norm computing the q/k/v and gate/up LoRA down-products at hidden sizes <= 2048,
 which a later per-launch measurement found slower than the norm kernel + cuBLAS
 (qerl_kernels.decode.LORA_SPLIT_MAX_ROWS: SmolLM2-135M's norm + q/k/v 7.7-7.9 vs 4.5-4.8 us at 8-256 rows, H100).
-At batch 1 (up to each group's qerl_kernels.decode.LORA_SPLIT_MAX_ROWS: q/k/v 2 rows, gate/up and down 4, o 8;
-7B, H100, call 89: QeRL 471.6 -> 510.3 tok/s at batch 2) the LoRA down-products of every group are one split kernel
-each, fused with the norm for q/k/v and gate/up (7B, H100, kernels.notes.md call 16: 16 -> 12 kernels a layer, a
-graph-replayed step 4,451 -> 4,058 us for NVFP4 + LoRA and 7,268 -> 6,920 us for BF16 + LoRA) and with the MLP
-activation for down (silu_mul_lora; call 34: 12 -> 11 a layer, 4,127 -> 4,052 us and 7,049 -> 6,971 us). Wherever the attention is split over the keys (7B: batch
-<= 65), o's LoRA down-products are the attention combine kernel's (decode_attention's lora_a; call 37: one
-kernel a layer fewer, QeRL's step 4,105 -> 4,008 us at batch 1 and 4,622 -> 4,533 us of kernels at batch 8, BF16
-LoRA's 6,980 -> 6,887 and 7,687 -> 7,558 us; call 39 at batch 64: 7,538 -> 7,497 and 9,270 -> 9,161 us).
+At batch 1 (up to each group's qerl_kernels.decode.LORA_SPLIT_MAX_ROWS: q/k/v 2 rows, gate/up and down 4, o 8; 7B, H100,
+call 89: QeRL 471.6 -> 510.3 tok/s at batch 2) the LoRA down-products of every group are one split kernel each, fused
+with the norm for q/k/v and gate/up (7B, H100, kernels.notes.md call 16: 16 -> 12 kernels a layer, a graph-replayed step
+4,451 -> 4,058 us for NVFP4 + LoRA and 7,268 -> 6,920 us for BF16 + LoRA) and with the MLP activation for down
+(silu_mul_lora; call 34: 12 -> 11 a layer, 4,127 -> 4,052 us and 7,049 -> 6,971 us). Wherever the attention is split
+over the keys (7B: batch <= 65), o's LoRA down-products are the attention combine kernel's (decode_attention's lora_a;
+call 37: one kernel a layer fewer, QeRL's step 4,105 -> 4,008 us at batch 1 and 4,622 -> 4,533 us of kernels at batch 8,
+BF16 LoRA's 6,980 -> 6,887 and 7,687 -> 7,558 us; call 39 at batch 64: 7,538 -> 7,497 and 9,270 -> 9,161 us).
 Layers the fused path cannot read (merged or DoRA adapters, several active adapters, bitsandbytes bases unless marked
 for a dequantized decode: config model.nf4_decode, baselines.nf4.mark_decode_dequantized) are called
 as modules, with their LoRA applied by the same kernels where it can be.
