@@ -712,9 +712,9 @@ def rmsnorm(h: torch.Tensor, weight: torch.Tensor, eps: float, add: torch.Tensor
 LORA_SPLIT_MAX_ROWS = {"q/k/v": 2, "o": 8, "gate/up": 4, "down": 4}
 
 
-def lora_split_max_rows(group: str) -> int:
-    """LORA_SPLIT_MAX_ROWS[group], or its value in the environment's QERL_LORA_SPLIT_ROWS ("q/k/v=2,down=4": to
-    measure other limits in one process).
+def lora_split_max_rows() -> dict[str, int]:
+    """{group: rows}: LORA_SPLIT_MAX_ROWS with the entries of the environment's QERL_LORA_SPLIT_ROWS over it
+    ("q/k/v=2,down=4": to measure other limits in one process).
 
     Raises:
         ValueError: an unknown group or a non-integer value in QERL_LORA_SPLIT_ROWS (names it).
@@ -726,7 +726,7 @@ def lora_split_max_rows(group: str) -> int:
             raise ValueError(f"QERL_LORA_SPLIT_ROWS: bad entry {item!r}; expected GROUP=ROWS with GROUP one of "
                              f"{', '.join(rows)} (e.g. q/k/v=2,down=4)")
         rows[key.strip()] = int(val)
-    return rows[group]
+    return rows
 
 
 #: programs per row block the split kernel aims at (each walks a multiple of lora_block(RT) columns); against 16, per

@@ -11,7 +11,8 @@ How: each launch is the wrapper's own (decode.rmsnorm_lora, decode_attention, ..
 filled) with `JITFunction.run` replaced by a recorder, so the arguments, constexprs and grid are exactly what the
 engine launches; each recorded launch then goes through the JIT's binding and triton.compile for sm_90
 (gluon_compile.compile_launch, as the GEMMs' checks do), `ptxas -v` for registers and spills
-(gluon_compile.ptxas_usage), and the bundled cuobjdump for the SASS. Must run in a process where the Triton interpreter has not run.
+(gluon_compile.ptxas_usage), and the bundled cuobjdump for the SASS. Must run in a process where the Triton
+interpreter has not run.
 
 Run: python -m qerl_kernels.decode_compile [--rows 1 8] [--only NAME ...] [--json] [--split-lora]
 """
@@ -79,8 +80,10 @@ def launches(rows: int, split_lora: bool = False) -> dict:
             q, cache, cache, valid, slot, s["span"], d ** -0.5, use_triton=True, splits=splits, first=first,
             lora_a=torch.empty(r, nq, dtype=bf)),
     }
+    limits = decode.lora_split_max_rows()
+
     def split(group):
-        return split_lora or rows <= decode.lora_split_max_rows(group)
+        return split_lora or rows <= limits[group]
 
     if split("q/k/v"):
         out["norm + q/k/v LoRA"] = lambda: decode.rmsnorm_lora(x, w, 1e-6, torch.empty(3 * r, h, dtype=bf),

@@ -82,8 +82,8 @@ from dataclasses import dataclass
 
 import torch
 
-from qerl_kernels.decode import (decode_attention, lora_split_max_rows, qkv_rope_cache, rmsnorm, rmsnorm_lora,
-                                  sample_gumbel, sample_gumbel_pays, silu_mul, silu_mul_lora)
+from qerl_kernels.decode import (LORA_SPLIT_MAX_ROWS, decode_attention, lora_split_max_rows, qkv_rope_cache, rmsnorm,
+                                  rmsnorm_lora, sample_gumbel, sample_gumbel_pays, silu_mul, silu_mul_lora)
 from qerl.rl.engine_groups import Group
 from qerl.rl.sampling import gumbel_sample
 
@@ -177,7 +177,7 @@ class DecodeEngine:
         cos, sin = self.inner.rotary_emb(emb[:1].unsqueeze(0), pos)  # [1, max_len, head_dim]
         self.cos, self.sin = cos[0].to(self.dtype).contiguous(), sin[0].to(self.dtype).contiguous()
         kw = dict(fuse=fuse, dtype=self.dtype, in_place=self.device.type == "cuda")
-        rows = {g: lora_split_max_rows(g) if self.use_triton else 0 for g in ("q/k/v", "o", "gate/up", "down")}
+        rows = lora_split_max_rows() if self.use_triton else dict.fromkeys(LORA_SPLIT_MAX_ROWS, 0)
         self._groups = [(Group([layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj],
                                copy_dense=copy_dense_qkv, split_rows=rows["q/k/v"], **kw),
                          Group([layer.self_attn.o_proj], copy_dense=False, split_rows=rows["o"], **kw),

@@ -30,6 +30,6 @@ def test_split_lora_launches_by_rows(monkeypatch):
     assert split <= set(decode_compile.launches(5, split_lora=True))
     monkeypatch.setenv("QERL_LORA_SPLIT_ROWS", "qkv=2")
     with pytest.raises(ValueError, match="QERL_LORA_SPLIT_ROWS.*qkv=2.*q/k/v"):
-        decode.lora_split_max_rows("o")
+        decode.lora_split_max_rows()
     monkeypatch.delenv("QERL_LORA_SPLIT_ROWS")
-    assert decode.lora_split_max_rows("down") == decode.LORA_SPLIT_MAX_ROWS["down"]
+    assert decode.lora_split_max_rows() == decode.LORA_SPLIT_MAX_ROWS
