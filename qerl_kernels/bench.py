@@ -19,6 +19,8 @@ copies that one pass over them exceeds the L2 cache, so every call streams its w
                       dequantize + cuBLAS above 256, in between whichever was faster when first timed
     nvfp4_bwd_fused / nvfp4_bwd_deq_cublas   the two backward paths forced (16 < M <= 256)
     nvfp4_bwd_tc      the backward through the tensor-core tiles (single weights, M >= 64)
+    nvfp4_bwd_wgmma   the backward wgmma kernel (Gluon: the decoded tile as wgmma's A operand from shared memory),
+                      qerl_kernels.fp4_wgmma_t (single weights, 16 <= M <= 512; issue 22)
     nvfp4_dequantize  the standalone dequantize kernel alone (M column = 0)
     nvfp4_gluon       the warp-specialized Gluon kernel, qerl_kernels.fp4_gluon.fp4_gemm_gluon (M <= 64; issue 22)
     nvfp4_wgmma       the Gluon wgmma kernel (register-A async wgmma, TMA rings), qerl_kernels.fp4_wgmma.fp4_gemm_wgmma
@@ -314,6 +316,13 @@ class ShapeBench:
             fused = {"nvfp4_bwd_fused": True, "nvfp4_bwd_deq_cublas": False}.get(method)
             fns = [lambda w=w: fp4_gemm_t(g, w, fused=fused) for w in self.copies["nvfp4"]]
             wb = self.bytes["nvfp4"]
+        elif method == "nvfp4_bwd_wgmma":
+            if self.group or m > 512:
+                return None
+            fns = [lambda w=w: fp4_gemm_t(g, w, path="wgmma") for w in self.copies["nvfp4"]]
+            wb = self.bytes["nvfp4"]
+            if not self._first_call_runs(method, m, fns):
+                return None
         elif method in ("nvfp4_tc", "nvfp4_bwd_tc"):
             if method == "nvfp4_bwd_tc" and self.group:
                 return None
@@ -677,6 +686,8 @@ def main(argv=None) -> int:
                 meths += ["nvfp4_fused", "nvfp4_deq_cublas"]
             if 16 < m <= 256:
                 meths += ["nvfp4_bwd_fused", "nvfp4_bwd_deq_cublas"]
+            if 16 <= m <= 512:
+                meths += ["nvfp4_bwd_wgmma"]
             for meth in meths:
                 if meth in args.skip:
                     continue
@@ -699,12 +710,12 @@ def main(argv=None) -> int:
     # speedups per row
     idx = {(r["model"], r["layer"], r["M"], r["method"]): float(r["median_ms"]) for r in rows}
     for r in rows:
-        base = "bf16_bwd" if r["method"].endswith("_bwd") else "bf16"
+        base = "bf16_bwd" if "_bwd" in r["method"] else "bf16"
         b = idx.get((r["model"], r["layer"], r["M"], base))
         nf = idx.get((r["model"], r["layer"], r["M"], "nf4"))
         t = float(r["median_ms"])
         r["speedup_vs_bf16"] = f"{b / t:.3f}" if b and r["M"] else ""
-        r["speedup_vs_nf4"] = f"{nf / t:.3f}" if nf and r["M"] and not r["method"].endswith("_bwd") else ""
+        r["speedup_vs_nf4"] = f"{nf / t:.3f}" if nf and r["M"] and "_bwd" not in r["method"] else ""
     fields = ["model", "layer", "N", "K", "M", "method", "median_ms", "weight_bytes", "gbps", "pct_ceiling", "tflops",
               "speedup_vs_bf16", "speedup_vs_nf4", "timing"]
     with open(out / "kernels.csv", "w", newline="") as f:

@@ -18,8 +18,9 @@ Dispatch by M (see results/measured/*/kernels.csv):
 - Skinny M (M <= 16, plain product + bias): `fp4_gemv.fp4_gemm_gemv` (many small split-K CTAs) where a committed
   GPU measurement says it is faster than the stream-K kernel (fp4_gemv.MEASURED_WINS: H100, issue 22 call 5) or
   with QERL_FP4_GEMV=1; the stream-K kernel otherwise.
-- Backward input gradient (`fp4_gemm_t`): the transposed kernel up to M = 64; dequantize + cuBLAS above (timed
-  choice up to BWD_FUSED_MAX_M, `_choose_path_t`).
+- Backward input gradient (`fp4_gemm_t`): the transposed kernel up to M = 64; above, the fastest of it (up to
+  BWD_FUSED_MAX_M), the Gluon backward wgmma kernel (fp4_wgmma_t.py: NVFP4 single weights, Hopper; QERL_FP4_WGMMA=0
+  leaves it out) and dequantize + cuBLAS, timed once per shape (`backward_candidates`, `_choose_path_t`).
 The stream-K partial tiles and arrival counters live in a per-device workspace allocated once (`_workspace`).
 
 Numerics: dequantized weights are exact (bit-identical to the float32 reference cast to the MMA dtype, up to the
@@ -47,7 +48,7 @@ if HAVE_TRITON:
     from qerl_kernels.fp4_tuning import _fp4_gemm_t_tuned, _fp4_gemm_tc_tuned, _fp4_gemm_tuned
 
 __all__ = ["fp4_gemm", "fp4_gemm_t", "fp4_gemm_tc", "fp4_dequantize", "dispatch_table", "forward_candidates",
-           "FUSED_MAX_M", "BWD_FUSED_MAX_M", "TC_MAX_M", "WGMMA_MAX_M", "dequantize_only_above"]
+           "FUSED_MAX_M", "BWD_FUSED_MAX_M", "TC_MAX_M", "WGMMA_MAX_M", "dequantize_only_above", "backward_candidates"]
 
 # Dispatch by M (see results/measured/*/kernels.csv): the fused kernel up to FUSED_MIN_TRY, dequantize + cuBLAS
 # above FUSED_MAX_M, and in between whichever of the two was faster when first timed for that shape.
@@ -297,9 +298,11 @@ def _choose_path(x: torch.Tensor, w, bias, lora=None, residual=None) -> str:
 
 def dequantize_only_above() -> int:
     """The M above which `fp4_gemm` and `fp4_gemm_t` have one candidate path only, dequantize + cuBLAS: above the
-    fused kernels' limits (FUSED_MAX_M, BWD_FUSED_MAX_M) and, when the tensor-core tiles are in the dispatch, theirs
-    (TC_MAX_M). A caller that keeps the dequantized weight (`fp4_dequantize`) may compute such products itself."""
-    return max(FUSED_MAX_M, BWD_FUSED_MAX_M, TC_MAX_M if TC_IN_DISPATCH else 0)
+    fused kernels' limits (FUSED_MAX_M, BWD_FUSED_MAX_M, WGMMA_MAX_M: the forward and backward wgmma kernels) and,
+    when the tensor-core tiles are in the dispatch, theirs (TC_MAX_M). A caller that keeps the dequantized weight
+    (`fp4_dequantize`) may compute such products itself."""
+    return max(FUSED_MAX_M, BWD_FUSED_MAX_M, WGMMA_MAX_M if WGMMA_IN_DISPATCH else 0,
+               TC_MAX_M if TC_IN_DISPATCH else 0)
 
 
 def _time_or_inf(fn, name: str, graph: bool = False) -> float:
@@ -429,9 +432,9 @@ def fp4_gemm_t(g: torch.Tensor, w: PreparedFP4, *, config: dict | None = None,
         w: the prepared weight or group.
         config: force one config (dict of BM, BKO, BNR, SPLIT_X, num_warps, num_stages) instead of autotuning.
         fused: force the fused transposed kernel (True) or dequantize + cuBLAS (False).
-        path: force "swap" (that kernel), "tc" (`fp4_gemm_tc(forward=False)`, single weights) or "deq". Default:
-            "swap" for M <= 64; above, the fastest of swap (up to BWD_FUSED_MAX_M), tc (single weights, up to
-            TC_MAX_M) and deq, timed on first use per shape and M bucket.
+        path: force "swap" (that kernel), "wgmma" (`fp4_wgmma_t.fp4_gemm_t_wgmma`: NVFP4 single weights on a
+            Hopper GPU), "tc" (`fp4_gemm_tc(forward=False)`, single weights) or "deq". Default: "swap" for M <= 64;
+            above, the fastest of `backward_candidates`, timed on first use per shape and M bucket.
             (First H200 run: with a timed choice from M = 17 on, do_bench picked dequantize + cuBLAS for the
             3584 x 3584 weight at M = 32 and 64 although graph-timed the fused kernel was 1.2-1.4x faster there;
             at M <= 64 the fused kernel won or tied on every Qwen2.5-7B shape.)
@@ -450,6 +453,9 @@ def fp4_gemm_t(g: torch.Tensor, w: PreparedFP4, *, config: dict | None = None,
         return g @ fp4_dequantize(w, g.dtype)
     if path == "tc":
         return fp4_gemm_tc(g, w, forward=False, config=config)
+    if path == "wgmma":
+        from qerl_kernels.fp4_wgmma_t import fp4_gemm_t_wgmma
+        return fp4_gemm_t_wgmma(g, w)
     g = g.contiguous()
     o = torch.empty((m, w.k), dtype=g.dtype, device=g.device)
     if m == 0:
@@ -482,13 +488,36 @@ def fp4_gemm_t(g: torch.Tensor, w: PreparedFP4, *, config: dict | None = None,
     return o
 
 
+def _wgmma_t_eligible(g: torch.Tensor, w: PreparedFP4) -> bool:
+    """Whether the backward wgmma kernel (fp4_wgmma_t) takes this product: NVFP4 single weights, whole 256-column
+    tiles of K_pad, grad_y rows of a multiple of 16 bytes, M <= WGMMA_MAX_M (above, `dequantize_only_above`: small
+    layers keep their dequantized copy there), a Hopper GPU, QERL_FP4_WGMMA not 0."""
+    from qerl_kernels.fp4_gluon import HAVE_GLUON
+    from qerl_kernels.fp4_wgmma_t import TILE_K
+    if (not WGMMA_IN_DISPATCH or g.shape[0] > WGMMA_MAX_M or not g.is_cuda or w.scale_kind != 0 or w.row_scale
+            or interpret_mode() or (w.words.shape[1] * 8) % TILE_K or w.n % 8):
+        return False
+    return HAVE_GLUON and torch.cuda.get_device_capability(g.device)[0] == 9
+
+
+def backward_candidates(g: torch.Tensor, w: PreparedFP4) -> list[str]:
+    """The paths `fp4_gemm_t`'s default dispatch times for g [M, N], first the one taken untimed: "swap" alone up
+    to BWD_FUSED_MIN_TRY; above, "swap" up to BWD_FUSED_MAX_M, "wgmma" (`fp4_wgmma_t.fp4_gemm_t_wgmma`) where
+    `_wgmma_t_eligible` (up to WGMMA_MAX_M), "tc" with QERL_FP4_TC=1, and "deq"."""
+    m = g.shape[0]
+    if m <= BWD_FUSED_MIN_TRY:
+        return ["swap"]
+    return ((["swap"] if m <= BWD_FUSED_MAX_M else []) + (["wgmma"] if _wgmma_t_eligible(g, w) else [])
+            + (["tc"] if TC_IN_DISPATCH and m <= TC_MAX_M and not w.row_scale else []) + ["deq"])
+
+
 def _choose_path_t(g: torch.Tensor, w: PreparedFP4) -> str:
-    """The backward's `_choose_path`: "swap" up to BWD_FUSED_MIN_TRY, else the fastest candidate, timed once."""
+    """The backward's `_choose_path`: "swap" up to BWD_FUSED_MIN_TRY, else the fastest of `backward_candidates`,
+    timed once per shape and M bucket (eagerly: the backward runs eagerly)."""
     m = g.shape[0]
     if m <= BWD_FUSED_MIN_TRY:
         return "swap"
-    cands = (["swap"] if m <= BWD_FUSED_MAX_M else []) + \
-        (["tc"] if TC_IN_DISPATCH and m <= TC_MAX_M and not w.row_scale else []) + ["deq"]
+    cands = backward_candidates(g, w)
     key = ("t", w.n, w.k, _bucket_m(m), g.dtype, w.scale_kind, w.row_scale, g.device.index)
     if key not in _DISPATCH:
         if interpret_mode() or not g.is_cuda or torch.cuda.is_current_stream_capturing():

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from qerl_kernels import fp4_gluon, fp4_wgmma
+from qerl_kernels import fp4_gluon, fp4_wgmma, fp4_wgmma_t
 from qerl_kernels.layout import PreparedFP4, padded_shape
 
 __all__ = ["Variant", "variants", "empty_prepared", "wgmma_variants", "wgmma_facts", "compile_variant", "ptxas_usage",
@@ -70,7 +70,8 @@ class Variant:
 
 
 # the launcher and the kernel of each Gluon module this check builds
-KERNELS = {"gluon": (fp4_gluon, "_fp4_gemm_ws"), "wgmma": (fp4_wgmma, "_fp4_gemm_wgmma")}
+KERNELS = {"gluon": (fp4_gluon, "_fp4_gemm_ws"), "wgmma": (fp4_wgmma, "_fp4_gemm_wgmma"),
+           "wgmma_t": (fp4_wgmma_t, "_fp4_gemm_t_wgmma")}
 QKV, O_PROJ = (4608, 3584), (3584, 3584)     # the 7B q/k/v group and o_proj
 WGMMA_MS = (16, 64, 128, 256, 512)          # the M the wgmma kernel is for (issue 22: RL batch sizes)
 
@@ -81,8 +82,10 @@ def variants(kernel: str = "gluon") -> list[Variant]:
     `wgmma_variants`; "all" both."""
     if kernel == "wgmma":
         return wgmma_variants()
+    if kernel == "wgmma_t":
+        return wgmma_t_variants()
     if kernel == "all":
-        return variants("gluon") + wgmma_variants()
+        return variants("gluon") + wgmma_variants() + wgmma_t_variants()
     from qerl_kernels.tune import GLUON_SWEEP
     out = [Variant(f"bench-m{m}", *GATE_UP, m) for m in (1, 4, 8, 16, 32, 64)]
     # other 7B shapes where the plan's integers specialise differently (k/v: one k-step per CTA, PER = 1 becomes a
@@ -135,6 +138,25 @@ def wgmma_variants() -> list[Variant]:
     return out
 
 
+def wgmma_t_variants() -> list[Variant]:
+    """The backward wgmma kernel's builds (fp4_wgmma_t; `Variant.n, k` the weight's, M grad_y's rows): the 7B
+    single weights the training step's backward takes (q, k/v, o, gate, down) at M = 16..512 in bf16 (default
+    knobs: MP up to 64), fp16, a ragged M, a one-tile weight, and tune.WGMMA_T_SWEEP's knobs (128 weight rows a
+    step, M blocks of 128 or 32, shallower rings)."""
+    shapes = (("q", O_PROJ), ("kv", (512, 3584)), ("gate", (18944, 3584)), ("down", DOWN))
+    out = [Variant(f"wgmma_t-{name}-m{m}", *nk, m, kernel="wgmma_t") for name, nk in shapes for m in WGMMA_MS]
+    out += [Variant("wgmma_t-fp16-gate-m64", 18944, 3584, 64, bf16=False, kernel="wgmma_t"),
+            Variant("wgmma_t-down-m200", *DOWN, 200, kernel="wgmma_t"),
+            Variant("wgmma_t-test-k256-m3", 384, 256, 3, kernel="wgmma_t"),
+            Variant("wgmma_t-bnr128-gate-m256", 18944, 3584, 256, knobs=dict(bnr=128), kernel="wgmma_t"),
+            Variant("wgmma_t-mp128-gate-m256", 18944, 3584, 256, knobs=dict(max_mp=128), kernel="wgmma_t"),
+            Variant("wgmma_t-bnr128-mp32-gate-m256", 18944, 3584, 256, knobs=dict(max_mp=32, bnr=128),
+                    kernel="wgmma_t"),
+            Variant("wgmma_t-shallow-gate-m64", 18944, 3584, 64, knobs=dict(wstages=4, gstages=3),
+                    kernel="wgmma_t")]
+    return out
+
+
 def empty_prepared(n: int, k: int, scale_kind: int = 0) -> PreparedFP4:
     """A PreparedFP4 of n x k's padded shapes and dtypes from CPU tensors never filled: what an offline build needs
     (shapes, dtypes, strides and 16-byte alignment matter to the compile, values do not)."""
@@ -151,6 +173,8 @@ def _cpu_launch(v: Variant):
     w = empty_prepared(v.n, v.k)
     x = torch.empty(v.m, v.k, dtype=dt)
     y = torch.empty(v.m, v.n, dtype=dt)
+    if v.kernel == "wgmma_t":   # grad_x [M, K] = grad_y [M, N] @ W
+        return fp4_wgmma_t.launch_args(y, w, x, SMS, **v.knobs)
     bias = torch.empty(v.n, dtype=dt) if v.bias else None
     return KERNELS[v.kernel][0].launch_args(x, w, bias, y, SMS, **v.knobs)
 
@@ -238,9 +262,12 @@ def check(v: Variant, arch: int = 90) -> dict:
     if v.kernel == "gluon":
         knobs = {k: defaults[k].default for k in ("bn", "num_warps", "stages")}
         knobs["ctas_per_sm"] = fp4_gluon.default_ctas_per_sm(v.m)
-    else:   # one CTA per SM; BN and the two rings' depths follow from the knobs (read back from the launch)
+    elif v.kernel == "wgmma":   # one CTA per SM; BN and the two rings' depths follow from the knobs (read back)
         knobs = {k: defaults[k].default for k in ("num_warps", "max_mp", "ks")}
         knobs.update(ctas_per_sm=1, bn="-", stages="-")
+    else:
+        knobs = {k: defaults[k].default for k in ("bnr", "max_mp")}
+        knobs.update(ctas_per_sm=1, num_warps=fp4_wgmma_t.NUM_WARPS, bn="-", stages="-")
     knobs.update(v.knobs)
     row = dict(name=v.name, kernel=v.kernel, shape=f"{v.n}x{v.k}", m=v.m, dtype="bf16" if v.bf16 else "fp16",
                bias=v.bias, **knobs)
@@ -264,6 +291,9 @@ def check(v: Variant, arch: int = 90) -> dict:
                smem_cvt=ptx.count("stmatrix") + ptx.count("ldmatrix"))
     if v.kernel == "wgmma":
         row.update(bn=meta["BN"], stages=f"{meta['WSTAGES']}/{meta['XSTAGES']}", **wgmma_facts(ptx),
+                   **sass_loop_spills(compiled.asm["cubin"]))
+    elif v.kernel == "wgmma_t":
+        row.update(bn=meta["BNR"], stages=f"{meta['WSTAGES']}/{meta['GSTAGES']}", **wgmma_facts(ptx),
                    **sass_loop_spills(compiled.asm["cubin"]))
     row["fits"] = resident_ctas(use["regs"] or meta["maxnreg"], threads, md.shared)
     row["setmaxnreg"] = sorted({int(x) for x in re.findall(r"setmaxnreg\.\w+\.sync\.aligned\.u32\s+(\d+)", ptx)})
@@ -370,8 +400,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--only", nargs="*", default=None, help="variant names (default: all; --list shows them)")
     ap.add_argument("--list", action="store_true", help="print the variant names and exit")
-    ap.add_argument("--kernel", choices=["gluon", "wgmma", "all"], default="all",
-                    help="which kernel's variants: fp4_gluon's, fp4_wgmma's or both (default)")
+    ap.add_argument("--kernel", choices=["gluon", "wgmma", "wgmma_t", "all"], default="all",
+                    help="which kernel's variants: fp4_gluon's, fp4_wgmma's, fp4_wgmma_t's (the backward) or all "
+                         "(default)")
     ap.add_argument("--jobs", type=int, default=1, help="build in this many processes (each variant is one build)")
     ap.add_argument("--arch", type=int, default=90, help="compute capability to build for (default 90: sm_90a)")
     ap.add_argument("--json", action="store_true", help="print one JSON object per variant instead of the table")

@@ -46,6 +46,18 @@
 # starting new shapes.
 # Usage: COMMIT=$(git rev-parse HEAD) bash qerl_kernels/run_device.sh wgmma
 #
+# Mode `wgmma_t` (issue 22, the backward grad_y @ W; ~6-9 minutes on one H100, nothing else runs): the backward wgmma
+# kernel (qerl_kernels/fp4_wgmma_t.py): its offline compile check (gluon_compile --kernel wgmma_t, 8 processes), its
+# GPU tests in their own process with a timeout (a hang, crash or CUDA fault there ends the mode), the benchmark of
+# the 7B shapes at M in $MS_WGMMA_T (default 16 64 128 256 512): cuBLAS bf16 and the default nvfp4 path forward,
+# bf16_bwd, the default backward path (which times the new kernel among its candidates above M = 64), the forced
+# transposed kernel and dequantize + cuBLAS, and nvfp4_bwd_wgmma, no correctness checks (the tests are those); then
+# the kernel's knob sweep (tune.py --wgmma-t) on the 7B gate and down weights at $TUNE_MS (default 64 256 512).
+# Triton's cache in /tmp (TRITON_CACHE_DIR), so a next call on the warm machine reuses the builds. Writes to $OUT:
+# wgmma_t-compile.log, wgmma_t-pytest.log, bench.log, kernels.summary.md, kernels.csv, kernels.provenance.md,
+# tune-wgmma_t.log. Stage timeouts (s): COMPILE_S 70, PYTEST_S 200, BENCH_S 170, TUNE_S 90 (0: skip); BUDGET 120.
+# Usage: COMMIT=$(git rev-parse HEAD) bash qerl_kernels/run_device.sh wgmma_t
+#
 # Mode `rollout` (issue 22: the wgmma kernel in the default dispatch, ~8 minutes on one H100; carry .wb/ for
 # jsonschema, which `qerl profile` needs to read config/paper.yaml): the dispatch's GPU test (every forced path with
 # LoRA and residual against the reference, the chosen path inside a CUDA graph), the decode engine's and QuantLinear's
@@ -114,6 +126,42 @@ if [ "${1:-}" = wgmma ]; then
     cp "$W/tune-wgmma.log" "$OUT/"
   fi
   stamp "wgmma: done"
+  cp "$W/bench.log" "$OUT/"
+  exit 0
+fi
+if [ "${1:-}" = wgmma_t ]; then
+  export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/triton-cache}
+  MS=${MS_WGMMA_T:-16 64 128 256 512}
+  stamp "wgmma_t: compile check"
+  timeout "${COMPILE_S:-70}" python3 -m qerl_kernels.gluon_compile --kernel wgmma_t --jobs 8 \
+    > "$W/wgmma_t-compile.log" 2>&1
+  rc=$?
+  grep -vE "^(\||$)|: ok " "$W/wgmma_t-compile.log" | grep -v "nanobind\|leaked" | tail -12
+  stamp "wgmma_t: compile check rc=$rc"; cp "$W/wgmma_t-compile.log" "$OUT/"
+  stamp "wgmma_t: GPU tests"
+  timeout -k 10 "${PYTEST_S:-200}" python3 -m pytest tests/qerl_kernels/test_kernels_wgmma_t.py -v -rfE \
+    -p no:cacheprovider > "$W/wgmma_t-pytest.log" 2>&1
+  rc=$?
+  stamp "wgmma_t: GPU tests rc=$rc"; tail -25 "$W/wgmma_t-pytest.log"; cp "$W/wgmma_t-pytest.log" "$OUT/"
+  if [ $rc -ge 124 ] || grep -qiE "illegal (memory|instruction)|unspecified launch failure|CUDA error|misaligned" \
+      "$W/wgmma_t-pytest.log"; then
+    stamp "wgmma_t: hang, crash or CUDA fault in the tests: benchmark and sweep not run"; cp "$W/bench.log" "$OUT/"
+    exit 1
+  fi
+  stamp "wgmma_t: benchmark"
+  SKIP="mxfp4 nf4 nvfp4_gluon nvfp4_gemv mxfp4_gemv nvfp4_mma mxfp4_mma nvfp4_wgmma nvfp4_tc nvfp4_fused"
+  SKIP="$SKIP nvfp4_deq_cublas nvfp4_bwd_tc"
+  bench "${BENCH_S:-170}" "${BUDGET:-120}" --models 7B --m $MS --no-check --skip $SKIP | grep -v "^N=" | tail -40
+  stamp "wgmma_t: benchmark rc=$?"
+  cp "$W/kernels.summary.md" "$W/kernels.csv" "$W/kernels.provenance.md" "$W/bench.log" "$OUT/" 2>/dev/null
+  if [ "${TUNE_S:-90}" -gt 0 ]; then
+    stamp "wgmma_t: knob sweep"
+    timeout "${TUNE_S:-90}" python3 -m qerl_kernels.tune --wgmma-t --shapes ${TUNE_SHAPES:-18944x3584 3584x18944} \
+      --m ${TUNE_MS:-64 256 512} > "$W/tune-wgmma_t.log" 2>&1
+    grep "wgmma_t best" "$W/tune-wgmma_t.log"
+    cp "$W/tune-wgmma_t.log" "$OUT/"
+  fi
+  stamp "wgmma_t: done"
   cp "$W/bench.log" "$OUT/"
   exit 0
 fi

@@ -14,6 +14,9 @@ Run:  python -m qerl_kernels.tune --shapes 18944x3584 3584x3584 --m 1 16 64
       python -m qerl_kernels.tune --wgmma --shapes 37888x3584 3584x18944 --m 64 256   # the wgmma kernel's sweep
           (WGMMA_SWEEP: consumer warps, largest M block, group columns, ring depths, wgmmas in flight; beside the
           default path and cuBLAS bf16)
+      python -m qerl_kernels.tune --wgmma-t --shapes 18944x3584 3584x18944 --m 64 256   # the backward wgmma
+          kernel's sweep (WGMMA_T_SWEEP: weight rows a step, largest M block, ring depths; beside the default
+          backward path and cuBLAS bf16's grad_y @ W)
       python -m qerl_kernels.tune --mma --shapes 37888x3584 3584x18944 --m 1 8   # the decode-size MMA kernel's
           (MMA_SWEEP: warps a CTA, ring depth, programs per SM; beside the default path and cuBLAS bf16; --tiled
           adds MMA_TILED_SWEEP on tile-by-tile copies, --rows MMA_ROWS_SWEEP: the row-block grid's knob sets, or
@@ -53,6 +56,10 @@ GLUON_SWEEP = [  # BN, consumer warps, ring stages, CTAs per SM (fp4_gluon.fp4_g
 # (BN 128) or one (BN 64); M blocks of 64 / 128 / 256 (256 spills in the sm_90 build: timed to see what the spills
 # cost against decoding each weight tile once per 128 rows of x); wgmma groups of 64 or 128 columns; shallow and
 # deep rings.
+# fp4_wgmma_t.fp4_gemm_t_wgmma's knobs (the backward): (weight rows a step, largest M block, weight / g ring depths;
+# None: default_stages)
+WGMMA_T_SWEEP = [(64, 64, None, None), (128, 64, None, None), (64, 128, None, None), (64, 32, None, None),
+                 (64, 64, 4, 3), (128, 32, None, None)]
 WGMMA_SWEEP = [(8, 128, 64, None, None, 1), (8, 128, 128, None, None, 1), (4, 128, 64, None, None, 1),
                (8, 64, 64, None, None, 1), (4, 256, 64, None, None, 1), (8, 256, 64, None, None, 1),
                (8, 128, 64, 3, 2, 1), (4, 64, 64, 8, 4, 1), (8, 128, 32, None, None, 1), (8, 256, 32, None, None, 1),
@@ -128,6 +135,8 @@ def main(argv=None) -> int:
     ap.add_argument("--gluon", action="store_true", help="sweep GLUON_SWEEP for fp4_gluon.fp4_gemm_gluon instead")
     ap.add_argument("--gemv", action="store_true", help="sweep GEMV_SWEEP for fp4_gemv.fp4_gemm_gemv instead")
     ap.add_argument("--wgmma", action="store_true", help="sweep WGMMA_SWEEP for fp4_wgmma.fp4_gemm_wgmma instead")
+    ap.add_argument("--wgmma-t", action="store_true", help="sweep WGMMA_T_SWEEP for the backward, "
+                    "fp4_wgmma_t.fp4_gemm_t_wgmma (grad_y [M, N] @ W for each weight N x K of --shapes)")
     ap.add_argument("--mma", action="store_true", help="sweep MMA_SWEEP for fp4_mma.fp4_gemm_mma instead (with "
                     "--profile: one call of it at M <= 8 beside the default path's)")
     ap.add_argument("--tiled", action="store_true", help="--mma: also time MMA_TILED_SWEEP on the weight stored "
@@ -154,6 +163,8 @@ def main(argv=None) -> int:
         return sweep_gemv(args)
     if args.wgmma:
         return sweep_wgmma(args)
+    if args.wgmma_t:
+        return sweep_wgmma_t(args)
     if args.mma:
         return sweep_mma(args)
     dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16
@@ -233,6 +244,41 @@ def _sweep_cases(args, baselines: bool = True):
                 t_def, _ = time_calls([lambda q=q: fp4_launch.fp4_gemm(x, q) for q in copies])
             yield shape, m, x, p, copies, ref, t_bf, t_def
         del copies, bf_copies
+
+
+def sweep_wgmma_t(args) -> int:
+    """Time every WGMMA_T_SWEEP config of the backward wgmma kernel per weight shape and M beside cuBLAS bf16's
+    backward (grad_y @ W) and the default backward path (fp4_gemm_t), all on rotating weight copies; print the best
+    three per shape and M."""
+    from qerl_kernels.fp4_wgmma_t import fp4_gemm_t_wgmma
+    dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    for shape in args.shapes:
+        n, k = (int(v) for v in shape.split("x"))
+        w = torch.randn(n, k, device="cuda") * 0.02
+        p = nvfp4.prepare(*nvfp4_quantize_reference(w))
+        copies = [_clone_prepared(p) for _ in range(copies_for(p.nbytes, l2))]
+        bf_copies = [w.to(dtype) for _ in range(copies_for(n * k * 2, l2))]
+        del w
+        for m in args.m:
+            g = torch.randn(m, n, device="cuda", dtype=dtype)
+            ref = g.float() @ fp4_launch.fp4_dequantize(p, dtype).float()
+            t_bf, _ = time_calls([lambda b=b: g @ b for b in bf_copies])
+            t_def, _ = time_calls([lambda q=q: fp4_launch.fp4_gemm_t(g, q) for q in copies])
+            best = []
+            for bnr, mp, ws, gs in WGMMA_T_SWEEP:
+                kw = dict(bnr=bnr, max_mp=mp, wstages=ws, gstages=gs)
+                if (res := _time_knobs(fp4_gemm_t_wgmma, g, p, copies, ref, kw, f"wgmma_t {shape} M={m}")) is None:
+                    continue
+                t, err = res
+                best.append((t, bnr, mp, ws, gs))
+                print(f"wgmma_t {shape} M={m} bnr={bnr} max_mp={mp} stages={ws}/{gs}: {t * 1e3:7.1f} us "
+                      f"{2 * m * p.n * p.k / t / 1e9:6.0f} TFLOP/s {p.nbytes / t / 1e6:6.0f} GB/s x{t_bf / t:.2f} "
+                      f"bf16 x{t_def / t:.2f} default err {err:.1e}", flush=True)
+            _print_best(f"wgmma_t best {shape} M={m} (bnr, max_mp, wstages, gstages)", best,
+                        f" | default {t_def * 1e3:.1f}us bf16 {t_bf * 1e3:.1f}us")
+        del copies, bf_copies
+    return 0
 
 
 def _time_knobs(kernel, x, p, copies, ref, knobs: dict, label: str):
