@@ -50,10 +50,13 @@ if HAVE_GLUON:
     from qerl_kernels.fp4_gluon import _cta_barrier, _decode, _flush, _ring, _tma_load
 
 __all__ = ["MAX_M", "MAX_PARTS", "SMEM_BUDGET", "NUM_WARPS", "fp4_gemm_t_wgmma", "wgmma_t_plan", "launch_args",
-           "smem_bytes", "default_stages"]
+           "smem_bytes", "default_stages", "default_knobs"]
 
 MAX_M = 4096
-MAX_PARTS = 4                 # most CTAs one output tile is cut between (the last sums the others' partials)
+# most CTAs one output tile is cut between (the last sums the others' [256, MP] fp32 partials one after another): the
+# output has few tiles (7B: K / 256 = 14 per M block) over long reductions (296 steps of 64 rows for gate), so at 4
+# (the forward kernel's) the gate weight at M = 64 ran on 56 of 132 SMs (H100 call 95)
+MAX_PARTS = 8
 SMEM_BUDGET = 227 * 1024      # Hopper: shared memory one CTA may use
 NUM_WARPS = 8                 # two consumer warpgroups: 256 output columns a tile, 128 a warpgroup
 TILE_K = BK                   # output columns of W a tile (the scale tile's 16-byte TMA rows)
@@ -227,7 +230,14 @@ def default_stages(bnr: int, mp: int) -> tuple[int, int]:
     return wstages, gstages
 
 
-def wgmma_t_plan(n_pad: int, k_pad: int, m: int, sms: int, bnr: int = 64, max_mp: int = 64) -> dict:
+def default_knobs(m: int) -> dict:
+    """bnr and max_mp when the caller names none, from the knob sweep on the 7B gate and down weights (H100 call 95:
+    128 weight rows a step won at every M with M blocks of 64, M blocks of 128 with 64 rows a step won from M = 256
+    on: 110.8 / 109.2 us at M = 256 against 116.7 / 118.2 and the first defaults' 130.6 / 131.9)."""
+    return dict(bnr=128, max_mp=64) if m <= 64 else dict(bnr=64, max_mp=128)
+
+
+def wgmma_t_plan(n_pad: int, k_pad: int, m: int, sms: int, bnr: int = 64, max_mp: int = 128) -> dict:
     """Stream-K split of one backward launch (pure arithmetic, testable on CPU): MP = M padded to a power of two in
     16..max_mp, M_BLOCKS = ceil(M / MP), tiles = K_pad / 256 * M_BLOCKS, N_STEPS = N_pad / bnr reduction steps a
     tile, TOTAL = tiles * N_STEPS iterations cut into one contiguous range of PER (>= N_STEPS / MAX_PARTS) per CTA,
@@ -247,20 +257,22 @@ def wgmma_t_plan(n_pad: int, k_pad: int, m: int, sms: int, bnr: int = 64, max_mp
     return dict(MP=mp, M_BLOCKS=m_blocks, tiles=tiles, N_STEPS=n_steps, TOTAL=total, PER=per, grid=grid)
 
 
-def launch_args(g: torch.Tensor, w: PreparedFP4, o: torch.Tensor, sms: int, *, bnr: int = 64, max_mp: int = 64,
-                wstages: int | None = None, gstages: int | None = None,
+def launch_args(g: torch.Tensor, w: PreparedFP4, o: torch.Tensor, sms: int, *, bnr: int | None = None,
+                max_mp: int | None = None, wstages: int | None = None, gstages: int | None = None,
                 load_regs: int = 24) -> tuple[int, tuple, dict]:
     """(grid, positional arguments, meta-parameters) of one `_fp4_gemm_t_wgmma` launch computing o = g @ W.
 
     The one place that turns the knobs into a launch (fp4_gemm_t_wgmma launches it, gluon_compile builds it from
     CPU tensors). Knobs: bnr, weight rows (the reduction) a step, 64 or 128; max_mp, the largest M block (16..128:
-    the [256, MP] fp32 accumulator is MP registers a thread); wstages / gstages, the rings' depths (default
-    `default_stages`); load_regs, each producer warp's registers.
+    the [256, MP] fp32 accumulator is MP registers a thread); both default to `default_knobs(M)`; wstages /
+    gstages, the rings' depths (default `default_stages`); load_regs, each producer warp's registers.
 
     Raises:
         ValueError: a knob, shape or layout the kernel does not support (the message names it).
     """
     m, n = g.shape
+    bnr = bnr or default_knobs(m)["bnr"]
+    max_mp = max_mp or default_knobs(m)["max_mp"]
     if bnr not in (64, 128) or max_mp not in (16, 32, 64, 128) or load_regs % 8 or not 24 <= load_regs <= 256:
         raise ValueError(f"fp4_gemm_t_wgmma: needs bnr 64 or 128, max_mp a power of two in 16..128 and load_regs a "
                          f"multiple of 8 in 24..256; got bnr={bnr}, max_mp={max_mp}, load_regs={load_regs}")

@@ -141,15 +141,16 @@ def wgmma_variants() -> list[Variant]:
 def wgmma_t_variants() -> list[Variant]:
     """The backward wgmma kernel's builds (fp4_wgmma_t; `Variant.n, k` the weight's, M grad_y's rows): the 7B
     single weights the training step's backward takes (q, k/v, o, gate, down) at M = 16..512 in bf16 (default
-    knobs: MP up to 64), fp16, a ragged M, a one-tile weight, and tune.WGMMA_T_SWEEP's knobs (128 weight rows a
+    knobs: `fp4_wgmma_t.default_knobs`), fp16, a ragged M, a one-tile weight, and tune.WGMMA_T_SWEEP's knobs (128 weight rows a
     step, M blocks of 128 or 32, shallower rings)."""
     shapes = (("q", O_PROJ), ("kv", (512, 3584)), ("gate", (18944, 3584)), ("down", DOWN))
     out = [Variant(f"wgmma_t-{name}-m{m}", *nk, m, kernel="wgmma_t") for name, nk in shapes for m in WGMMA_MS]
     out += [Variant("wgmma_t-fp16-gate-m64", 18944, 3584, 64, bf16=False, kernel="wgmma_t"),
             Variant("wgmma_t-down-m200", *DOWN, 200, kernel="wgmma_t"),
             Variant("wgmma_t-test-k256-m3", 384, 256, 3, kernel="wgmma_t"),
-            Variant("wgmma_t-bnr128-gate-m256", 18944, 3584, 256, knobs=dict(bnr=128), kernel="wgmma_t"),
-            Variant("wgmma_t-mp128-gate-m256", 18944, 3584, 256, knobs=dict(max_mp=128), kernel="wgmma_t"),
+            Variant("wgmma_t-bnr128-gate-m256", 18944, 3584, 256, knobs=dict(bnr=128, max_mp=64), kernel="wgmma_t"),
+            Variant("wgmma_t-mp64-gate-m256", 18944, 3584, 256, knobs=dict(bnr=64, max_mp=64), kernel="wgmma_t"),
+            Variant("wgmma_t-bnr64-gate-m64", 18944, 3584, 64, knobs=dict(bnr=64, max_mp=64), kernel="wgmma_t"),
             Variant("wgmma_t-bnr128-mp32-gate-m256", 18944, 3584, 256, knobs=dict(max_mp=32, bnr=128),
                     kernel="wgmma_t"),
             Variant("wgmma_t-shallow-gate-m64", 18944, 3584, 64, knobs=dict(wstages=4, gstages=3),
@@ -266,7 +267,7 @@ def check(v: Variant, arch: int = 90) -> dict:
         knobs = {k: defaults[k].default for k in ("num_warps", "max_mp", "ks")}
         knobs.update(ctas_per_sm=1, bn="-", stages="-")
     else:
-        knobs = {k: defaults[k].default for k in ("bnr", "max_mp")}
+        knobs = fp4_wgmma_t.default_knobs(v.m)
         knobs.update(ctas_per_sm=1, num_warps=fp4_wgmma_t.NUM_WARPS, bn="-", stages="-")
     knobs.update(v.knobs)
     row = dict(name=v.name, kernel=v.kernel, shape=f"{v.n}x{v.k}", m=v.m, dtype="bf16" if v.bf16 else "fp16",

@@ -55,7 +55,9 @@
 # the kernel's knob sweep (tune.py --wgmma-t) on the 7B gate and down weights at $TUNE_MS (default 64 256 512).
 # Triton's cache in /tmp (TRITON_CACHE_DIR), so a next call on the warm machine reuses the builds. Writes to $OUT:
 # wgmma_t-compile.log, wgmma_t-pytest.log, bench.log, kernels.summary.md, kernels.csv, kernels.provenance.md,
-# tune-wgmma_t.log. Stage timeouts (s): COMPILE_S 70, PYTEST_S 200, BENCH_S 170, TUNE_S 90 (0: skip); BUDGET 120.
+# tune-wgmma_t.log, and with NCU=1 ncu-wgmma_t.log (Nsight Compute of the kernel on the 7B gate weight at $NCU_MS,
+# default 256 64). Stage timeouts (s): COMPILE_S 70, PYTEST_S 200, BENCH_S 170, TUNE_S 90 (0: skip), NCU_S 60 per M;
+# BUDGET 120.
 # Usage: COMMIT=$(git rev-parse HEAD) bash qerl_kernels/run_device.sh wgmma_t
 #
 # Mode `rollout` (issue 22: the wgmma kernel in the default dispatch, ~8 minutes on one H100; carry .wb/ for
@@ -160,6 +162,17 @@ if [ "${1:-}" = wgmma_t ]; then
       --m ${TUNE_MS:-64 256 512} > "$W/tune-wgmma_t.log" 2>&1
     grep "wgmma_t best" "$W/tune-wgmma_t.log"
     cp "$W/tune-wgmma_t.log" "$OUT/"
+  fi
+  if [ -n "$NCU" ] && command -v ncu >/dev/null; then
+    for m in ${NCU_MS:-256 64}; do
+      stamp "wgmma_t: ncu, 7B gate weight, M = $m (the sweep's first knobs: the defaults)"
+      timeout "${NCU_S:-60}" ncu --clock-control none --kernel-name regex:_fp4_gemm_t_wgmma --launch-skip 2 \
+        --launch-count 1 --section SpeedOfLight --section WarpStateStats --section MemoryWorkloadAnalysis \
+        --section ComputeWorkloadAnalysis --section SchedulerStats --section Occupancy \
+        python3 -m qerl_kernels.tune --wgmma-t --shapes 18944x3584 --m "$m" >> "$W/ncu-wgmma_t.log" 2>&1
+    done
+    grep -E "Duration|Throughput|Pipe|Stall|Issued|Eligible|Bank|Warp Cycles" "$W/ncu-wgmma_t.log" | head -60
+    cp "$W/ncu-wgmma_t.log" "$OUT/"
   fi
   stamp "wgmma_t: done"
   cp "$W/bench.log" "$OUT/"

@@ -58,8 +58,8 @@ GLUON_SWEEP = [  # BN, consumer warps, ring stages, CTAs per SM (fp4_gluon.fp4_g
 # deep rings.
 # fp4_wgmma_t.fp4_gemm_t_wgmma's knobs (the backward): (weight rows a step, largest M block, weight / g ring depths;
 # None: default_stages)
-WGMMA_T_SWEEP = [(64, 64, None, None), (128, 64, None, None), (64, 128, None, None), (64, 32, None, None),
-                 (64, 64, 4, 3), (128, 32, None, None)]
+WGMMA_T_SWEEP = [(64, 128, None, None), (128, 64, None, None), (64, 64, None, None), (64, 32, None, None),
+                 (128, 32, None, None), (64, 128, 6, 3), (128, 16, None, None)]
 WGMMA_SWEEP = [(8, 128, 64, None, None, 1), (8, 128, 128, None, None, 1), (4, 128, 64, None, None, 1),
                (8, 64, 64, None, None, 1), (4, 256, 64, None, None, 1), (8, 256, 64, None, None, 1),
                (8, 128, 64, 3, 2, 1), (4, 64, 64, 8, 4, 1), (8, 128, 32, None, None, 1), (8, 256, 32, None, None, 1),
