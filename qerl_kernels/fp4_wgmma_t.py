@@ -47,7 +47,8 @@ if HAVE_GLUON:
                                                                   warpgroup_mma_wait)
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-    from qerl_kernels.fp4_gluon import _cta_barrier, _decode, _flush, _ring, _tma_load
+    from qerl_kernels.fp4_gluon import _cta_barrier, _decode, _flush, _ring, _scale_layout, _tma_load
+    from qerl_kernels.fp4_wgmma import _word_layout
 
 __all__ = ["MAX_M", "MAX_PARTS", "SMEM_BUDGET", "NUM_WARPS", "fp4_gemm_t_wgmma", "wgmma_t_plan", "launch_args",
            "smem_bytes", "default_stages", "default_knobs"]
@@ -59,6 +60,9 @@ MAX_M = 4096
 MAX_PARTS = 8
 SMEM_BUDGET = 227 * 1024      # Hopper: shared memory one CTA may use
 NUM_WARPS = 8                 # two consumer warpgroups: 256 output columns a tile, 128 a warpgroup
+# registers of the second consumer partition (split; the first gets the rest: 240 too); at 232 an M block of 128 spilled
+# in the main loop (offline sm_90 build: 12 / 16 bytes), at 240 nothing does
+CONSUMER_REGS = 240
 TILE_K = BK                   # output columns of W a tile (the scale tile's 16-byte TMA rows)
 
 if HAVE_GLUON:
@@ -123,21 +127,22 @@ if HAVE_GLUON:
 
     @gluon.jit
     def _t_consumer(w_bufs, s_bufs, g_bufs, a_bufs, w_ready, w_empty, g_ready, g_empty, os_ptr, o_ptr, ws_ptr,
-                    cnt_ptr, M, K, TOTAL, PER, N_STEPS, M_BLOCKS, stride_om,
-                    BNR: gl.constexpr, MP: gl.constexpr, WSTAGES: gl.constexpr, GSTAGES: gl.constexpr,
-                    BF16: gl.constexpr):
-        """Consumer warpgroups: decode each step's weight tile into a shared buffer, async wgmma from it, flush at
-        tile ends."""
-        mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[8, 1],
+                    cnt_ptr, M, K, TOTAL, PER, N_STEPS, M_BLOCKS, stride_om, WS_PART, TILES,
+                    H: gl.constexpr, NWG: gl.constexpr, BNR: gl.constexpr, MP: gl.constexpr,
+                    WSTAGES: gl.constexpr, GSTAGES: gl.constexpr, BF16: gl.constexpr):
+        """A consumer partition of NWG warpgroups computing output columns 128H..128(H + NWG) - 1 of each tile:
+        decode each step's weight columns into a shared buffer, async wgmma from it, flush at tile ends. NWG 2
+        (H 0): both warpgroups in one partition, lock-stepped by its barriers; NWG 1 (H 0 and 1, two partitions):
+        each warpgroup with its own barriers, partials and counters."""
+        TKW: gl.constexpr = 128 * NWG
+        mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4 * NWG, 1],
                                                       instr_shape=[16, MP, 16])
-        w_l: gl.constexpr = _words_layout_t(BNR)
-        s_l: gl.constexpr = _scales_layout_t(BNR)
         u0 = gl.program_id(0) * PER
         u1 = gl.minimum(u0 + PER, TOTAL)
         t_first = u0 // N_STEPS
-        rbk = gl.arange(0, _TK, layout=gl.SliceLayout(1, mma))
+        rbk = gl.arange(0, TKW, layout=gl.SliceLayout(1, mma))
         rm = gl.arange(0, MP, layout=gl.SliceLayout(0, mma))
-        acc = gl.zeros([_TK, MP], gl.float32, mma)
+        acc = gl.zeros([TKW, MP], gl.float32, mma)
         for tile in range(t_first, (u1 - 1) // N_STEPS + 1):
             s0 = gl.maximum(u0, tile * N_STEPS)
             s1 = gl.minimum(u1, (tile + 1) * N_STEPS)
@@ -145,16 +150,20 @@ if HAVE_GLUON:
                 i = it - u0
                 slot, phase = _ring(i, WSTAGES)
                 mbarrier.wait(w_ready.index(slot), phase)
-                w = w_bufs.index(slot).load(w_l)       # [BNR, 32] int32: this warpgroup's words of both chunks
-                s = s_bufs.index(slot).load(s_l)       # [BNR, 8] int16
-                # [BNR, 256]: rows n, columns k of the tile; the buffer this step writes was last read by this
-                # warpgroup's wgmma two steps ago, retired by the wait one step ago
-                a_buf = a_bufs.index(i % 2)
+                if NWG == 2:   # [BNR, 32] words, [BNR, 8] scales: each warpgroup its columns of both chunks
+                    w = w_bufs.index(slot).load(_words_layout_t(BNR))
+                    s = s_bufs.index(slot).load(_scales_layout_t(BNR))
+                else:          # chunk H: [BNR, 16] words, [BNR, 4] scales in the forward kernel's layouts
+                    w = w_bufs.index(slot).slice(16 * H, 16, dim=1).load(_word_layout(BNR, 4))
+                    s = s_bufs.index(slot).slice(4 * H, 4, dim=1).load(_scale_layout(BNR, 4, 1))
+                # [BNR, TKW]: rows n, this partition's columns k; the buffer this step writes was last read by its
+                # wgmma two steps ago, retired by the wait one step ago
+                a_buf = a_bufs.index(2 * H + i % 2)
                 a_buf.store(_decode(w, s, BNR, BF16))
                 fence_async_shared()   # the shared reads and the generic-proxy stores before async-proxy accesses
-                _cta_barrier()
-                # every warp has read this step's weight slot, and retired its wgmma of two steps ago: both slots
-                # are free (a warpgroup's wait says nothing of the other's wgmma, which reads the same g tile)
+                _cta_barrier()         # the partition's warps
+                # every warp of the partition has read this step's weight slot and retired its wgmma of two steps
+                # ago: this partition's share of both slots is free (each slot waits for every partition)
                 mbarrier.arrive(w_empty.index(slot), count=1)
                 if it - 2 >= s0:
                     mbarrier.arrive(g_empty.index((i + GSTAGES - 2) % GSTAGES), count=1)
@@ -169,41 +178,57 @@ if HAVE_GLUON:
             if s1 - 2 >= s0:
                 mbarrier.arrive(g_empty.index((s1 - 2 - u0) % GSTAGES), count=1)
             mbarrier.arrive(g_empty.index((s1 - 1 - u0) % GSTAGES), count=1)
-            rk = (tile // M_BLOCKS) * _TK + rbk
+            rk = (tile // M_BLOCKS) * _TK + 128 * H + rbk
             rmt = (tile % M_BLOCKS) * MP + rm
             ws_tile = gl.expand_dims(rbk, 1) * MP + gl.expand_dims(rm, 0)
-            acc = _flush(acc, tile, u0, u1, t_first, PER, N_STEPS, os_ptr, os_ptr, o_ptr, ws_ptr, cnt_ptr, rk,
-                         rmt, ws_tile, M, K, stride_om, _TK, MP, False)
+            acc = _flush(acc, tile, u0, u1, t_first, PER, N_STEPS, os_ptr, os_ptr, o_ptr, ws_ptr + H * WS_PART,
+                         cnt_ptr + H * TILES, rk, rmt, ws_tile, M, K, stride_om, TKW, MP, False)
 
     @gluon.jit
     def _fp4_gemm_t_wgmma(w_desc, s_desc, g_desc, os_ptr, o_ptr, ws_ptr, cnt_ptr,
-                          M, K, TOTAL, PER, N_STEPS, M_BLOCKS, stride_om,
+                          M, K, TOTAL, PER, N_STEPS, M_BLOCKS, stride_om, WS_PART, TILES,
                           BNR: gl.constexpr, MP: gl.constexpr, WSTAGES: gl.constexpr, GSTAGES: gl.constexpr,
-                          BF16: gl.constexpr, LOAD_REGS: gl.constexpr):
+                          BF16: gl.constexpr, LOAD_REGS: gl.constexpr, SPLIT: gl.constexpr,
+                          CONSUMER_REGS: gl.constexpr):
         adt: gl.constexpr = gl.bfloat16 if BF16 else gl.float16
+        NP: gl.constexpr = 2 if SPLIT else 1    # consumer partitions
+        TKW: gl.constexpr = _TK // NP          # output columns a partition
         w_bufs = gl.allocate_shared_memory(gl.int32, [WSTAGES, BNR, _TK // 8], w_desc.layout)
         s_bufs = gl.allocate_shared_memory(gl.int16, [WSTAGES, BNR, _TK // 32], s_desc.layout)
         g_bufs = gl.allocate_shared_memory(g_desc.dtype, [GSTAGES, MP, BNR], g_desc.layout)
-        a_bufs = gl.allocate_shared_memory(adt, [2, BNR, _TK],
-                                           gl.NVMMASharedLayout.get_default_for([BNR, _TK], adt))
+        a_bufs = gl.allocate_shared_memory(adt, [2 * NP, BNR, TKW],
+                                           gl.NVMMASharedLayout.get_default_for([BNR, TKW], adt))
         w_ready = gl.allocate_shared_memory(gl.int64, [WSTAGES, 1], mbarrier.MBarrierLayout())
         w_empty = gl.allocate_shared_memory(gl.int64, [WSTAGES, 1], mbarrier.MBarrierLayout())
         g_ready = gl.allocate_shared_memory(gl.int64, [GSTAGES, 1], mbarrier.MBarrierLayout())
         g_empty = gl.allocate_shared_memory(gl.int64, [GSTAGES, 1], mbarrier.MBarrierLayout())
         for j in gl.static_range(WSTAGES):
             mbarrier.init(w_ready.index(j), count=1)
-            mbarrier.init(w_empty.index(j), count=1)
+            mbarrier.init(w_empty.index(j), count=NP)
         for j in gl.static_range(GSTAGES):
             mbarrier.init(g_ready.index(j), count=1)
-            mbarrier.init(g_empty.index(j), count=1)
-        gl.warp_specialize([
-            (_t_consumer, (w_bufs, s_bufs, g_bufs, a_bufs, w_ready, w_empty, g_ready, g_empty, os_ptr, o_ptr, ws_ptr,
-                           cnt_ptr, M, K, TOTAL, PER, N_STEPS, M_BLOCKS, stride_om, BNR, MP, WSTAGES, GSTAGES,
-                           BF16)),
-            (_load_w_t, (w_desc, s_desc, w_bufs, s_bufs, w_ready, w_empty, TOTAL, PER, N_STEPS, M_BLOCKS, BNR,
-                         WSTAGES)),
-            (_load_g, (g_desc, g_bufs, g_ready, g_empty, TOTAL, PER, N_STEPS, M_BLOCKS, BNR, MP, GSTAGES)),
-        ], [1, 1], [LOAD_REGS, LOAD_REGS])
+            mbarrier.init(g_empty.index(j), count=NP)
+        if SPLIT:
+            gl.warp_specialize([
+                (_t_consumer, (w_bufs, s_bufs, g_bufs, a_bufs, w_ready, w_empty, g_ready, g_empty, os_ptr, o_ptr,
+                               ws_ptr, cnt_ptr, M, K, TOTAL, PER, N_STEPS, M_BLOCKS, stride_om, WS_PART, TILES,
+                               0, 1, BNR, MP, WSTAGES, GSTAGES, BF16)),
+                (_t_consumer, (w_bufs, s_bufs, g_bufs, a_bufs, w_ready, w_empty, g_ready, g_empty, os_ptr, o_ptr,
+                               ws_ptr, cnt_ptr, M, K, TOTAL, PER, N_STEPS, M_BLOCKS, stride_om, WS_PART, TILES,
+                               1, 1, BNR, MP, WSTAGES, GSTAGES, BF16)),
+                (_load_w_t, (w_desc, s_desc, w_bufs, s_bufs, w_ready, w_empty, TOTAL, PER, N_STEPS, M_BLOCKS, BNR,
+                             WSTAGES)),
+                (_load_g, (g_desc, g_bufs, g_ready, g_empty, TOTAL, PER, N_STEPS, M_BLOCKS, BNR, MP, GSTAGES)),
+            ], [4, 1, 1], [CONSUMER_REGS, LOAD_REGS, LOAD_REGS])
+        else:
+            gl.warp_specialize([
+                (_t_consumer, (w_bufs, s_bufs, g_bufs, a_bufs, w_ready, w_empty, g_ready, g_empty, os_ptr, o_ptr,
+                               ws_ptr, cnt_ptr, M, K, TOTAL, PER, N_STEPS, M_BLOCKS, stride_om, WS_PART, TILES,
+                               0, 2, BNR, MP, WSTAGES, GSTAGES, BF16)),
+                (_load_w_t, (w_desc, s_desc, w_bufs, s_bufs, w_ready, w_empty, TOTAL, PER, N_STEPS, M_BLOCKS, BNR,
+                             WSTAGES)),
+                (_load_g, (g_desc, g_bufs, g_ready, g_empty, TOTAL, PER, N_STEPS, M_BLOCKS, BNR, MP, GSTAGES)),
+            ], [1, 1], [LOAD_REGS, LOAD_REGS])
 
 
 def smem_bytes(bnr: int, mp: int, wstages: int, gstages: int) -> int:
@@ -231,10 +256,13 @@ def default_stages(bnr: int, mp: int) -> tuple[int, int]:
 
 
 def default_knobs(m: int) -> dict:
-    """bnr and max_mp when the caller names none, from the knob sweep on the 7B gate and down weights (H100 call 95:
-    128 weight rows a step won at every M with M blocks of 64, M blocks of 128 with 64 rows a step won from M = 256
-    on: 110.8 / 109.2 us at M = 256 against 116.7 / 118.2 and the first defaults' 130.6 / 131.9)."""
-    return dict(bnr=128, max_mp=64) if m <= 64 else dict(bnr=64, max_mp=128)
+    """bnr, max_mp and split when the caller names none. H100 call 95's sweep on the 7B gate and down weights (one
+    consumer partition): 128 weight rows a step won at every M with M blocks of 64, M blocks of 128 with 64 rows a
+    step from M = 256 on (110.8 / 109.2 us at M = 256 against 116.7 / 118.2 and the first defaults' 130.6 / 131.9).
+    Call 96's ncu at M = 256: a third of the cycles between two instructions stalled at the partition's barriers, so
+    at M <= 64 the two warpgroups run as two partitions; an M block of 128 does not fit two partitions' registers
+    (the offline build spills in the main loop at 240 a thread)."""
+    return dict(bnr=128, max_mp=64, split=True) if m <= 64 else dict(bnr=64, max_mp=128, split=False)
 
 
 def wgmma_t_plan(n_pad: int, k_pad: int, m: int, sms: int, bnr: int = 64, max_mp: int = 128) -> dict:
@@ -259,7 +287,7 @@ def wgmma_t_plan(n_pad: int, k_pad: int, m: int, sms: int, bnr: int = 64, max_mp
 
 def launch_args(g: torch.Tensor, w: PreparedFP4, o: torch.Tensor, sms: int, *, bnr: int | None = None,
                 max_mp: int | None = None, wstages: int | None = None, gstages: int | None = None,
-                load_regs: int = 24) -> tuple[int, tuple, dict]:
+                load_regs: int = 24, split: bool | None = None) -> tuple[int, tuple, dict]:
     """(grid, positional arguments, meta-parameters) of one `_fp4_gemm_t_wgmma` launch computing o = g @ W.
 
     The one place that turns the knobs into a launch (fp4_gemm_t_wgmma launches it, gluon_compile builds it from
@@ -273,6 +301,8 @@ def launch_args(g: torch.Tensor, w: PreparedFP4, o: torch.Tensor, sms: int, *, b
     m, n = g.shape
     bnr = bnr or default_knobs(m)["bnr"]
     max_mp = max_mp or default_knobs(m)["max_mp"]
+    split = default_knobs(m)["split"] if split is None else split
+    np_ = 2 if split else 1
     if bnr not in (64, 128) or max_mp not in (16, 32, 64, 128) or load_regs % 8 or not 24 <= load_regs <= 256:
         raise ValueError(f"fp4_gemm_t_wgmma: needs bnr 64 or 128, max_mp a power of two in 16..128 and load_regs a "
                          f"multiple of 8 in 24..256; got bnr={bnr}, max_mp={max_mp}, load_regs={load_regs}")
@@ -289,7 +319,9 @@ def launch_args(g: torch.Tensor, w: PreparedFP4, o: torch.Tensor, sms: int, *, b
         raise ValueError(f"fp4_gemm_t_wgmma: grad_y is read by TMA: needs N % 8 == 0, unit column stride, a row "
                          f"stride of a multiple of 16 bytes and a 16-byte aligned start; got shape {tuple(g.shape)}, "
                          f"strides {tuple(g.stride())}")
-    ws, cnt = _workspace(g.device, 2 * plan["grid"] * TILE_K * mp, plan["tiles"])  # 2 partial tiles per CTA
+    # 2 partial tiles per CTA (per consumer partition: its [256 / np_, MP] share), counters per tile and partition
+    ws_part = 2 * plan["grid"] * (TILE_K // np_) * mp
+    ws, cnt = _workspace(g.device, np_ * ws_part, np_ * plan["tiles"])
     gdt = gl.bfloat16 if g.dtype == torch.bfloat16 else gl.float16
     w_desc = TensorDescriptor.from_tensor(w.words, [bnr, TILE_K // 8],
                                           gl.NVMMASharedLayout.get_default_for([bnr, TILE_K // 8], gl.int32))
@@ -300,9 +332,12 @@ def launch_args(g: torch.Tensor, w: PreparedFP4, o: torch.Tensor, sms: int, *, b
     # the weight's one factor for every output column (a single weight's rows all carry the same)
     os_cols = w.out_scales[int(bf16), :1].expand(k_pad).contiguous()
     args = (w_desc, s_desc, g_desc, os_cols, o, ws, cnt, m, w.k, plan["TOTAL"], plan["PER"], plan["N_STEPS"],
-            plan["M_BLOCKS"], o.stride(0))
-    meta = dict(BNR=bnr, MP=mp, WSTAGES=wstages, GSTAGES=gstages, BF16=bf16, LOAD_REGS=load_regs,
-                num_warps=NUM_WARPS, maxnreg=min(232, 65536 // ((NUM_WARPS + 4) * 32) // 8 * 8))
+            plan["M_BLOCKS"], o.stride(0), ws_part if split else 0, plan["tiles"])
+    # 8 consumer warps + the producers' warpgroup share the SM's registers at launch (168 a thread); setmaxnreg then
+    # gives the consumers the producers' share (a split kernel's second consumer partition: CONSUMER_REGS)
+    meta = dict(BNR=bnr, MP=mp, WSTAGES=wstages, GSTAGES=gstages, BF16=bf16, LOAD_REGS=load_regs, SPLIT=split,
+                CONSUMER_REGS=CONSUMER_REGS, num_warps=NUM_WARPS // np_,
+                maxnreg=min(232, 65536 // ((NUM_WARPS + 4) * 32) // 8 * 8))
     return plan["grid"], args, meta
 
 

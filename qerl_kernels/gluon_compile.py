@@ -141,8 +141,8 @@ def wgmma_variants() -> list[Variant]:
 def wgmma_t_variants() -> list[Variant]:
     """The backward wgmma kernel's builds (fp4_wgmma_t; `Variant.n, k` the weight's, M grad_y's rows): the 7B
     single weights the training step's backward takes (q, k/v, o, gate, down) at M = 16..512 in bf16 (default
-    knobs: `fp4_wgmma_t.default_knobs`), fp16, a ragged M, a one-tile weight, and tune.WGMMA_T_SWEEP's knobs (128 weight rows a
-    step, M blocks of 128 or 32, shallower rings)."""
+    knobs: `fp4_wgmma_t.default_knobs`), fp16, a ragged M, a one-tile weight, and tune.WGMMA_T_SWEEP's knobs (128
+    weight rows a step, M blocks of 128, 64 or 32, one consumer partition)."""
     shapes = (("q", O_PROJ), ("kv", (512, 3584)), ("gate", (18944, 3584)), ("down", DOWN))
     out = [Variant(f"wgmma_t-{name}-m{m}", *nk, m, kernel="wgmma_t") for name, nk in shapes for m in WGMMA_MS]
     out += [Variant("wgmma_t-fp16-gate-m64", 18944, 3584, 64, bf16=False, kernel="wgmma_t"),
@@ -151,9 +151,13 @@ def wgmma_t_variants() -> list[Variant]:
             Variant("wgmma_t-bnr128-gate-m256", 18944, 3584, 256, knobs=dict(bnr=128, max_mp=64), kernel="wgmma_t"),
             Variant("wgmma_t-mp64-gate-m256", 18944, 3584, 256, knobs=dict(bnr=64, max_mp=64), kernel="wgmma_t"),
             Variant("wgmma_t-bnr64-gate-m64", 18944, 3584, 64, knobs=dict(bnr=64, max_mp=64), kernel="wgmma_t"),
+            Variant("wgmma_t-one-gate-m64", 18944, 3584, 64, knobs=dict(split=False), kernel="wgmma_t"),
+            Variant("wgmma_t-split-mp64-gate-m256", 18944, 3584, 256, knobs=dict(split=True, max_mp=64),
+                    kernel="wgmma_t"),
+            Variant("wgmma_t-split-gate-m256", 18944, 3584, 256, knobs=dict(split=True), kernel="wgmma_t"),
             Variant("wgmma_t-bnr128-mp32-gate-m256", 18944, 3584, 256, knobs=dict(max_mp=32, bnr=128),
                     kernel="wgmma_t"),
-            Variant("wgmma_t-shallow-gate-m64", 18944, 3584, 64, knobs=dict(wstages=4, gstages=3),
+            Variant("wgmma_t-shallow-gate-m64", 18944, 3584, 64, knobs=dict(bnr=64, wstages=4, gstages=3),
                     kernel="wgmma_t")]
     return out
 

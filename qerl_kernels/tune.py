@@ -56,10 +56,12 @@ GLUON_SWEEP = [  # BN, consumer warps, ring stages, CTAs per SM (fp4_gluon.fp4_g
 # (BN 128) or one (BN 64); M blocks of 64 / 128 / 256 (256 spills in the sm_90 build: timed to see what the spills
 # cost against decoding each weight tile once per 128 rows of x); wgmma groups of 64 or 128 columns; shallow and
 # deep rings.
-# fp4_wgmma_t.fp4_gemm_t_wgmma's knobs (the backward): (weight rows a step, largest M block, weight / g ring depths;
-# None: default_stages)
-WGMMA_T_SWEEP = [(64, 128, None, None), (128, 64, None, None), (64, 64, None, None), (64, 32, None, None),
-                 (128, 32, None, None), (64, 128, 6, 3), (128, 16, None, None)]
+# fp4_wgmma_t.fp4_gemm_t_wgmma's knobs (the backward): (weight rows a step, largest M block, weight / g ring depths,
+# two consumer partitions; None: the default, default_knobs / default_stages): the defaults first (ncu of the sweep's
+# first launch reads them)
+WGMMA_T_SWEEP = [(None, None, None, None, None), (128, 64, None, None, True), (64, 128, None, None, True),
+                 (64, 64, None, None, True), (128, 32, None, None, True), (128, 64, None, None, False),
+                 (64, 128, None, None, False), (64, 64, None, None, False)]
 WGMMA_SWEEP = [(8, 128, 64, None, None, 1), (8, 128, 128, None, None, 1), (4, 128, 64, None, None, 1),
                (8, 64, 64, None, None, 1), (4, 256, 64, None, None, 1), (8, 256, 64, None, None, 1),
                (8, 128, 64, 3, 2, 1), (4, 64, 64, 8, 4, 1), (8, 128, 32, None, None, 1), (8, 256, 32, None, None, 1),
@@ -266,16 +268,16 @@ def sweep_wgmma_t(args) -> int:
             t_bf, _ = time_calls([lambda b=b: g @ b for b in bf_copies])
             t_def, _ = time_calls([lambda q=q: fp4_launch.fp4_gemm_t(g, q) for q in copies])
             best = []
-            for bnr, mp, ws, gs in WGMMA_T_SWEEP:
-                kw = dict(bnr=bnr, max_mp=mp, wstages=ws, gstages=gs)
+            for bnr, mp, ws, gs, split in WGMMA_T_SWEEP:
+                kw = dict(bnr=bnr, max_mp=mp, wstages=ws, gstages=gs, split=split)
                 if (res := _time_knobs(fp4_gemm_t_wgmma, g, p, copies, ref, kw, f"wgmma_t {shape} M={m}")) is None:
                     continue
                 t, err = res
-                best.append((t, bnr, mp, ws, gs))
-                print(f"wgmma_t {shape} M={m} bnr={bnr} max_mp={mp} stages={ws}/{gs}: {t * 1e3:7.1f} us "
+                best.append((t, bnr, mp, ws, gs, split))
+                print(f"wgmma_t {shape} M={m} bnr={bnr} max_mp={mp} stages={ws}/{gs} split={split}: {t * 1e3:7.1f} us "
                       f"{2 * m * p.n * p.k / t / 1e9:6.0f} TFLOP/s {p.nbytes / t / 1e6:6.0f} GB/s x{t_bf / t:.2f} "
                       f"bf16 x{t_def / t:.2f} default err {err:.1e}", flush=True)
-            _print_best(f"wgmma_t best {shape} M={m} (bnr, max_mp, wstages, gstages)", best,
+            _print_best(f"wgmma_t best {shape} M={m} (bnr, max_mp, wstages, gstages, split)", best,
                         f" | default {t_def * 1e3:.1f}us bf16 {t_bf * 1e3:.1f}us")
         del copies, bf_copies
     return 0

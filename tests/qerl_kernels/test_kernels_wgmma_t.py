@@ -44,7 +44,8 @@ def test_plan_covers_every_iteration_once(n_pad, k_pad, m, sms):
 def test_plan_fills_the_gpu_with_few_output_tiles():
     """The 7B gate weight's backward at M = 64: 14 output tiles over 148 steps of 128 rows; at most MAX_PARTS CTAs a
     tile still leaves most SMs busy (4 a tile, the forward kernel's limit, gave 56 of 132)."""
-    p = fp4_wgmma_t.wgmma_t_plan(18944, 3584, 64, 132, **fp4_wgmma_t.default_knobs(64))
+    knobs = fp4_wgmma_t.default_knobs(64)
+    p = fp4_wgmma_t.wgmma_t_plan(18944, 3584, 64, 132, knobs["bnr"], knobs["max_mp"])
     assert p["tiles"] == 14 and p["N_STEPS"] == 148 and p["grid"] >= 100
 
 
@@ -92,10 +93,11 @@ def test_launch_args_rejects_g_layouts_tma_cannot_read_and_default_launch():
     with pytest.raises(ValueError, match="TMA"):        # N = 124: g's rows are not a multiple of 16 bytes
         _launch({}, n=124, g=torch.empty(2, 124, dtype=torch.bfloat16))
     grid, args, meta = _launch({}, m=70)
-    assert meta["MP"] == 128 and meta["BNR"] == 64 and meta["num_warps"] == fp4_wgmma_t.NUM_WARPS
+    assert meta["MP"] == 128 and meta["BNR"] == 64 and not meta["SPLIT"]
+    assert meta["num_warps"] == fp4_wgmma_t.NUM_WARPS and _launch(dict(split=True), m=70)[2]["num_warps"] == 4
     assert (meta["WSTAGES"], meta["GSTAGES"]) == fp4_wgmma_t.default_stages(64, 128)
     meta40 = _launch({}, m=40)[2]
-    assert (meta40["BNR"], meta40["MP"]) == (128, 64)   # M <= 64: 128 weight rows a step
+    assert (meta40["BNR"], meta40["MP"], meta40["SPLIT"]) == (128, 64, True)   # M <= 64
     assert grid >= 1 and args[3].shape == (256,)        # the weight's factor for every output column
 
 
@@ -152,25 +154,28 @@ def test_compile_variants_cover_the_7b_weights():
 
 @pytest.mark.skipif(not HAVE_GLUON, reason="no triton.experimental.gluon (Triton with Gluon's Hopper modules)")
 def test_compiles_for_sm90_with_shared_a_wgmma(offline_build):
-    """Three variants (gate at M = 64: 128 weight rows a step; down at a ragged M = 200: two M blocks of 128; 128 rows
-    a step with M blocks of 64 at M = 256) build for sm_90a: one CTA per SM, every wgmma reading A from shared memory (a descriptor, transposed), one commit
-    and one wait with a group in flight per step plus the tile's final wait, no wgmma serialised by ptxas, the decoded
-    tile stored with stmatrix, no spill in the main loop."""
-    names = {"wgmma_t-gate-m64", "wgmma_t-down-m200", "wgmma_t-bnr128-gate-m256"}
+    """Three variants (gate at M = 64: 128 weight rows a step, two consumer partitions; down at a ragged M = 200: two
+    M blocks of 128, one partition; gate at M = 256 in M blocks of 64, two partitions) build for sm_90a: one CTA per
+    SM, every wgmma reading A from shared memory (a descriptor, transposed), per partition one commit and one wait
+    with a group in flight a step plus the tile's final wait, no wgmma serialised by ptxas, the decoded tile stored
+    with stmatrix, no spill in the main loop."""
+    names = {"wgmma_t-gate-m64", "wgmma_t-down-m200", "wgmma_t-split-mp64-gate-m256"}
     r, out = offline_build("qerl_kernels.gluon_compile", "--kernel", "wgmma_t", "--only", *sorted(names))
     rows = {row["name"]: row for row in out}
     assert r.returncode == 0 and set(rows) == names, (r.stdout, r.stderr[-3000:])
     for name, row in rows.items():
         assert row["status"] == "ok", row["status"]
+        parts = 2 if row["split"] else 1      # consumer partitions, each its own copy of the loop
         k_steps = row["bn"] // 16
-        assert row["wgmma"] == 2 * k_steps and row["wgmma_reg_a"] == 0, row   # two m64 tiles a warpgroup
-        assert row["wgmma_commit"] == 1 and row["wgmma_wait"] == 2 and row["wgmma_notes"] == [], row
+        assert row["wgmma"] == 2 * k_steps * parts and row["wgmma_reg_a"] == 0, row   # two m64 tiles a warpgroup
+        assert row["wgmma_commit"] == parts and row["wgmma_wait"] == 2 * parts and row["wgmma_notes"] == [], row
         assert row["tma"] >= 3 and row["smem_cvt"] > 0 and row["fits"] >= 1, row
         # no spill inside the main loop (SASS); Triton 3.9's ptxas spills 20 bytes in the ragged-M epilogue of
         # down-m200 (3.6's none), once per tile
         assert row.get("loop_local_ops", 0) == 0 and row["spill_st"] <= 64, row
         assert row["smem"] <= fp4_wgmma_t.SMEM_BUDGET, row
     assert rows["wgmma_t-gate-m64"]["wgmma_shapes"] == ["m64n64k16.bf16"] and rows["wgmma_t-gate-m64"]["bn"] == 128
+    assert rows["wgmma_t-gate-m64"]["split"] and not rows["wgmma_t-down-m200"]["split"]
     assert rows["wgmma_t-down-m200"]["wgmma_shapes"] == ["m64n128k16.bf16"]
 
 
@@ -225,8 +230,11 @@ def test_gpu_random_shapes(dtype):
 
 
 @pytest.mark.parametrize("knobs", [dict(bnr=128, max_mp=64), dict(bnr=64, max_mp=64), dict(bnr=128, max_mp=32),
-                                   dict(max_mp=16), dict(bnr=64, max_mp=128, wstages=2, gstages=3)],
-                         ids=["bnr128-mp64", "bnr64-mp64", "bnr128-mp32", "mp16", "shallow-rings"])
+                                   dict(max_mp=16), dict(bnr=64, max_mp=128, wstages=2, gstages=3),
+                                   dict(split=False, bnr=128, max_mp=64), dict(split=True, bnr=64, max_mp=128),
+                                   dict(split=True, bnr=64, max_mp=64)],
+                         ids=["bnr128-mp64", "bnr64-mp64", "bnr128-mp32", "mp16", "shallow-rings",
+                              "one-partition-bnr128", "two-partitions-mp128", "two-partitions-mp64"])
 @pytest.mark.gpu
 @needs_hopper
 def test_gpu_knobs(knobs):
