@@ -256,13 +256,14 @@ def default_stages(bnr: int, mp: int) -> tuple[int, int]:
 
 
 def default_knobs(m: int) -> dict:
-    """bnr, max_mp and split when the caller names none. H100 call 95's sweep on the 7B gate and down weights (one
-    consumer partition): 128 weight rows a step won at every M with M blocks of 64, M blocks of 128 with 64 rows a
-    step from M = 256 on (110.8 / 109.2 us at M = 256 against 116.7 / 118.2 and the first defaults' 130.6 / 131.9).
-    Call 96's ncu at M = 256: a third of the cycles between two instructions stalled at the partition's barriers, so
-    at M <= 64 the two warpgroups run as two partitions; an M block of 128 does not fit two partitions' registers
-    (the offline build spills in the main loop at 240 a thread)."""
-    return dict(bnr=128, max_mp=64, split=True) if m <= 64 else dict(bnr=64, max_mp=128, split=False)
+    """bnr, max_mp and split when the caller names none, from the H100 sweeps on the 7B gate and down weights (tune
+    --wgmma-t, calls 95 and 97): with two consumer partitions (split: each warpgroup its own barriers; call 96's ncu
+    of one 8-warp partition at M = 256: a third of the cycles between two instructions stalled at its barriers)
+    and M blocks of 128, 64 weight rows a step, gate / down at M = 256 took 106.5 / 96.6 us against 114.8 / 108.5 in
+    one partition and at 512 160.1 / 157.4 against 179.7 / 182.0; at M = 64, 128 rows a step in M blocks of 64
+    (43.0 us on down, gate within 2 % of the best). An M block of 128 at M <= 128 (one block) spills in the main
+    loop of the split build (offline sm_90), so up to M = 128 the blocks are 64 rows."""
+    return dict(bnr=128, max_mp=64, split=True) if m <= 128 else dict(bnr=64, max_mp=128, split=True)
 
 
 def wgmma_t_plan(n_pad: int, k_pad: int, m: int, sms: int, bnr: int = 64, max_mp: int = 128) -> dict:

@@ -154,7 +154,7 @@ def wgmma_t_variants() -> list[Variant]:
             Variant("wgmma_t-one-gate-m64", 18944, 3584, 64, knobs=dict(split=False), kernel="wgmma_t"),
             Variant("wgmma_t-split-mp64-gate-m256", 18944, 3584, 256, knobs=dict(split=True, max_mp=64),
                     kernel="wgmma_t"),
-            Variant("wgmma_t-split-gate-m256", 18944, 3584, 256, knobs=dict(split=True), kernel="wgmma_t"),
+            Variant("wgmma_t-one-gate-m256", 18944, 3584, 256, knobs=dict(split=False), kernel="wgmma_t"),
             Variant("wgmma_t-bnr128-mp32-gate-m256", 18944, 3584, 256, knobs=dict(max_mp=32, bnr=128),
                     kernel="wgmma_t"),
             Variant("wgmma_t-shallow-gate-m64", 18944, 3584, 64, knobs=dict(bnr=64, wstages=4, gstages=3),

@@ -92,12 +92,12 @@ def test_launch_args_rejects_g_layouts_tma_cannot_read_and_default_launch():
         _launch({}, g=torch.empty(2, 132, dtype=torch.bfloat16)[:, :128])
     with pytest.raises(ValueError, match="TMA"):        # N = 124: g's rows are not a multiple of 16 bytes
         _launch({}, n=124, g=torch.empty(2, 124, dtype=torch.bfloat16))
-    grid, args, meta = _launch({}, m=70)
-    assert meta["MP"] == 128 and meta["BNR"] == 64 and not meta["SPLIT"]
-    assert meta["num_warps"] == fp4_wgmma_t.NUM_WARPS and _launch(dict(split=True), m=70)[2]["num_warps"] == 4
+    grid, args, meta = _launch({}, m=200)
+    assert meta["MP"] == 128 and meta["BNR"] == 64 and meta["SPLIT"] and meta["num_warps"] == 4
+    assert _launch(dict(split=False), m=200)[2]["num_warps"] == fp4_wgmma_t.NUM_WARPS
     assert (meta["WSTAGES"], meta["GSTAGES"]) == fp4_wgmma_t.default_stages(64, 128)
     meta40 = _launch({}, m=40)[2]
-    assert (meta40["BNR"], meta40["MP"], meta40["SPLIT"]) == (128, 64, True)   # M <= 64
+    assert (meta40["BNR"], meta40["MP"], meta40["SPLIT"]) == (128, 64, True)   # M <= 128
     assert grid >= 1 and args[3].shape == (256,)        # the weight's factor for every output column
 
 
@@ -154,12 +154,12 @@ def test_compile_variants_cover_the_7b_weights():
 
 @pytest.mark.skipif(not HAVE_GLUON, reason="no triton.experimental.gluon (Triton with Gluon's Hopper modules)")
 def test_compiles_for_sm90_with_shared_a_wgmma(offline_build):
-    """Three variants (gate at M = 64: 128 weight rows a step, two consumer partitions; down at a ragged M = 200: two
-    M blocks of 128, one partition; gate at M = 256 in M blocks of 64, two partitions) build for sm_90a: one CTA per
+    """Three variants (gate at M = 64: 128 weight rows a step, two consumer partitions; gate at M = 256 in two M
+    blocks of 128, one partition, and in M blocks of 64, two partitions) build for sm_90a: one CTA per
     SM, every wgmma reading A from shared memory (a descriptor, transposed), per partition one commit and one wait
     with a group in flight a step plus the tile's final wait, no wgmma serialised by ptxas, the decoded tile stored
     with stmatrix, no spill in the main loop."""
-    names = {"wgmma_t-gate-m64", "wgmma_t-down-m200", "wgmma_t-split-mp64-gate-m256"}
+    names = {"wgmma_t-gate-m64", "wgmma_t-one-gate-m256", "wgmma_t-split-mp64-gate-m256"}
     r, out = offline_build("qerl_kernels.gluon_compile", "--kernel", "wgmma_t", "--only", *sorted(names))
     rows = {row["name"]: row for row in out}
     assert r.returncode == 0 and set(rows) == names, (r.stdout, r.stderr[-3000:])
@@ -175,8 +175,8 @@ def test_compiles_for_sm90_with_shared_a_wgmma(offline_build):
         assert row.get("loop_local_ops", 0) == 0 and row["spill_st"] <= 64, row
         assert row["smem"] <= fp4_wgmma_t.SMEM_BUDGET, row
     assert rows["wgmma_t-gate-m64"]["wgmma_shapes"] == ["m64n64k16.bf16"] and rows["wgmma_t-gate-m64"]["bn"] == 128
-    assert rows["wgmma_t-gate-m64"]["split"] and not rows["wgmma_t-down-m200"]["split"]
-    assert rows["wgmma_t-down-m200"]["wgmma_shapes"] == ["m64n128k16.bf16"]
+    assert rows["wgmma_t-gate-m64"]["split"] and not rows["wgmma_t-one-gate-m256"]["split"]
+    assert rows["wgmma_t-one-gate-m256"]["wgmma_shapes"] == ["m64n128k16.bf16"]
 
 
 # ---------------------------------------------------------------------------------------------------------------
