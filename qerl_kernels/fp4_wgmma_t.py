@@ -34,10 +34,13 @@ row stride is a TMA stride), 1 <= M <= MAX_M, fp16/bf16, Hopper. In `fp4_gemm_t`
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from qerl_kernels.fp4_gluon import BK, HAVE_GLUON, stream_k_split
-from qerl_kernels.fp4_launch import _workspace
+from qerl_kernels.fp4_launch import _num_sms, _workspace
+from qerl_kernels.fp4_wgmma import _tma_rows
 from qerl_kernels.layout import PreparedFP4
 
 if HAVE_GLUON:
@@ -356,19 +359,25 @@ def fp4_gemm_t_wgmma(g: torch.Tensor, w: PreparedFP4, **knobs) -> torch.Tensor:
         raise RuntimeError("fp4_gemm_t_wgmma: triton.experimental.gluon (Hopper TMA / mbarrier / wgmma) is not "
                            "available")
     check_grad_operands(g, w)
-    cap = torch.cuda.get_device_capability(g.device)
+    index = g.device.index if g.device.index is not None else torch.cuda.current_device()
+    cap = _capability(index)
     if cap[0] != 9:
         raise RuntimeError(f"fp4_gemm_t_wgmma: wgmma needs a Hopper GPU (sm_90), got sm_{cap[0]}{cap[1]} "
                            f"({torch.cuda.get_device_name(g.device)})")
     o = torch.empty(g.shape[0], w.k, device=g.device, dtype=g.dtype)
     if g.shape[0] == 0:
         return o
-    from qerl_kernels.fp4_wgmma import _tma_rows
     g = _tma_rows(g)
-    sms = torch.cuda.get_device_properties(g.device).multi_processor_count
-    grid, args, meta = launch_args(g, w, o, sms, **knobs)
+    grid, args, meta = launch_args(g, w, o, _num_sms(index), **knobs)
     _fp4_gemm_t_wgmma[(grid,)](*args, **meta)
     return o
+
+
+@functools.lru_cache(maxsize=None)
+def _capability(index: int) -> tuple[int, int]:
+    """The device's compute capability, asked once (the backward runs eagerly: its host time counts in training and
+    in the dispatch's eager timing)."""
+    return torch.cuda.get_device_capability(index)
 
 
 def check_grad_operands(g: torch.Tensor, w) -> None:

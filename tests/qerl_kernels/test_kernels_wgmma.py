@@ -164,7 +164,8 @@ def test_compile_variants_cover_the_7b_shapes_and_rl_batch_sizes():
         assert {(*nk, m) for m in (16, 64, 128, 256, 512)} <= default
     assert {v.bf16 for v in vs} == {True, False} and {v.bias for v in vs} == {True, False}
     assert {v.name for v in gluon_compile.variants("all")} == \
-        {v.name for v in gluon_compile.variants("gluon")} | {v.name for v in vs}
+        {v.name for v in gluon_compile.variants("gluon")} | {v.name for v in vs} | \
+        {v.name for v in gluon_compile.variants("wgmma_t")}
 
 
 @pytest.mark.skipif(not HAVE_GLUON, reason="no triton.experimental.gluon (Triton with Gluon's Hopper modules: 3.6 "
