@@ -142,8 +142,12 @@ if HAVE_GLUON:
         return gl.reshape(w, [BN, NC * NB * 32])
 
     @gluon.jit
-    def _store_tile(acc, os_ptr, bias_ptr, y_ptr, rn, rm, M, N, stride_ym, HAS_BIAS: gl.constexpr):
-        out = acc * gl.expand_dims(gl.load(os_ptr + rn, mask=rn < N, other=0.0), 1)
+    def _store_tile(acc, os_ptr, bias_ptr, y_ptr, rn, rm, M, N, stride_ym, HAS_BIAS: gl.constexpr,
+                    ONE_SCALE: gl.constexpr = False):
+        if ONE_SCALE:   # one factor for every output row (fp4_wgmma_t: a single weight's, along its K)
+            out = acc * gl.load(os_ptr)
+        else:
+            out = acc * gl.expand_dims(gl.load(os_ptr + rn, mask=rn < N, other=0.0), 1)
         if HAS_BIAS:
             out += gl.expand_dims(gl.load(bias_ptr + rn, mask=rn < N, other=0.0).to(gl.float32), 1)
         mask = gl.expand_dims(rn < N, 1) & gl.expand_dims(rm < M, 0)
@@ -152,7 +156,8 @@ if HAVE_GLUON:
 
     @gluon.jit
     def _flush(acc, tile, u0, u1, t_first, PER, K_STEPS, os_ptr, bias_ptr, y_ptr, ws_ptr, cnt_ptr, rn, rm, ws_tile,
-               M, N, stride_ym, BN: gl.constexpr, MP: gl.constexpr, HAS_BIAS: gl.constexpr):
+               M, N, stride_ym, BN: gl.constexpr, MP: gl.constexpr, HAS_BIAS: gl.constexpr,
+               ONE_SCALE: gl.constexpr = False):
         """A tile's accumulator at the end of its k-steps in this CTA: written out if this CTA did all of them,
         else parked as a partial (slot 0: the CTA's first tile, 1: its last) and, by the last CTA to arrive,
         summed in CTA order (deterministic), scaled and written; the tile's counter is then reset. `tile` is the
@@ -160,9 +165,9 @@ if HAVE_GLUON:
         tiles also have an M index: its rm are the M block's rows of x, masked against the whole M). Returns the
         tile's registers for the caller to carry on (the sum of the parts where this CTA reduced them: it is summed
         in the accumulator's own registers, parked first, so a [BN, MP] fp32 tile is never held twice: at MP = 256
-        that is 128 registers a thread)."""
+        that is 128 registers a thread). ONE_SCALE: os_ptr holds one factor for every row (else one a row)."""
         if (tile * K_STEPS >= u0) & ((tile + 1) * K_STEPS <= u1):
-            _store_tile(acc, os_ptr, bias_ptr, y_ptr, rn, rm, M, N, stride_ym, HAS_BIAS)
+            _store_tile(acc, os_ptr, bias_ptr, y_ptr, rn, rm, M, N, stride_ym, HAS_BIAS, ONE_SCALE)
         else:
             slot = gl.program_id(0) * 2 + (tile != t_first).to(gl.int32)
             gl.store(ws_ptr + slot * (BN * MP) + ws_tile, acc)
@@ -176,7 +181,7 @@ if HAVE_GLUON:
                 for p in range(first_cta + 1, last_cta + 1):
                     p_slot = p * 2 + (tile != (p * PER) // K_STEPS).to(gl.int32)
                     acc += gl.load(ws_ptr + p_slot * (BN * MP) + ws_tile, cache_modifier=".cg")
-                _store_tile(acc, os_ptr, bias_ptr, y_ptr, rn, rm, M, N, stride_ym, HAS_BIAS)
+                _store_tile(acc, os_ptr, bias_ptr, y_ptr, rn, rm, M, N, stride_ym, HAS_BIAS, ONE_SCALE)
                 gl.atomic_xchg(cnt_ptr + tile, 0)
         return acc
 

@@ -98,7 +98,7 @@ def test_launch_args_rejects_g_layouts_tma_cannot_read_and_default_launch():
     assert (meta["WSTAGES"], meta["GSTAGES"]) == fp4_wgmma_t.default_stages(64, 128)
     meta40 = _launch({}, m=40)[2]
     assert (meta40["BNR"], meta40["MP"], meta40["SPLIT"]) == (128, 64, True)   # M <= 128
-    assert grid >= 1 and args[3].shape == (256,)        # the weight's factor for every output column
+    assert grid >= 1 and args[3].shape == (128,)        # the weight's factors (one value: ONE_SCALE)
 
 
 def test_rejects_groups_mxfp4_and_wrong_grad():
