@@ -86,21 +86,28 @@ if HAVE_GLUON:
 
     @gluon.jit
     def _fp4_load(w_desc, s_desc, w_bufs, s_bufs, ready, empty, TOTAL, PER, K_STEPS, M_BLOCKS,
-                  BN: gl.constexpr, STAGES: gl.constexpr):
+                  BN: gl.constexpr, STAGES: gl.constexpr, TRANSPOSED: gl.constexpr = False):
         """Producer warp: TMA copies of the word and scale tiles of this CTA's (tile, k-step) iterations (this
-        kernel's, M_BLOCKS a constexpr 1, and fp4_wgmma's, whose tiles are (weight tile, M block) pairs)."""
+        kernel's, M_BLOCKS a constexpr 1, and fp4_wgmma's, whose tiles are (weight tile, M block) pairs). TRANSPOSED
+        (fp4_wgmma_t, the backward): a tile is BK output columns of W and a step BN of its rows, so the k-step picks
+        the rows and the tile the columns."""
         u0 = gl.program_id(0) * PER
         u1 = gl.minimum(u0 + PER, TOTAL)
         nbytes: gl.constexpr = w_desc.block_type.nbytes + s_desc.block_type.nbytes
         for it in range(u0, u1):
             tile = it // K_STEPS
             ks = it - tile * K_STEPS
-            row = (tile // M_BLOCKS) * BN
+            if TRANSPOSED:
+                row = ks * BN
+                col = tile // M_BLOCKS
+            else:
+                row = (tile // M_BLOCKS) * BN
+                col = ks
             slot, phase = _ring(it - u0, STAGES)
             mbarrier.wait(empty.index(slot), phase ^ 1)   # barriers start with phase 1 complete
             mbarrier.expect(ready.index(slot), nbytes)
-            _tma_load(w_desc, [row, ks * (_BK // 8)], ready.index(slot), w_bufs.index(slot))
-            _tma_load(s_desc, [row, ks * (_BK // 32)], ready.index(slot), s_bufs.index(slot))
+            _tma_load(w_desc, [row, col * (_BK // 8)], ready.index(slot), w_bufs.index(slot))
+            _tma_load(s_desc, [row, col * (_BK // 32)], ready.index(slot), s_bufs.index(slot))
 
     @gluon.constexpr_function
     def _scale_layout(BN, NUM_WARPS, CHUNKS=2):

@@ -69,7 +69,7 @@ if HAVE_GLUON:
     from qerl_kernels.fp4_gluon import _decode, _flush, _fp4_load, _ring, _scale_layout, _tma_load
 
 __all__ = ["MAX_M", "MAX_PARTS", "SMEM_BUDGET", "fp4_gemm_wgmma", "wgmma_plan", "launch_args", "default_stages",
-           "smem_bytes"]
+           "smem_bytes", "check_tma_rows"]
 
 MAX_M = 4096          # M blocks of max_mp each; above ~512 dequantize + cuBLAS is the better path (fp4_launch)
 # Stream-K: most CTAs one output tile is cut between. H200 call 6 (kernels.notes.md): with one k-step per CTA the
@@ -361,10 +361,7 @@ def launch_args(x: torch.Tensor, w: PreparedFP4, bias: torch.Tensor | None, y: t
         raise ValueError(f"fp4_gemm_wgmma: needs 2..8 stages per ring within {SMEM_BUDGET} bytes of shared memory; "
                          f"got wstages={wstages}, xstages={xstages}: {smem_bytes(bn, mp, wstages, xstages)} bytes at "
                          f"BN={bn}, MP={mp}")
-    if k % 8 or x.stride(1) != 1 or x.stride(0) % 8 or x.data_ptr() % 16:
-        raise ValueError(f"fp4_gemm_wgmma: x is read by TMA: needs K % 8 == 0, unit column stride, a row stride of "
-                         f"a multiple of 16 bytes and a 16-byte aligned start; got shape {tuple(x.shape)}, strides "
-                         f"{tuple(x.stride())}")
+    check_tma_rows("fp4_gemm_wgmma", "x", "K", x)
     ws, cnt = _workspace(x.device, 2 * plan["grid"] * bn * mp, plan["tiles"])  # 2 partial tiles per CTA
     # TMA tiles: per k-step [bn, 32] int32 words (128-byte rows, 128-byte swizzle) and [bn, 8] int16 scales (16-byte
     # rows, TMA's minimum); per chunk the x tile [MP, 128] (rows past M and columns past K are filled with zeros)
@@ -382,6 +379,16 @@ def launch_args(x: torch.Tensor, w: PreparedFP4, bias: torch.Tensor | None, y: t
                 NUM_WARPS=num_warps, KS=ks, LOAD_REGS=load_regs, OUT=outstanding, num_warps=num_warps,
                 maxnreg=_max_regs(num_warps))
     return plan["grid"], args, meta
+
+
+def check_tma_rows(kernel: str, name: str, cols: str, t: torch.Tensor) -> None:
+    """The 2-byte [rows, cols] operand `name` read by TMA boxes (this kernel's x, fp4_wgmma_t's grad_y): a multiple of
+    8 columns, unit column stride, a row stride of a multiple of 16 bytes, a 16-byte aligned start. Raises
+    ValueError naming `kernel`, the operand and what is wrong."""
+    if t.shape[1] % 8 or t.stride(1) != 1 or t.stride(0) % 8 or t.data_ptr() % 16:
+        raise ValueError(f"{kernel}: {name} is read by TMA: needs {cols} % 8 == 0, unit column stride, a row stride "
+                         f"of a multiple of 16 bytes and a 16-byte aligned start; got shape {tuple(t.shape)}, strides "
+                         f"{tuple(t.stride())}")
 
 
 def _tma_rows(x: torch.Tensor) -> torch.Tensor:

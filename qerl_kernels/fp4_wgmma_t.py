@@ -13,16 +13,21 @@ Shape of the kernel (o[M, K] = g[M, N] @ W[N, K] * out_scale, computed as o^T = 
    The reduction runs over W's rows n in steps of BNR (64 or 128). The (tile, n-step) iterations are cut into one
    contiguous range per CTA of a persistent grid of one CTA per SM (fp4_gluon.stream_k_split, at least
    N_STEPS / MAX_PARTS steps a CTA), a tile cut between CTAs reduced by the last to arrive (fp4_gluon._flush).
-2. Weight producer (1 warp): per step one TMA copy of the [BNR, 32] int32 word tile (rows n, 256 columns k) and
-   one of the [BNR, 8] int16 scale tile (16-byte rows: TMA's minimum, hence 256 output columns a tile).
+2. Weight producer (1 warp, fp4_gluon's `_fp4_load`, TRANSPOSED): per step one TMA copy of the [BNR, 32] int32
+   word tile (rows n, 256 columns k) and one of the [BNR, 8] int16 scale tile (16-byte rows: TMA's minimum, hence
+   256 output columns a tile).
 3. Gradient producer (1 warp): per step one TMA copy of g's [MP, BNR] tile (rows past M, columns past N: zeros).
-4. Consumers (8 warps, two warpgroups): warpgroup h decodes columns 64h..64h+63 of each 128-column chunk of the
-   weight tile (the words b = 2h, 2h + 1 of each lane quad, `_words_layout_t`), i.e. exactly the output columns
-   (wgmma's M rows) its own wgmma reads, and stores them as bf16 / fp16 into one of two shared-memory buffers
-   [BNR, 256]; after a fence and a barrier `warpgroup_mma(buffer^T [256, BNR], g_tile^T [BNR, MP], acc)` runs
-   asynchronously while the next step is decoded into the other buffer. The wait with one group in flight
-   (`warpgroup_mma_wait(1)`) retires the previous step, so its decode buffer, read only by this warpgroup's wgmma,
-   may be written at the next step; its g slot, read by both warpgroups, is freed one barrier later.
+4. Consumers (8 warps, two warpgroups; `split`, the default: two partitions of one warpgroup, each with its own
+   barriers, partials and counters, else one partition of both): each warpgroup decodes exactly the output columns
+   (wgmma's M rows) its own wgmma reads (split: 128-column chunk h, the forward kernel's layouts; one partition:
+   columns 64h..64h+63 of each chunk, the words b = 2h, 2h + 1 of each lane quad, `_layout_t`) and stores them as
+   bf16 / fp16 into one of two shared-memory buffers; after a fence and a barrier `warpgroup_mma(buffer^T,
+   g_tile^T [BNR, MP], acc)` runs asynchronously while the next step is decoded into the other buffer. The wait
+   with one group in flight (`warpgroup_mma_wait(1)`) retires the previous step, so its decode buffer, read only by
+   this warpgroup's wgmma, may be written at the next step; its g slot, read by every warpgroup, is freed one
+   barrier later (by each partition: the slots' barriers count the partitions).
+Measured (H100, qerl_kernels/kernels.notes.md calls 95-100): exact; 7B gate / down at M = 256 107.1 / 96.5 us
+against the other paths' 131.6 / 124.6 and bf16 cuBLAS's 62.5 / 59.4; eagerly ~105 us of host time a call.
 Numerics: as the forward kernels: the decoded weights are exact, products accumulate in fp32 in the tensor cores,
 the weight's one factor (a single weight: every row's is the same) is applied once to the fp32 result.
 
@@ -40,7 +45,7 @@ import torch
 
 from qerl_kernels.fp4_gluon import BK, HAVE_GLUON, stream_k_split
 from qerl_kernels.fp4_launch import _num_sms, _workspace
-from qerl_kernels.fp4_wgmma import _tma_rows
+from qerl_kernels.fp4_wgmma import _tma_rows, check_tma_rows
 from qerl_kernels.layout import PreparedFP4
 
 if HAVE_GLUON:
@@ -50,7 +55,7 @@ if HAVE_GLUON:
                                                                   warpgroup_mma_wait)
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-    from qerl_kernels.fp4_gluon import _cta_barrier, _decode, _flush, _ring, _scale_layout, _tma_load
+    from qerl_kernels.fp4_gluon import _cta_barrier, _decode, _flush, _fp4_load, _ring, _scale_layout, _tma_load
     from qerl_kernels.fp4_wgmma import _word_layout
 
 __all__ = ["MAX_M", "MAX_PARTS", "SMEM_BUDGET", "NUM_WARPS", "fp4_gemm_t_wgmma", "wgmma_t_plan", "launch_args",
@@ -72,44 +77,20 @@ if HAVE_GLUON:
     _TK = gl.constexpr(TILE_K)
 
     @gluon.constexpr_function
-    def _words_layout_t(BNR):
-        """Register layout of one step's words [BNR, 32] int32 (index 16h + 4c + b: chunk h, lane quad position c,
-        word b): lane 4g + c of warp w holds, of rows 16(w % 4) + g (+ 8, + 64 ...), words b = 2(w // 4), 2(w // 4)
-        + 1 of both chunks, so warpgroup w // 4 decodes columns 64(w // 4)..+63 of each chunk: the output columns
-        its wgmma computes (the accumulator's rows 16w..16w + 15 of each 128). 8 words a thread at BNR = 64."""
-        BNR = int(BNR)
+    def _layout_t(BNR, COLS):
+        """Register layout of one step's words [BNR, 32] int32 (COLS 32; index 16h + 4c + b: chunk h, lane quad
+        position c, word b) or scales [BNR, 8] int16 (COLS 8; index 4h + b): lane 4g + c of warp w holds, of rows
+        16(w % 4) + g (+ 8, + 64 ...), words b = 2(w // 4), 2(w // 4) + 1 of both chunks, so warpgroup w // 4
+        decodes columns 64(w // 4)..+63 of each chunk: the output columns its wgmma computes (the accumulator's rows
+        16w..16w + 15 of each 128); 8 words a thread at BNR = 64. The scales' layout is the words' with the
+        lane-quad dimension c sliced off (the decode broadcasts each scale over c without moving data)."""
+        BNR, COLS = int(BNR), int(COLS)
         reps = [[64 << j, 0] for j in range((BNR // 64).bit_length() - 1)]
-        return gl.DistributedLinearLayout(reg_bases=[[0, 1], [8, 0], [0, 16]] + reps,
-                                          lane_bases=[[0, 4], [0, 8], [1, 0], [2, 0], [4, 0]],
-                                          warp_bases=[[16, 0], [32, 0], [0, 2]], block_bases=[], shape=[BNR, 32])
-
-    @gluon.constexpr_function
-    def _scales_layout_t(BNR):
-        """The scales [BNR, 8] int16 (index 4h + b) in `_words_layout_t` with the lane-quad dimension c sliced off
-        (the decode broadcasts each scale over c without moving data)."""
-        BNR = int(BNR)
-        reps = [[64 << j, 0] for j in range((BNR // 64).bit_length() - 1)]
-        return gl.DistributedLinearLayout(reg_bases=[[0, 1], [8, 0], [0, 4]] + reps,
-                                          lane_bases=[[0, 0], [0, 0], [1, 0], [2, 0], [4, 0]],
-                                          warp_bases=[[16, 0], [32, 0], [0, 2]], block_bases=[], shape=[BNR, 8])
-
-    @gluon.jit
-    def _load_w_t(w_desc, s_desc, w_bufs, s_bufs, ready, empty, TOTAL, PER, N_STEPS, M_BLOCKS,
-                  BNR: gl.constexpr, STAGES: gl.constexpr):
-        """Weight producer warp: per (tile, n-step) iteration the word tile [BNR, 32] at rows n-step * BNR and the
-        scale tile [BNR, 8] of the tile's 256 output columns."""
-        u0 = gl.program_id(0) * PER
-        u1 = gl.minimum(u0 + PER, TOTAL)
-        nbytes: gl.constexpr = w_desc.block_type.nbytes + s_desc.block_type.nbytes
-        for it in range(u0, u1):
-            tile = it // N_STEPS
-            ns = it - tile * N_STEPS
-            kt = tile // M_BLOCKS
-            slot, phase = _ring(it - u0, STAGES)
-            mbarrier.wait(empty.index(slot), phase ^ 1)   # barriers start with phase 1 complete
-            mbarrier.expect(ready.index(slot), nbytes)
-            _tma_load(w_desc, [ns * BNR, kt * (_TK // 8)], ready.index(slot), w_bufs.index(slot))
-            _tma_load(s_desc, [ns * BNR, kt * (_TK // 32)], ready.index(slot), s_bufs.index(slot))
+        chunk = COLS // 2                              # the index step of chunk h
+        lanes = [[0, 4], [0, 8]] if COLS == 32 else [[0, 0], [0, 0]]
+        return gl.DistributedLinearLayout(reg_bases=[[0, 1], [8, 0], [0, chunk]] + reps,
+                                          lane_bases=lanes + [[1, 0], [2, 0], [4, 0]],
+                                          warp_bases=[[16, 0], [32, 0], [0, 2]], block_bases=[], shape=[BNR, COLS])
 
     @gluon.jit
     def _load_g(g_desc, g_bufs, ready, empty, TOTAL, PER, N_STEPS, M_BLOCKS,
@@ -154,8 +135,8 @@ if HAVE_GLUON:
                 slot, phase = _ring(i, WSTAGES)
                 mbarrier.wait(w_ready.index(slot), phase)
                 if NWG == 2:   # [BNR, 32] words, [BNR, 8] scales: each warpgroup its columns of both chunks
-                    w = w_bufs.index(slot).load(_words_layout_t(BNR))
-                    s = s_bufs.index(slot).load(_scales_layout_t(BNR))
+                    w = w_bufs.index(slot).load(_layout_t(BNR, 32))
+                    s = s_bufs.index(slot).load(_layout_t(BNR, 8))
                 else:          # chunk H: [BNR, 16] words, [BNR, 4] scales in the forward kernel's layouts
                     w = w_bufs.index(slot).slice(16 * H, 16, dim=1).load(_word_layout(BNR, 4))
                     s = s_bufs.index(slot).slice(4 * H, 4, dim=1).load(_scale_layout(BNR, 4, 1))
@@ -219,8 +200,8 @@ if HAVE_GLUON:
                 (_t_consumer, (w_bufs, s_bufs, g_bufs, a_bufs, w_ready, w_empty, g_ready, g_empty, os_ptr, o_ptr,
                                ws_ptr, cnt_ptr, M, K, TOTAL, PER, N_STEPS, M_BLOCKS, stride_om, WS_PART, TILES,
                                1, 1, BNR, MP, WSTAGES, GSTAGES, BF16)),
-                (_load_w_t, (w_desc, s_desc, w_bufs, s_bufs, w_ready, w_empty, TOTAL, PER, N_STEPS, M_BLOCKS, BNR,
-                             WSTAGES)),
+                (_fp4_load, (w_desc, s_desc, w_bufs, s_bufs, w_ready, w_empty, TOTAL, PER, N_STEPS, M_BLOCKS, BNR,
+                             WSTAGES, True)),
                 (_load_g, (g_desc, g_bufs, g_ready, g_empty, TOTAL, PER, N_STEPS, M_BLOCKS, BNR, MP, GSTAGES)),
             ], [4, 1, 1], [CONSUMER_REGS, LOAD_REGS, LOAD_REGS])
         else:
@@ -228,8 +209,8 @@ if HAVE_GLUON:
                 (_t_consumer, (w_bufs, s_bufs, g_bufs, a_bufs, w_ready, w_empty, g_ready, g_empty, os_ptr, o_ptr,
                                ws_ptr, cnt_ptr, M, K, TOTAL, PER, N_STEPS, M_BLOCKS, stride_om, WS_PART, TILES,
                                0, 2, BNR, MP, WSTAGES, GSTAGES, BF16)),
-                (_load_w_t, (w_desc, s_desc, w_bufs, s_bufs, w_ready, w_empty, TOTAL, PER, N_STEPS, M_BLOCKS, BNR,
-                             WSTAGES)),
+                (_fp4_load, (w_desc, s_desc, w_bufs, s_bufs, w_ready, w_empty, TOTAL, PER, N_STEPS, M_BLOCKS, BNR,
+                             WSTAGES, True)),
                 (_load_g, (g_desc, g_bufs, g_ready, g_empty, TOTAL, PER, N_STEPS, M_BLOCKS, BNR, MP, GSTAGES)),
             ], [1, 1], [LOAD_REGS, LOAD_REGS])
 
@@ -302,7 +283,7 @@ def launch_args(g: torch.Tensor, w: PreparedFP4, o: torch.Tensor, sms: int, *, b
     Raises:
         ValueError: a knob, shape or layout the kernel does not support (the message names it).
     """
-    m, n = g.shape
+    m = g.shape[0]
     bnr = bnr or default_knobs(m)["bnr"]
     max_mp = max_mp or default_knobs(m)["max_mp"]
     split = default_knobs(m)["split"] if split is None else split
@@ -319,10 +300,7 @@ def launch_args(g: torch.Tensor, w: PreparedFP4, o: torch.Tensor, sms: int, *, b
         raise ValueError(f"fp4_gemm_t_wgmma: needs 2..8 weight stages and 3..8 g stages (two steps' g tiles are "
                          f"held) within {SMEM_BUDGET} bytes of shared memory; got wstages={wstages}, "
                          f"gstages={gstages}: {smem_bytes(bnr, mp, wstages, gstages)} bytes at BNR={bnr}, MP={mp}")
-    if n % 8 or g.stride(1) != 1 or g.stride(0) % 8 or g.data_ptr() % 16:
-        raise ValueError(f"fp4_gemm_t_wgmma: grad_y is read by TMA: needs N % 8 == 0, unit column stride, a row "
-                         f"stride of a multiple of 16 bytes and a 16-byte aligned start; got shape {tuple(g.shape)}, "
-                         f"strides {tuple(g.stride())}")
+    check_tma_rows("fp4_gemm_t_wgmma", "grad_y", "N", g)
     # 2 partial tiles per CTA (per consumer partition: its [256 / np_, MP] share), counters per tile and partition
     ws_part = 2 * plan["grid"] * (TILE_K // np_) * mp
     ws, cnt = _workspace(g.device, np_ * ws_part, np_ * plan["tiles"])
@@ -331,8 +309,8 @@ def launch_args(g: torch.Tensor, w: PreparedFP4, o: torch.Tensor, sms: int, *, b
     s_desc = TensorDescriptor.from_tensor(w.scales, [bnr, TILE_K // 32], _smem_layout(bnr, TILE_K // 32, "int16"))
     g_desc = TensorDescriptor.from_tensor(g, [mp, bnr], _smem_layout(mp, bnr, "bfloat16" if bf16 else "float16"))
     # the weight's one factor (a single weight's rows all carry the same), applied to every output column
-    args = (w_desc, s_desc, g_desc, w.out_scales[int(bf16)], o, ws, cnt, m, w.k, plan["TOTAL"], plan["PER"], plan["N_STEPS"],
-            plan["M_BLOCKS"], o.stride(0), ws_part if split else 0, plan["tiles"])
+    args = (w_desc, s_desc, g_desc, w.out_scales[int(bf16)], o, ws, cnt, m, w.k, plan["TOTAL"], plan["PER"],
+            plan["N_STEPS"], plan["M_BLOCKS"], o.stride(0), ws_part if split else 0, plan["tiles"])
     # 8 consumer warps + the producers' warpgroup share the SM's registers at launch (168 a thread); setmaxnreg then
     # gives the consumers the producers' share (a split kernel's second consumer partition: CONSUMER_REGS)
     meta = dict(BNR=bnr, MP=mp, WSTAGES=wstages, GSTAGES=gstages, BF16=bf16, LOAD_REGS=load_regs, SPLIT=split,

@@ -224,10 +224,9 @@ def main(argv=None) -> int:
     return 0
 
 
-def _sweep_cases(args, baselines: bool = True):
-    """The cases of a kernel's knob sweep, per shape of args.shapes and M of args.m: (shape, m, x, the NVFP4 weight, its
-    rotating copies (more than L2 holds, as the benchmark times them), the float32 reference product, and with
-    `baselines` cuBLAS bf16's and the default path's times (else None, None))."""
+def _sweep_weights(args, baselines: bool = True):
+    """Per shape "NxK" of args.shapes: (shape, dtype, a seeded random NVFP4 weight, its rotating copies (more than L2
+    holds, as the benchmark times them), and with `baselines` as many bf16 copies of the weight, else [])."""
     dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     for shape in args.shapes:
@@ -237,6 +236,16 @@ def _sweep_cases(args, baselines: bool = True):
         copies = [_clone_prepared(p) for _ in range(copies_for(p.nbytes, l2))]
         bf_copies = [w.to(dtype) for _ in range(copies_for(n * k * 2, l2))] if baselines else []
         del w
+        yield shape, dtype, p, copies, bf_copies
+        del copies, bf_copies
+
+
+def _sweep_cases(args, baselines: bool = True):
+    """The cases of a kernel's knob sweep, per shape of args.shapes and M of args.m: (shape, m, x, the NVFP4 weight, its
+    rotating copies (more than L2 holds, as the benchmark times them), the float32 reference product, and with
+    `baselines` cuBLAS bf16's and the default path's times (else None, None))."""
+    for shape, dtype, p, copies, bf_copies in _sweep_weights(args, baselines):
+        k = p.k
         for m in args.m:
             x = torch.randn(m, k, device="cuda", dtype=dtype)
             ref = x.float() @ fp4_launch.fp4_dequantize(p, dtype).float().t()
@@ -245,7 +254,6 @@ def _sweep_cases(args, baselines: bool = True):
                 t_bf, _ = time_calls([lambda b=b: torch.nn.functional.linear(x, b) for b in bf_copies])
                 t_def, _ = time_calls([lambda q=q: fp4_launch.fp4_gemm(x, q) for q in copies])
             yield shape, m, x, p, copies, ref, t_bf, t_def
-        del copies, bf_copies
 
 
 def sweep_wgmma_t(args) -> int:
@@ -253,17 +261,9 @@ def sweep_wgmma_t(args) -> int:
     backward (grad_y @ W) and the default backward path (fp4_gemm_t), all on rotating weight copies; print the best
     three per shape and M."""
     from qerl_kernels.fp4_wgmma_t import fp4_gemm_t_wgmma
-    dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16
-    l2 = torch.cuda.get_device_properties(0).L2_cache_size
-    for shape in args.shapes:
-        n, k = (int(v) for v in shape.split("x"))
-        w = torch.randn(n, k, device="cuda") * 0.02
-        p = nvfp4.prepare(*nvfp4_quantize_reference(w))
-        copies = [_clone_prepared(p) for _ in range(copies_for(p.nbytes, l2))]
-        bf_copies = [w.to(dtype) for _ in range(copies_for(n * k * 2, l2))]
-        del w
+    for shape, dtype, p, copies, bf_copies in _sweep_weights(args):
         for m in args.m:
-            g = torch.randn(m, n, device="cuda", dtype=dtype)
+            g = torch.randn(m, p.n, device="cuda", dtype=dtype)
             ref = g.float() @ fp4_launch.fp4_dequantize(p, dtype).float()
             t_bf, _ = time_calls([lambda b=b: g @ b for b in bf_copies])
             t_def, _ = time_calls([lambda q=q: fp4_launch.fp4_gemm_t(g, q) for q in copies])
@@ -279,7 +279,6 @@ def sweep_wgmma_t(args) -> int:
                       f"bf16 x{t_def / t:.2f} default err {err:.1e}", flush=True)
             _print_best(f"wgmma_t best {shape} M={m} (bnr, max_mp, wstages, gstages, split)", best,
                         f" | default {t_def * 1e3:.1f}us bf16 {t_bf * 1e3:.1f}us")
-        del copies, bf_copies
     return 0
 
 
