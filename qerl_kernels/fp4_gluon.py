@@ -336,17 +336,21 @@ def launch_args(x: torch.Tensor, w: PreparedFP4, bias: torch.Tensor | None, y: t
     return plan["grid"], args, meta
 
 
-def check_operands(kernel: str, x: torch.Tensor, w, bias: torch.Tensor | None) -> None:
-    """The operands both Gluon kernels (this one and fp4_wgmma's) take: a PreparedFP4 NVFP4 weight, x CUDA fp16/bf16
-    [M, K] on the weight's device (the TMA descriptors would address another device's memory: a fault), bias [N] on
-    x's device. Raises ValueError naming `kernel` and what is wrong."""
-    if not isinstance(w, PreparedFP4) or w.scale_kind != 0:
-        raise ValueError(f"{kernel}: expects a PreparedFP4 NVFP4 weight, got {type(w).__name__} "
-                         f"scale_kind={getattr(w, 'scale_kind', None)}")
+def check_operands(kernel: str, x: torch.Tensor, w, bias: torch.Tensor | None = None, *, name: str = "x",
+                   cols: int | None = None, single: bool = False) -> None:
+    """The operands the Gluon kernels take: a PreparedFP4 NVFP4 weight (`single`: not a group, fp4_wgmma_t's), `name`
+    (x, or the backward's grad_y) CUDA fp16/bf16 [M, cols] (default w.k) on the weight's device (the TMA descriptors
+    would address another device's memory: a fault), bias [N] on its device. Raises ValueError naming `kernel` and
+    what is wrong."""
+    if not isinstance(w, PreparedFP4) or w.scale_kind != 0 or (single and w.row_scale):
+        raise ValueError(f"{kernel}: expects a {'single ' if single else ''}PreparedFP4 NVFP4 weight"
+                         f"{' (not a group)' if single else ''}, got {type(w).__name__} "
+                         f"scale_kind={getattr(w, 'scale_kind', None)} parts={len(getattr(w, 'parts', ()))}")
+    cols = w.k if cols is None else cols
     if w.words.device != x.device:
-        raise ValueError(f"{kernel}: x must be on the weight's device {w.words.device}, got {x.device}")
-    if x.dim() != 2 or x.shape[1] != w.k or x.dtype not in (torch.float16, torch.bfloat16) or not x.is_cuda:
-        raise ValueError(f"{kernel}: x must be CUDA fp16/bf16 [M, {w.k}], got {x.dtype} {tuple(x.shape)} "
+        raise ValueError(f"{kernel}: {name} must be on the weight's device {w.words.device}, got {x.device}")
+    if x.dim() != 2 or x.shape[1] != cols or x.dtype not in (torch.float16, torch.bfloat16) or not x.is_cuda:
+        raise ValueError(f"{kernel}: {name} must be CUDA fp16/bf16 [M, {cols}], got {x.dtype} {tuple(x.shape)} "
                          f"on {x.device}")
     if bias is not None and (tuple(bias.shape) != (w.n,) or bias.device != x.device):
         raise ValueError(f"{kernel}: bias must be [{w.n}] on {x.device}, got {tuple(bias.shape)} on "

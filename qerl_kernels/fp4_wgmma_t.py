@@ -43,7 +43,7 @@ import functools
 
 import torch
 
-from qerl_kernels.fp4_gluon import BK, HAVE_GLUON, stream_k_split
+from qerl_kernels.fp4_gluon import BK, HAVE_GLUON, check_operands, stream_k_split
 from qerl_kernels.fp4_launch import _num_sms, _workspace
 from qerl_kernels.fp4_wgmma import _tma_rows, check_tma_rows
 from qerl_kernels.layout import PreparedFP4
@@ -362,14 +362,6 @@ def _capability(index: int) -> tuple[int, int]:
 
 
 def check_grad_operands(g: torch.Tensor, w) -> None:
-    """A PreparedFP4 single NVFP4 weight, g CUDA fp16/bf16 [M, w.n] on the weight's device. Raises ValueError
-    naming what is wrong."""
-    if not isinstance(w, PreparedFP4) or w.scale_kind != 0 or w.row_scale:
-        raise ValueError(f"fp4_gemm_t_wgmma: expects a single PreparedFP4 NVFP4 weight (not a group), got "
-                         f"{type(w).__name__} scale_kind={getattr(w, 'scale_kind', None)} "
-                         f"parts={len(getattr(w, 'parts', ()))}")
-    if w.words.device != g.device:
-        raise ValueError(f"fp4_gemm_t_wgmma: grad_y must be on the weight's device {w.words.device}, got {g.device}")
-    if g.dim() != 2 or g.shape[1] != w.n or g.dtype not in (torch.float16, torch.bfloat16) or not g.is_cuda:
-        raise ValueError(f"fp4_gemm_t_wgmma: grad_y must be CUDA fp16/bf16 [M, {w.n}], got {g.dtype} "
-                         f"{tuple(g.shape)} on {g.device}")
+    """A single PreparedFP4 NVFP4 weight (not a group), g CUDA fp16/bf16 [M, w.n] on the weight's device
+    (fp4_gluon.check_operands). Raises ValueError naming what is wrong."""
+    check_operands("fp4_gemm_t_wgmma", g, w, name="grad_y", cols=getattr(w, "n", None), single=True)
