@@ -266,13 +266,18 @@ def forward_candidates(x: torch.Tensor, w) -> list[str]:
             + (["tc"] if TC_IN_DISPATCH and m <= TC_MAX_M else []) + ["deq"])
 
 
-def _wgmma_eligible(x: torch.Tensor, w) -> bool:
-    if not WGMMA_IN_DISPATCH or x.shape[0] > WGMMA_MAX_M or not x.is_cuda or w.scale_kind != 0 or interpret_mode():
+def _wgmma_eligible(x: torch.Tensor, w, backward: bool = False) -> bool:
+    """Whether the Gluon wgmma kernel takes this product: the forward's (fp4_wgmma: x [M, K]) or, with `backward`,
+    the backward's (fp4_wgmma_t: x = grad_y [M, N], NVFP4 single weights only). NVFP4, M <= WGMMA_MAX_M (above,
+    `dequantize_only_above`: small layers keep their dequantized copy there), whole 256-column tiles of K_pad, x rows
+    of a multiple of 16 bytes (TMA), a Hopper GPU, QERL_FP4_WGMMA not 0."""
+    if (not WGMMA_IN_DISPATCH or x.shape[0] > WGMMA_MAX_M or not x.is_cuda or w.scale_kind != 0 or interpret_mode()
+            or (backward and w.row_scale)):
         return False
     from qerl_kernels.fp4_gluon import BK, HAVE_GLUON
-    # the kernel's TMA tiles: whole 256-column k-steps (K_pad; rows are padded to 128 already) and x rows of a
+    # the kernels' TMA tiles: whole 256-column k-steps (K_pad; rows are padded to 128 already) and x rows of a
     # multiple of 16 bytes; e.g. SmolLM2's K = 576 (K_pad 640) is not taken
-    if (w.words.shape[1] * 8) % BK or w.k % 8:
+    if (w.words.shape[1] * 8) % BK or (w.n if backward else w.k) % 8:
         return False
     return HAVE_GLUON and torch.cuda.get_device_capability(x.device)[0] == 9
 
@@ -488,26 +493,14 @@ def fp4_gemm_t(g: torch.Tensor, w: PreparedFP4, *, config: dict | None = None,
     return o
 
 
-def _wgmma_t_eligible(g: torch.Tensor, w: PreparedFP4) -> bool:
-    """Whether the backward wgmma kernel (fp4_wgmma_t) takes this product: NVFP4 single weights, whole 256-column
-    tiles of K_pad, grad_y rows of a multiple of 16 bytes, M <= WGMMA_MAX_M (above, `dequantize_only_above`: small
-    layers keep their dequantized copy there), a Hopper GPU, QERL_FP4_WGMMA not 0."""
-    from qerl_kernels.fp4_gluon import HAVE_GLUON
-    from qerl_kernels.fp4_wgmma_t import TILE_K
-    if (not WGMMA_IN_DISPATCH or g.shape[0] > WGMMA_MAX_M or not g.is_cuda or w.scale_kind != 0 or w.row_scale
-            or interpret_mode() or (w.words.shape[1] * 8) % TILE_K or w.n % 8):
-        return False
-    return HAVE_GLUON and torch.cuda.get_device_capability(g.device)[0] == 9
-
-
 def backward_candidates(g: torch.Tensor, w: PreparedFP4) -> list[str]:
     """The paths `fp4_gemm_t`'s default dispatch times for g [M, N], first the one taken untimed: "swap" alone up
     to BWD_FUSED_MIN_TRY; above, "swap" up to BWD_FUSED_MAX_M, "wgmma" (`fp4_wgmma_t.fp4_gemm_t_wgmma`) where
-    `_wgmma_t_eligible` (up to WGMMA_MAX_M), "tc" with QERL_FP4_TC=1, and "deq"."""
+    `_wgmma_eligible(..., backward=True)`, "tc" with QERL_FP4_TC=1, and "deq"."""
     m = g.shape[0]
     if m <= BWD_FUSED_MIN_TRY:
         return ["swap"]
-    return ((["swap"] if m <= BWD_FUSED_MAX_M else []) + (["wgmma"] if _wgmma_t_eligible(g, w) else [])
+    return ((["swap"] if m <= BWD_FUSED_MAX_M else []) + (["wgmma"] if _wgmma_eligible(g, w, backward=True) else [])
             + (["tc"] if TC_IN_DISPATCH and m <= TC_MAX_M and not w.row_scale else []) + ["deq"])
 
 
@@ -517,9 +510,9 @@ def _choose_path_t(g: torch.Tensor, w: PreparedFP4) -> str:
     m = g.shape[0]
     if m <= BWD_FUSED_MIN_TRY:
         return "swap"
-    cands = backward_candidates(g, w)
     key = ("t", w.n, w.k, _bucket_m(m), g.dtype, w.scale_kind, w.row_scale, g.device.index)
-    if key not in _DISPATCH:
+    if key not in _DISPATCH:   # the candidates only for a choice not made yet (this runs on every eager call)
+        cands = backward_candidates(g, w)
         if interpret_mode() or not g.is_cuda or torch.cuda.is_current_stream_capturing():
             return cands[0]
         times = {p: _time_or_inf(lambda p=p: fp4_gemm_t(g, w, path=p), p) for p in cands}

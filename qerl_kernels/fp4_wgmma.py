@@ -83,20 +83,23 @@ if HAVE_GLUON:
 
     @gluon.jit
     def _load_x(x_desc, x_bufs, x_ready, x_empty, TOTAL, PER, K_STEPS, M_BLOCKS,
-                MP: gl.constexpr, XSTAGES: gl.constexpr):
-        """Activation producer warp: TMA copies of the x tile [MP, 128] of every chunk of this CTA's iterations."""
+                MP: gl.constexpr, XSTAGES: gl.constexpr, STEP: gl.constexpr = 256):
+        """Activation producer warp: TMA copies of the x tile [MP, box] (the descriptor's box: 128 columns here) of
+        every box of the STEP columns of each of this CTA's iterations (fp4_wgmma_t's grad_y: one box of BNR a
+        step)."""
         u0 = gl.program_id(0) * PER
         u1 = gl.minimum(u0 + PER, TOTAL)
         nbytes: gl.constexpr = x_desc.block_type.nbytes
+        BOX: gl.constexpr = x_desc.block_type.shape[1]
         for it in range(u0, u1):
             tile = it // K_STEPS
             ks = it - tile * K_STEPS
             m0 = (tile % M_BLOCKS) * MP
-            for h in gl.static_range(_BK // 128):
-                slot, phase = _ring((it - u0) * (_BK // 128) + h, XSTAGES)
+            for h in gl.static_range(STEP // BOX):
+                slot, phase = _ring((it - u0) * (STEP // BOX) + h, XSTAGES)
                 mbarrier.wait(x_empty.index(slot), phase ^ 1)
                 mbarrier.expect(x_ready.index(slot), nbytes)
-                _tma_load(x_desc, [m0, ks * _BK + h * 128], x_ready.index(slot), x_bufs.index(slot))
+                _tma_load(x_desc, [m0, ks * STEP + h * BOX], x_ready.index(slot), x_bufs.index(slot))
 
     @gluon.constexpr_function
     def _word_layout(BN, NUM_WARPS):

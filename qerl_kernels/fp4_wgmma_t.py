@@ -16,7 +16,8 @@ Shape of the kernel (o[M, K] = g[M, N] @ W[N, K] * out_scale, computed as o^T = 
 2. Weight producer (1 warp, fp4_gluon's `_fp4_load`, TRANSPOSED): per step one TMA copy of the [BNR, 32] int32
    word tile (rows n, 256 columns k) and one of the [BNR, 8] int16 scale tile (16-byte rows: TMA's minimum, hence
    256 output columns a tile).
-3. Gradient producer (1 warp): per step one TMA copy of g's [MP, BNR] tile (rows past M, columns past N: zeros).
+3. Gradient producer (1 warp, fp4_wgmma's `_load_x` with STEP = BNR): per step one TMA copy of g's [MP, BNR]
+   tile (rows past M, columns past N: zeros).
 4. Consumers (8 warps, two warpgroups; `split`, the default: two partitions of one warpgroup, each with its own
    barriers, partials and counters, else one partition of both): each warpgroup decodes exactly the output columns
    (wgmma's M rows) its own wgmma reads (split: 128-column chunk h, the forward kernel's layouts; one partition:
@@ -45,7 +46,7 @@ import torch
 
 from qerl_kernels.fp4_gluon import BK, HAVE_GLUON, check_operands, stream_k_split
 from qerl_kernels.fp4_launch import _num_sms, _workspace
-from qerl_kernels.fp4_wgmma import _tma_rows, check_tma_rows
+from qerl_kernels.fp4_wgmma import _max_regs, _tma_rows, check_tma_rows
 from qerl_kernels.layout import PreparedFP4
 
 if HAVE_GLUON:
@@ -55,8 +56,8 @@ if HAVE_GLUON:
                                                                   warpgroup_mma_wait)
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-    from qerl_kernels.fp4_gluon import _cta_barrier, _decode, _flush, _fp4_load, _ring, _scale_layout, _tma_load
-    from qerl_kernels.fp4_wgmma import _word_layout
+    from qerl_kernels.fp4_gluon import _cta_barrier, _decode, _flush, _fp4_load, _ring, _scale_layout
+    from qerl_kernels.fp4_wgmma import _load_x, _word_layout
 
 __all__ = ["MAX_M", "MAX_PARTS", "SMEM_BUDGET", "NUM_WARPS", "fp4_gemm_t_wgmma", "wgmma_t_plan", "launch_args",
            "smem_bytes", "default_stages", "default_knobs"]
@@ -68,8 +69,9 @@ MAX_M = 4096
 MAX_PARTS = 8
 SMEM_BUDGET = 227 * 1024      # Hopper: shared memory one CTA may use
 NUM_WARPS = 8                 # two consumer warpgroups: 256 output columns a tile, 128 a warpgroup
-# registers of the second consumer partition (split; the first gets the rest: 240 too); at 232 an M block of 128 spilled
-# in the main loop (offline sm_90 build: 12 / 16 bytes), at 240 nothing does
+# registers of the second consumer partition (split; the first gets the rest: 240 too); offline sm_90 builds (Triton
+# 3.6) with M blocks of 128: at 232 the gate weight at M = 256 spilled in the main loop (12 / 16 bytes), at 240 it
+# spills nothing, a ragged M (200) 12 / 20 bytes with 6 local loads / stores in its loop
 CONSUMER_REGS = 240
 TILE_K = BK                   # output columns of W a tile (the scale tile's 16-byte TMA rows)
 
@@ -91,23 +93,6 @@ if HAVE_GLUON:
         return gl.DistributedLinearLayout(reg_bases=[[0, 1], [8, 0], [0, chunk]] + reps,
                                           lane_bases=lanes + [[1, 0], [2, 0], [4, 0]],
                                           warp_bases=[[16, 0], [32, 0], [0, 2]], block_bases=[], shape=[BNR, COLS])
-
-    @gluon.jit
-    def _load_g(g_desc, g_bufs, ready, empty, TOTAL, PER, N_STEPS, M_BLOCKS,
-                BNR: gl.constexpr, MP: gl.constexpr, STAGES: gl.constexpr):
-        """Gradient producer warp: per iteration g's tile [MP, BNR] (rows of the tile's M block, columns of the
-        n-step)."""
-        u0 = gl.program_id(0) * PER
-        u1 = gl.minimum(u0 + PER, TOTAL)
-        nbytes: gl.constexpr = g_desc.block_type.nbytes
-        for it in range(u0, u1):
-            tile = it // N_STEPS
-            ns = it - tile * N_STEPS
-            m0 = (tile % M_BLOCKS) * MP
-            slot, phase = _ring(it - u0, STAGES)
-            mbarrier.wait(empty.index(slot), phase ^ 1)
-            mbarrier.expect(ready.index(slot), nbytes)
-            _tma_load(g_desc, [m0, ns * BNR], ready.index(slot), g_bufs.index(slot))
 
     @gluon.jit
     def _t_consumer(w_bufs, s_bufs, g_bufs, a_bufs, w_ready, w_empty, g_ready, g_empty, os_ptr, o_ptr, ws_ptr,
@@ -202,7 +187,7 @@ if HAVE_GLUON:
                                1, 1, BNR, MP, WSTAGES, GSTAGES, BF16)),
                 (_fp4_load, (w_desc, s_desc, w_bufs, s_bufs, w_ready, w_empty, TOTAL, PER, N_STEPS, M_BLOCKS, BNR,
                              WSTAGES, True)),
-                (_load_g, (g_desc, g_bufs, g_ready, g_empty, TOTAL, PER, N_STEPS, M_BLOCKS, BNR, MP, GSTAGES)),
+                (_load_x, (g_desc, g_bufs, g_ready, g_empty, TOTAL, PER, N_STEPS, M_BLOCKS, MP, GSTAGES, BNR)),
             ], [4, 1, 1], [CONSUMER_REGS, LOAD_REGS, LOAD_REGS])
         else:
             gl.warp_specialize([
@@ -211,7 +196,7 @@ if HAVE_GLUON:
                                0, 2, BNR, MP, WSTAGES, GSTAGES, BF16)),
                 (_fp4_load, (w_desc, s_desc, w_bufs, s_bufs, w_ready, w_empty, TOTAL, PER, N_STEPS, M_BLOCKS, BNR,
                              WSTAGES, True)),
-                (_load_g, (g_desc, g_bufs, g_ready, g_empty, TOTAL, PER, N_STEPS, M_BLOCKS, BNR, MP, GSTAGES)),
+                (_load_x, (g_desc, g_bufs, g_ready, g_empty, TOTAL, PER, N_STEPS, M_BLOCKS, MP, GSTAGES, BNR)),
             ], [1, 1], [LOAD_REGS, LOAD_REGS])
 
 
@@ -284,9 +269,9 @@ def launch_args(g: torch.Tensor, w: PreparedFP4, o: torch.Tensor, sms: int, *, b
         ValueError: a knob, shape or layout the kernel does not support (the message names it).
     """
     m = g.shape[0]
-    bnr = bnr or default_knobs(m)["bnr"]
-    max_mp = max_mp or default_knobs(m)["max_mp"]
-    split = default_knobs(m)["split"] if split is None else split
+    default = default_knobs(m)
+    bnr, max_mp = bnr or default["bnr"], max_mp or default["max_mp"]
+    split = default["split"] if split is None else split
     np_ = 2 if split else 1
     if bnr not in (64, 128) or max_mp not in (16, 32, 64, 128) or load_regs % 8 or not 24 <= load_regs <= 256:
         raise ValueError(f"fp4_gemm_t_wgmma: needs bnr 64 or 128, max_mp a power of two in 16..128 and load_regs a "
@@ -314,15 +299,15 @@ def launch_args(g: torch.Tensor, w: PreparedFP4, o: torch.Tensor, sms: int, *, b
     # 8 consumer warps + the producers' warpgroup share the SM's registers at launch (168 a thread); setmaxnreg then
     # gives the consumers the producers' share (a split kernel's second consumer partition: CONSUMER_REGS)
     meta = dict(BNR=bnr, MP=mp, WSTAGES=wstages, GSTAGES=gstages, BF16=bf16, LOAD_REGS=load_regs, SPLIT=split,
-                CONSUMER_REGS=CONSUMER_REGS, num_warps=NUM_WARPS // np_,
-                maxnreg=min(232, 65536 // ((NUM_WARPS + 4) * 32) // 8 * 8))
+                CONSUMER_REGS=CONSUMER_REGS, num_warps=NUM_WARPS // np_, maxnreg=_max_regs(NUM_WARPS))
     return plan["grid"], args, meta
 
 
 def fp4_gemm_t_wgmma(g: torch.Tensor, w: PreparedFP4, **knobs) -> torch.Tensor:
     """grad_x = g @ W for a prepared single NVFP4 weight W [N, K] and g [M, N] fp16/bf16 on a Hopper GPU.
 
-    knobs: see `launch_args` (bnr, max_mp, wstages, gstages, load_regs), the one place that holds their defaults.
+    knobs: see `launch_args` (bnr, max_mp, wstages, gstages, load_regs, split), the one place that holds their
+    defaults.
 
     Raises:
         RuntimeError: Gluon is not available, or the GPU is not a Hopper (sm_90: wgmma).

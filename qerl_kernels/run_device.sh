@@ -77,6 +77,11 @@ MS=${MS:-1 4 8 16 64 128 256}
 mkdir -p "$OUT" "$W"
 T0=$(date +%s)
 stamp() { echo "[run_device +$(( $(date +%s) - T0 ))s] $*" | tee -a "$W/bench.log"; }
+# faulted RC LOG: the tests in LOG hung (RC 124 or more: timeout) or crashed the GPU context (a fault the later
+# stages would meet too); a wrong result or a compile error is not a fault
+faulted() {
+  [ "$1" -ge 124 ] || grep -qiE "illegal (memory|instruction)|unspecified launch failure|CUDA error|misaligned" "$2"
+}
 # bench TIMEOUT BUDGET ARGS...: the kernel benchmark with ARGS, its own command line recorded in its provenance,
 # its output appended to bench.log and passed on (each mode filters what it shows)
 bench() {
@@ -105,8 +110,7 @@ if [ "${1:-}" = wgmma ]; then
     > "$W/wgmma-pytest.log" 2>&1
   rc=$?
   stamp "wgmma: GPU tests rc=$rc"; tail -25 "$W/wgmma-pytest.log"; cp "$W/wgmma-pytest.log" "$OUT/"
-  if [ $rc -ge 124 ] || grep -qiE "illegal (memory|instruction)|unspecified launch failure|CUDA error|misaligned" \
-      "$W/wgmma-pytest.log"; then
+  if faulted $rc "$W/wgmma-pytest.log"; then
     stamp "wgmma: hang, crash or CUDA fault in the tests: benchmark and sweep not run"; cp "$W/bench.log" "$OUT/"
     exit 1
   fi
@@ -145,8 +149,7 @@ if [ "${1:-}" = wgmma_t ]; then
     -p no:cacheprovider > "$W/wgmma_t-pytest.log" 2>&1
   rc=$?
   stamp "wgmma_t: GPU tests rc=$rc"; tail -25 "$W/wgmma_t-pytest.log"; cp "$W/wgmma_t-pytest.log" "$OUT/"
-  if [ $rc -ge 124 ] || grep -qiE "illegal (memory|instruction)|unspecified launch failure|CUDA error|misaligned" \
-      "$W/wgmma_t-pytest.log"; then
+  if faulted $rc "$W/wgmma_t-pytest.log"; then
     stamp "wgmma_t: hang, crash or CUDA fault in the tests: benchmark and sweep not run"; cp "$W/bench.log" "$OUT/"
     exit 1
   fi
@@ -209,8 +212,7 @@ if [ "${1:-}" = mma ]; then
     > "$W/mma-pytest.log" 2>&1
   rc=$?
   stamp "mma: GPU tests rc=$rc"; tail -8 "$W/mma-pytest.log"; cp "$W/mma-pytest.log" "$OUT/"
-  if [ $rc -ge 124 ] || grep -qiE "illegal (memory|instruction)|unspecified launch failure|CUDA error|misaligned" \
-      "$W/mma-pytest.log"; then
+  if faulted $rc "$W/mma-pytest.log"; then
     stamp "mma: hang, crash or CUDA fault in the tests: benchmark and sweep not run"; exit 1
   fi
   stamp "mma: benchmark"
@@ -268,8 +270,7 @@ rc=$?
 tail -25 "$W/gluon-smoke.log"; cat "$W/gluon-compile.log" "$W/gluon-smoke.log" > "$OUT/gluon-smoke.log"
 # a hang, a crash or a CUDA fault drops the Gluon kernel from the rest (it would take the benchmark down with it);
 # a wrong result or a compile error does not (the benchmark's checks report it, its timings still say something)
-if [ $rc -ge 124 ] || grep -qiE "illegal (memory|instruction)|unspecified launch failure|CUDA error|misaligned" \
-    "$W/gluon-smoke.log"; then
+if faulted $rc "$W/gluon-smoke.log"; then
   SKIP="nvfp4_gluon"; stamp "gluon smoke rc=$rc (hang, crash or CUDA fault): nvfp4_gluon left out of the rest"
 else
   stamp "gluon smoke rc=$rc"

@@ -127,17 +127,17 @@ def test_backward_candidates(monkeypatch):
     monkeypatch.setattr(L.torch.cuda, "get_device_capability", lambda device=None: (9, 0))
     monkeypatch.setattr(L, "interpret_mode", lambda: False)
     cuda_like = type("G", (), {"shape": (128, 128), "is_cuda": True, "device": None})()
-    assert L._wgmma_t_eligible(cuda_like, w) == HAVE_GLUON
+    assert L._wgmma_eligible(cuda_like, w, backward=True) == HAVE_GLUON
     mx, _, _ = qerl_kernels.random_prepared("mxfp4", 128, 256, seed=1)
     odd, _, _ = qerl_kernels.random_prepared("nvfp4", 128, 576, seed=1)      # K_pad 640: not whole 256 tiles
     group = layout.concat_prepared([w, w])
-    assert not any(L._wgmma_t_eligible(cuda_like, x) for x in (mx, odd, group))
+    assert not any(L._wgmma_eligible(cuda_like, x, backward=True) for x in (mx, odd, group))
     cuda_like.shape = (L.WGMMA_MAX_M + 1, 128)
-    assert not L._wgmma_t_eligible(cuda_like, w)
+    assert not L._wgmma_eligible(cuda_like, w, backward=True)
     monkeypatch.setattr(L, "WGMMA_IN_DISPATCH", False)
     cuda_like.shape = (128, 128)
-    assert not L._wgmma_t_eligible(cuda_like, w)
-    monkeypatch.setattr(L, "_wgmma_t_eligible", lambda g, w: True)
+    assert not L._wgmma_eligible(cuda_like, w, backward=True)
+    monkeypatch.setattr(L, "_wgmma_eligible", lambda g, w, backward=False: backward)
     assert L.backward_candidates(g(200), w) == ["swap", "wgmma", "deq"]
     assert L.backward_candidates(g(L.BWD_FUSED_MAX_M + 1), w) == ["wgmma", "deq"]
 
