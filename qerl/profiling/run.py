@@ -303,7 +303,9 @@ def profile(cfg: dict, out: str | Path, *, archs: list[str], methods: list[str],
                 memory.add(model=name, method=method, model_size_gb=_gb(size),
                            peak_gb=_gb(mem_peak) if isinstance(mem_peak, int) else mem_peak,
                            batch=2, gradient_checkpointing=True)
-            del policy, base
+            # every name bound to this method's model let go before the next one is built: `model` kept the last
+            # rank's alive (a 32B BF16 model's 65 GB) and the next method's build ran out of memory (H100, call 104)
+            policy = model = base = None
             _free()
     if over():
         print(f"budget of {budget_s} s reached; stopping (rerun to resume)", flush=True)

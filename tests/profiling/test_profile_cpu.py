@@ -87,3 +87,38 @@ def test_record_dispatch_keeps_each_label(tmp_path, monkeypatch):
     assert table["Qwen2.5-7B/qerl"] == {"(3584, 18944, 256, 'bf16', 0, False, 0, True, True)": "wgmma"}
     assert list(table["Qwen2.5-7B/nvfp4_lora"].values()) == ["swap"]
     assert table["Qwen2.5-7B/lora"] == {}
+
+
+def test_profile_frees_each_model_before_building_the_next(tmp_path, monkeypatch):
+    """Each method's model is unreachable before the next method's is built (a 32B BF16 model left alive by a
+    dangling name made the next build run out of memory on an 80 GB card). CPU stand-ins for the GPU calls."""
+    import gc
+    import weakref
+
+    import peft  # noqa: F401  (imported while torch still says no GPU: its optional bitsandbytes import checks it)
+
+    from qerl.config import load_config
+    from qerl.profiling import build, run
+
+    built, real_base = [], build.random_base
+
+    def fake_base(arch, weights, layers=None, device="cuda"):
+        gc.collect()
+        assert all(r() is None for r in built), "the previous method's model is still alive"
+        model = real_base(arch, weights, layers=1, device="cpu", dtype=torch.bfloat16)
+        built.append(weakref.ref(model))
+        return model
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    for fn in ("empty_cache", "reset_peak_memory_stats"):
+        monkeypatch.setattr(torch.cuda, fn, lambda *a, **k: None)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda *a, **k: 0)
+    monkeypatch.setattr(build, "random_base", fake_base)
+    monkeypatch.setattr(run, "rollout_timing", lambda model, batch, plen, comp, full=False: dict(
+        peak=0, tokens_per_s=1.0, timing="buckets", prompt_tokens=plen, completion_tokens=comp, prefill_s=0.0,
+        decode_s=0.0, graphs=0, capture_s=0.0))
+    monkeypatch.setattr(run, "record_dispatch", lambda *a, **k: {})
+    cfg = load_config("config/paper.yaml")
+    assert run.profile(cfg, tmp_path, archs=["0.5B"], methods=["lora", "qerl"], ranks=[32], batches=[1],
+                       full_batches=[], e2e_batches=[], prompt=4, completion=4)
+    assert len(built) == 2
