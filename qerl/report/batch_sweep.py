@@ -17,7 +17,9 @@ folder (qerl/report/context.py); when the models' GPUs differ, every label names
 
 Regimes (`regime_verdicts`, also used by `qerl claims`): batch <= 8, 16-64, >= 128; "holds" where every measured
 ratio of the regime is >= 1.5, otherwise "not reproduced", said with whether QeRL is still faster than BF16 LoRA
-there ("faster, below 1.5x"), slower ("slower"), or both ("mixed").
+there ("faster, below 1.5x"), slower ("slower"), or both ("mixed"). Where BF16 LoRA ran out of memory at a batch
+QeRL was measured at (32B on an 80 GB card from batch 16), the regime says so with QeRL's tok/s ("BF16 LoRA out of
+memory"): no ratio, and the model still counts as swept when QeRL's rows reach batch 64.
 
 Run: `qerl render --config results/tiny/config.yaml --artifact figbatch --out results/tiny/figures`
 """
@@ -30,7 +32,8 @@ from qerl.contract.methods import METHODS
 from qerl.report.context import Context
 from qerl.report.speed import NOT_MEASURED, method_aliases
 
-__all__ = ["REGIMES", "PAPER_CLAIM", "MEAN_CONTEXT", "ceilings", "step_floor", "speedups", "regime_verdicts",
+__all__ = ["REGIMES", "PAPER_CLAIM", "MEAN_CONTEXT", "ceilings", "step_floor", "speedups", "baseline_oom",
+           "regime_verdicts",
            "sweep_claim_lines", "render_figbatch"]
 
 REGIMES = (("batch <= 8", 1, 8), ("batch 16-64", 16, 64), ("batch >= 128", 128, 1 << 30))
@@ -101,13 +104,35 @@ def speedups(rows: list[dict], model: str, method: str, rank: int = 32) -> dict[
     return {b: ours[b] / base[b] for b in sorted(ours) if b in base and base[b] > 0}
 
 
-def regime_verdicts(ratios: dict[int, float]) -> list[tuple[str, str, str, str]]:
-    """[(regime, "min-max x over n batches", verdict, short verdict)] for the regimes that have measurements."""
+def baseline_oom(rows: list[dict], model: str, method: str, rank: int = 32) -> dict[int, float]:
+    """{batch: method tok/s} where the method was measured and BF16 LoRA's row at that batch and rank says OOM."""
+    def first(m: str) -> dict[int, object]:
+        out: dict[int, object] = {}
+        for r in rows:
+            if r["model"] == model and r["method"] in method_aliases(m) and r["rank"] == rank:
+                out.setdefault(r["batch"], r["tokens_per_s"])
+        return out
+    base, ours = first("lora"), first(method)
+    return {b: float(v) for b, v in sorted(ours.items())
+            if isinstance(v, (int, float)) and str(base.get(b)).upper() == "OOM"}
+
+
+def regime_verdicts(ratios: dict[int, float], oom: dict[int, float] | None = None) -> list[tuple[str, str, str, str]]:
+    """[(regime, "min-max x over n batches", verdict, short verdict)] for the regimes that have measurements;
+    `oom` ({batch: QeRL tok/s} where BF16 LoRA ran out of memory, `baseline_oom`) names those batches, and gives a
+    regime with no ratio the verdict "BF16 LoRA out of memory"."""
     out = []
     for name, lo, hi in REGIMES:
         xs = [v for b, v in ratios.items() if lo <= b <= hi]
+        gone = {b: v for b, v in (oom or {}).items() if lo <= b <= hi}
+        qerl_tps = (f"QeRL {', '.join(f'{v:,.0f}' for v in gone.values())} tok/s at batch "
+                    f"{', '.join(map(str, gone))}")
         if not xs:
+            if gone:
+                out.append((name, qerl_tps, "not comparable: BF16 LoRA out of memory where QeRL runs",
+                            "BF16 LoRA out of memory"))
             continue
+        oom_note = f"; BF16 LoRA out of memory at batch {', '.join(map(str, gone))} ({qerl_tps})" if gone else ""
         if min(xs) >= PAPER_CLAIM:
             verdict, short = "holds", "holds"
         elif max(xs) <= 1.0:
@@ -118,7 +143,7 @@ def regime_verdicts(ratios: dict[int, float]) -> list[tuple[str, str, str, str]]
             verdict, short = "not reproduced (faster at some batches, slower at others)", "mixed"
         span = (f"{xs[0]:.2f}x at 1 batch size" if len(xs) == 1
                 else f"{min(xs):.2f}-{max(xs):.2f}x over {len(xs)} batch sizes")
-        out.append((name, span, verdict, short))
+        out.append((name, span + oom_note, verdict, short))
     return out
 
 
@@ -128,8 +153,8 @@ def sweep_claim_lines(ctx: Context) -> tuple[list[str], str] | None:
     rows = ctx.measured("rollout.csv") or []
     lines, summary, swept = [], [], []
     for model in dict.fromkeys(r["model"] for r in rows):
-        q = speedups(rows, model, "qerl")
-        if len(q) < 3 or max(q) < 64:
+        q, oom = speedups(rows, model, "qerl"), baseline_oom(rows, model, "qerl")
+        if len(q) + len(oom) < 3 or max([*q, *oom]) < 64:
             continue
         swept.append(model)
         ql = speedups(rows, model, "qlora")
@@ -137,9 +162,9 @@ def sweep_claim_lines(ctx: Context) -> tuple[list[str], str] | None:
         lines.append(f"- {label}, QeRL / BF16 LoRA rollout tok/s by batch: " +
                      ", ".join(f"{b}: {v:.2f}" for b, v in q.items()) +
                      ("; QLoRA / BF16 LoRA: " + ", ".join(f"{b}: {v:.2f}" for b, v in ql.items()) if ql else ""))
-        verdicts = regime_verdicts(q)
+        verdicts = regime_verdicts(q, oom)
         lines += [f"  - {name}: {span}: **{verdict}**" for name, span, verdict, _ in verdicts]
-        summary.append(f"{label}: " + "; ".join(f"{name} {short} ({span.split(' over')[0]})"
+        summary.append(f"{label}: " + "; ".join(f"{name} {short} ({span.split(' over')[0].split('; ')[0]})"
                                                  for name, span, _, short in verdicts))
     if not lines:
         return None
