@@ -93,9 +93,10 @@ def test_profile_frees_each_model_before_building_the_next(tmp_path, monkeypatch
     """Each method's model is unreachable before the next method's is built (a 32B BF16 model left alive by a
     dangling name made the next build run out of memory on an 80 GB card). CPU stand-ins for the GPU calls."""
     import gc
+    import importlib
     import weakref
 
-    import peft  # noqa: F401  (imported while torch still says no GPU: its optional bitsandbytes import checks it)
+    importlib.import_module("peft")  # while torch still says no GPU: peft's optional bitsandbytes import checks it
 
     from qerl.config import load_config
     from qerl.profiling import build, run
