@@ -33,7 +33,7 @@ from qerl.report.context import Context
 from qerl.report.speed import NOT_MEASURED, method_aliases
 
 __all__ = ["REGIMES", "PAPER_CLAIM", "MEAN_CONTEXT", "ceilings", "step_floor", "speedups", "baseline_oom",
-           "regime_verdicts",
+           "swept_models", "regime_verdicts",
            "sweep_claim_lines", "render_figbatch"]
 
 REGIMES = (("batch <= 8", 1, 8), ("batch 16-64", 16, 64), ("batch >= 128", 128, 1 << 30))
@@ -117,6 +117,17 @@ def baseline_oom(rows: list[dict], model: str, method: str, rank: int = 32) -> d
             if isinstance(v, (int, float)) and str(base.get(b)).upper() == "OOM"}
 
 
+def swept_models(rows: list[dict]) -> list[str]:
+    """The models with a batch sweep: QeRL measured at three or more batch sizes up to 64 or more, each beside a
+    BF16 LoRA row (a ratio, or BF16 LoRA out of memory)."""
+    out = []
+    for model in dict.fromkeys(r["model"] for r in rows):
+        batches = [*speedups(rows, model, "qerl"), *baseline_oom(rows, model, "qerl")]
+        if len(batches) >= 3 and max(batches) >= 64:
+            out.append(model)
+    return out
+
+
 def regime_verdicts(ratios: dict[int, float], oom: dict[int, float] | None = None) -> list[tuple[str, str, str, str]]:
     """[(regime, "min-max x over n batches", verdict, short verdict)] for the regimes that have measurements;
     `oom` ({batch: QeRL tok/s} where BF16 LoRA ran out of memory, `baseline_oom`) names those batches, and gives a
@@ -153,9 +164,9 @@ def sweep_claim_lines(ctx: Context) -> tuple[list[str], str] | None:
     rows = ctx.measured("rollout.csv") or []
     lines, summary, swept = [], [], []
     for model in dict.fromkeys(r["model"] for r in rows):
-        q, oom = speedups(rows, model, "qerl"), baseline_oom(rows, model, "qerl")
-        if len(q) + len(oom) < 3 or max([*q, *oom]) < 64:
+        if model not in swept_models(rows):
             continue
+        q, oom = speedups(rows, model, "qerl"), baseline_oom(rows, model, "qerl")
         swept.append(model)
         ql = speedups(rows, model, "qlora")
         label = ctx.measured_model(model)
@@ -181,10 +192,8 @@ def render_figbatch(ctx: Context, artifact):
 
     plt = figures.pyplot()
     rows = ctx.measured("rollout.csv") or []
-    # the models with a sweep (QeRL and BF16 LoRA measured up to batch >= 64); others (batch 1-8, Tables 5-8) are
-    # in Tables 5-8 and Fig. 11
-    models = [m for m in dict.fromkeys(r["model"] for r in rows)
-              if len(speedups(rows, m, "qerl")) >= 3 and max(speedups(rows, m, "qerl")) >= 64]
+    # the models with a sweep (`swept_models`); others (batch 1-8) are in Tables 5-8 and Fig. 11
+    models = swept_models(rows)
     ceiling_model = "7B" if "7B" in models else (models[0] if models else None)
     ceil = ceilings(ctx.measured_sources().get(ceiling_model))  # the ceilings of the GPU that model was measured on
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(11.0, 6.4))
@@ -247,6 +256,10 @@ def render_figbatch(ctx: Context, artifact):
                 "ceilings not drawn."
     else:
         extra = "No ceilings.json: ceilings not drawn."
+    gone = {ctx.measured_model(m): min(baseline_oom(rows, m, "qerl")) for m in models if baseline_oom(rows, m, "qerl")}
+    if gone:
+        extra += " BF16 LoRA out of memory where QeRL runs (no ratio drawn): " + \
+            ", ".join(f"{m} from batch {b}" for m, b in gone.items()) + "."
     gpus = ctx.measured_gpus_line("rollout.csv", models=models)
     if gpus:
         extra += f" GPU per model (in each label): {gpus}."

@@ -42,13 +42,14 @@ def test_regime_verdicts():
 def test_regimes_where_bf16_lora_ran_out_of_memory():
     """32B on an 80 GB card: BF16 LoRA out of memory from batch 16; the regime says so with QeRL's tok/s, and the
     model still counts as swept (its QeRL rows reach batch 64)."""
-    from qerl.report.batch_sweep import baseline_oom, sweep_claim_lines
+    from qerl.report.batch_sweep import baseline_oom, sweep_claim_lines, swept_models
 
     rows = [_row("lora", 1, 40.0), _row("qerl", 1, 88.0), _row("lora", 8, 280.0), _row("qerl", 8, 540.0),
             _row("lora", 16, "OOM"), _row("qerl", 16, 981.0), _row("lora", 64, "OOM"), _row("qerl", 64, 2080.0),
             _row("lora", 128, "OOM"), _row("qerl", 128, "OOM")]
     oom = baseline_oom(rows, "7B", "qerl")
     assert oom == {16: 981.0, 64: 2080.0}  # both OOM at 128: nothing said there
+    assert swept_models(rows) == ["7B"] and swept_models(rows[:4]) == []  # batch 1-8 only: no sweep
     v = {name: (span, short) for name, span, _, short in regime_verdicts(speedups(rows, "7B", "qerl"), oom)}
     assert v["batch <= 8"] == ("1.93-2.20x over 2 batch sizes", "holds")
     assert v["batch 16-64"] == ("QeRL 981, 2,080 tok/s at batch 16, 64", "BF16 LoRA out of memory")
