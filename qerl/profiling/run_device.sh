@@ -12,11 +12,15 @@
 # packed into $OUT/profile.tgz (the device tool returns at most 8 files).
 # Usage: COMMIT=... ARCHS="7B 3B" BUDGET=300 TESTS=1 TRACE=1 LORA_BENCH=1 PREV=dir bash qerl/profiling/run_device.sh [qerl profile args]
 # (lists are space-separated, as every qerl subcommand takes them: --batches 1 8 64)
+# The profile is cut (and resumes from PREV next call) so that the archive is written inside the call's limit:
+# LIMIT_S (default 600, the device tool's per-call limit) less the time already spent here less 30 s; PROF_S caps it.
 set -o pipefail
+START=$SECONDS
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} TRITON_DEFAULT_FP_FUSION=1
 OUT=${OUT:-/tmp/profile-out}
 W=${W:-/tmp/profile-work}
 mkdir -p "$OUT" "$W/prof"
+trap 'tar czf "$OUT/profile.tgz" -C "$W" .' EXIT  # whatever was measured comes back, however the script ends
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     && export PYTHONPATH=$PYTHONPATH:/tmp/site
@@ -57,6 +61,8 @@ if [ -n "$TRACE" ]; then
       --md "$W/trace$tag.md" 2>&1 | grep -v Warn | grep -E "^\| |^# " | head -30
   done
 fi
-timeout "${PROF_S:-420}" python3 -m qerl.cli profile --archs ${ARCHS:-7B} --budget-s "${BUDGET:-300}" --out "$W/prof" "$@" 2>&1 \
+LEFT=$(( ${LIMIT_S:-600} - (SECONDS - START) - 30 ))
+PROF_S=${PROF_S:-420}
+[ "$LEFT" -lt "$PROF_S" ] && { echo "# profile cut to ${LEFT} s (the call's limit)"; PROF_S=$LEFT; }
+timeout "$PROF_S" python3 -m qerl.cli profile --archs ${ARCHS:-7B} --budget-s "${BUDGET:-300}" --out "$W/prof" "$@" 2>&1 \
   | tee "$W/prof/log.txt" | grep -v Warning | grep -E "tokens_per_s|# |budget" | cut -c1-200 | tail -60
-tar czf "$OUT/profile.tgz" -C "$W" .
