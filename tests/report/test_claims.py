@@ -91,3 +91,32 @@ def test_claims_speed_from_measured_files(synthetic, helpers, tmp_path):
     assert ("1. Speed: QeRL rollout 1.25-1.50x, >= 1.5x in 1 of 3 cells: **partly**; QeRL E2E 1.20-1.25x, in "
             "1.2-1.5x in 2 of 2 cells: **holds**; QLoRA E2E 0.80-0.80x, in 0.7-0.9x in 1 of 1 cells: **holds**.") in text
     assert "2. 32B on one 80 GB GPU: not measured at this commit." in text
+
+
+def test_claim_2_says_when_bf16_lora_fits_too(synthetic, tmp_path):
+    """Claim 2 on an 80 GB card: QeRL 32B's step with its peak; where BF16 LoRA's step also completes under 80 GB
+    (the H100 profile, calls 104-108: 79.87 GB with GC at batch 2) the verdict says so beside the paper's OOM."""
+    import shutil
+
+    cfg, _ = synthetic
+    results = tmp_path / "results"
+    shutil.copytree(cfg["results_dir"], results)
+    folder = results / "measured" / "h100"
+    folder.mkdir(parents=True)
+    m = "Qwen2.5-32B-Instruct"
+    (folder / "e2e.csv").write_text(
+        "model,method,batch,gradient_checkpointing,step_s,peak_gb\n"
+        f"{m},qerl,2,false,OOM,OOM\n{m},qerl,2,true,31.25,30.61\n{m},lora,2,false,OOM,OOM\n"
+        f"{m},lora,2,true,58.46,79.87\n")
+    (folder / "memory.csv").write_text(
+        "model,method,model_size_gb,peak_gb,batch,gradient_checkpointing\n"
+        f"{m},lora,65.53,79.87,2,True\n{m},qerl,20.67,30.61,2,True\n")
+    text = render_claims({**cfg, "results_dir": str(results)})
+    assert ("2. 32B on one 80 GB GPU: **holds**: QeRL 32B completes GRPO steps and its measured peak is 30.6 GB "
+            "(<= 80 GB); BF16 LoRA's peak: 79.87 GB, and BF16 LoRA completes its step too (batch 2 with GC: "
+            "58.5 s; the paper's Table 3: OOM).") in text
+    (folder / "e2e.csv").write_text(  # BF16 LoRA out of memory: nothing more said
+        f"model,method,batch,gradient_checkpointing,step_s,peak_gb\n{m},qerl,2,true,31.25,30.61\n"
+        f"{m},lora,2,true,OOM,OOM\n")
+    text = render_claims({**cfg, "results_dir": str(results)})
+    assert "BF16 LoRA's peak: 79.87 GB.\n" in text and "completes its step too" not in text
