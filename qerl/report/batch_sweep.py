@@ -89,32 +89,31 @@ def step_floor(arch, method: str, batch: int, context: float, read_gbs: float, t
     return max((weight_bytes + kv_bytes) / (read_gbs * 1e9), flops / (tflops * 1e12))
 
 
+def _first_rows(rows: list[dict], model: str, method: str, rank: int) -> dict[int, object]:
+    """{batch: tokens_per_s of the first row} of one model, method and LoRA rank (the profiler writes the bucket
+    timing before the full-generation one, which agrees with it within ~1 %; an OOM row is a batch's only row)."""
+    out: dict[int, object] = {}
+    for r in rows:
+        if r["model"] == model and r["method"] in method_aliases(method) and r["rank"] == rank:
+            out.setdefault(r["batch"], r["tokens_per_s"])
+    return out
+
+
 def speedups(rows: list[dict], model: str, method: str, rank: int = 32) -> dict[int, float]:
-    """{batch: method tok/s / BF16 LoRA tok/s} from rollout.csv rows at one LoRA rank (the first row of a batch:
-    the profiler writes the bucket timing before the full-generation one, which agrees with it within ~1 %)."""
-    def tps(m: str) -> dict[int, float]:
-        out: dict[int, float] = {}
-        for r in rows:
-            v = r["tokens_per_s"]
-            if r["model"] == model and r["method"] in method_aliases(m) and r["rank"] == rank and \
-                    isinstance(v, (int, float)) and r["batch"] not in out:
-                out[r["batch"]] = float(v)
-        return out
-    base, ours = tps("lora"), tps(method)
-    return {b: ours[b] / base[b] for b in sorted(ours) if b in base and base[b] > 0}
+    """{batch: method tok/s / BF16 LoRA tok/s} from rollout.csv rows at one LoRA rank (`_first_rows`)."""
+    base, ours = (_first_rows(rows, model, m, rank) for m in ("lora", method))
+    return {b: float(ours[b]) / float(base[b]) for b in sorted(ours)
+            if _measured(ours[b]) and _measured(base.get(b)) and base[b] > 0}
 
 
 def baseline_oom(rows: list[dict], model: str, method: str, rank: int = 32) -> dict[int, float]:
     """{batch: method tok/s} where the method was measured and BF16 LoRA's row at that batch and rank says OOM."""
-    def first(m: str) -> dict[int, object]:
-        out: dict[int, object] = {}
-        for r in rows:
-            if r["model"] == model and r["method"] in method_aliases(m) and r["rank"] == rank:
-                out.setdefault(r["batch"], r["tokens_per_s"])
-        return out
-    base, ours = first("lora"), first(method)
-    return {b: float(v) for b, v in sorted(ours.items())
-            if isinstance(v, (int, float)) and str(base.get(b)).upper() == "OOM"}
+    base, ours = (_first_rows(rows, model, m, rank) for m in ("lora", method))
+    return {b: float(v) for b, v in sorted(ours.items()) if _measured(v) and str(base.get(b)).upper() == "OOM"}
+
+
+def _measured(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
 def swept_models(rows: list[dict]) -> list[str]:
@@ -163,9 +162,7 @@ def sweep_claim_lines(ctx: Context) -> tuple[list[str], str] | None:
     BF16 LoRA measured at three or more batch sizes, up to 64 or more); None when there is none."""
     rows = ctx.measured("rollout.csv") or []
     lines, summary, swept = [], [], []
-    for model in dict.fromkeys(r["model"] for r in rows):
-        if model not in swept_models(rows):
-            continue
+    for model in swept_models(rows):
         q, oom = speedups(rows, model, "qerl"), baseline_oom(rows, model, "qerl")
         swept.append(model)
         ql = speedups(rows, model, "qlora")
@@ -207,12 +204,7 @@ def render_figbatch(ctx: Context, artifact):
                 ax.plot(list(s), list(s.values()), ls, marker="o", ms=4, color=METHODS[method].color,
                         label=f"{label} {METHODS[method].speed} (measured)")
         for method in ("lora", "qerl", "qlora"):
-            first: dict[int, float] = {}
-            for r in rows:
-                if r["model"] == model and r["method"] in method_aliases(method) and r["rank"] == 32 and \
-                        isinstance(r["tokens_per_s"], (int, float)):
-                    first.setdefault(r["batch"], float(r["tokens_per_s"]))
-            pts = sorted(first.items())
+            pts = sorted((b, float(v)) for b, v in _first_rows(rows, model, method, 32).items() if _measured(v))
             if pts:
                 ax2.plot([b for b, _ in pts], [v for _, v in pts], ls, marker="o", ms=4, color=METHODS[method].color,
                          label=f"{label} {METHODS[method].speed}")
@@ -256,7 +248,7 @@ def render_figbatch(ctx: Context, artifact):
                 "ceilings not drawn."
     else:
         extra = "No ceilings.json: ceilings not drawn."
-    gone = {ctx.measured_model(m): min(baseline_oom(rows, m, "qerl")) for m in models if baseline_oom(rows, m, "qerl")}
+    gone = {ctx.measured_model(m): min(oom) for m in models if (oom := baseline_oom(rows, m, "qerl"))}
     if gone:
         extra += " BF16 LoRA out of memory where QeRL runs (no ratio drawn): " + \
             ", ".join(f"{m} from batch {b}" for m, b in gone.items()) + "."
