@@ -111,6 +111,7 @@ def test_profile_frees_each_model_before_building_the_next(tmp_path, monkeypatch
         return model
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF", raising=False)  # profile() sets it: undone after the test
     for fn in ("empty_cache", "reset_peak_memory_stats"):
         monkeypatch.setattr(torch.cuda, fn, lambda *a, **k: None)
     monkeypatch.setattr(torch.cuda, "memory_allocated", lambda *a, **k: 0)
