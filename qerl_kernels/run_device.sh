@@ -82,6 +82,28 @@ stamp() { echo "[run_device +$(( $(date +%s) - T0 ))s] $*" | tee -a "$W/bench.lo
 faulted() {
   [ "$1" -ge 124 ] || grep -qiE "illegal (memory|instruction)|unspecified launch failure|CUDA error|misaligned" "$2"
 }
+# compile_check MODE KERNEL SECONDS: the offline build of every variant of KERNEL (gluon_compile, 8 processes: the
+# registers / spills / smem of each, and Triton's cache filled), its failures and verdict shown, its log in $OUT
+compile_check() {
+  stamp "$1: compile check"
+  timeout "$3" python3 -m qerl_kernels.gluon_compile --kernel "$2" --jobs 8 > "$W/$1-compile.log" 2>&1
+  local rc=$?
+  grep -vE "^(\||$)|: ok " "$W/$1-compile.log" | grep -v "nanobind\|leaked" | tail -12
+  stamp "$1: compile check rc=$rc"; cp "$W/$1-compile.log" "$OUT/"
+}
+# gpu_tests MODE SECONDS LINES PYTEST-ARGS...: the mode's GPU tests in their own process with a timeout, the last
+# LINES of the log shown and the log in $OUT; a hang, crash or CUDA fault there (`faulted`) ends the call
+gpu_tests() {
+  local mode=$1 t=$2 n=$3; shift 3
+  stamp "$mode: GPU tests"
+  timeout -k 10 "$t" python3 -m pytest "$@" -rfE -p no:cacheprovider > "$W/$mode-pytest.log" 2>&1
+  local rc=$?
+  stamp "$mode: GPU tests rc=$rc"; tail -"$n" "$W/$mode-pytest.log"; cp "$W/$mode-pytest.log" "$OUT/"
+  if faulted $rc "$W/$mode-pytest.log"; then
+    stamp "$mode: hang, crash or CUDA fault in the tests: benchmark and sweep not run"; cp "$W/bench.log" "$OUT/"
+    exit 1
+  fi
+}
 # bench TIMEOUT BUDGET ARGS...: the kernel benchmark with ARGS, its own command line recorded in its provenance,
 # its output appended to bench.log and passed on (each mode filters what it shows)
 bench() {
@@ -99,21 +121,9 @@ python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', tr
   | tee -a "$W/bench.log"
 if [ "${1:-}" = wgmma ]; then
   MS=${MS_WGMMA:-16 64 128 256 512}
-  stamp "wgmma: compile check"
-  timeout "${COMPILE_S:-60}" python3 -m qerl_kernels.gluon_compile --kernel wgmma --jobs 8 > "$W/wgmma-compile.log" 2>&1
-  rc=$?
-  grep -vE "^(\||$)|: ok " "$W/wgmma-compile.log" | grep -v "nanobind\|leaked" | tail -12
-  stamp "wgmma: compile check rc=$rc"; cp "$W/wgmma-compile.log" "$OUT/"
-  stamp "wgmma: GPU tests"
+  compile_check wgmma wgmma "${COMPILE_S:-60}"
   # -v: each test id is written (unbuffered) before it runs, so a hang names its case in the log
-  timeout -k 10 "${PYTEST_S:-210}" python3 -m pytest tests/qerl_kernels/test_kernels_wgmma.py -v -rfE -p no:cacheprovider \
-    > "$W/wgmma-pytest.log" 2>&1
-  rc=$?
-  stamp "wgmma: GPU tests rc=$rc"; tail -25 "$W/wgmma-pytest.log"; cp "$W/wgmma-pytest.log" "$OUT/"
-  if faulted $rc "$W/wgmma-pytest.log"; then
-    stamp "wgmma: hang, crash or CUDA fault in the tests: benchmark and sweep not run"; cp "$W/bench.log" "$OUT/"
-    exit 1
-  fi
+  gpu_tests wgmma "${PYTEST_S:-210}" 25 tests/qerl_kernels/test_kernels_wgmma.py -v
   stamp "wgmma: prewarm"
   timeout "${PREWARM_S:-40}" python3 -m qerl_kernels.bench --prewarm "${PREWARM:-15}" --prewarm-only 2>&1 | tail -3 \
     | tee -a "$W/bench.log"
@@ -138,21 +148,8 @@ fi
 if [ "${1:-}" = wgmma_t ]; then
   export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/triton-cache}
   MS=${MS_WGMMA_T:-16 64 128 256 512}
-  stamp "wgmma_t: compile check"
-  timeout "${COMPILE_S:-70}" python3 -m qerl_kernels.gluon_compile --kernel wgmma_t --jobs 8 \
-    > "$W/wgmma_t-compile.log" 2>&1
-  rc=$?
-  grep -vE "^(\||$)|: ok " "$W/wgmma_t-compile.log" | grep -v "nanobind\|leaked" | tail -12
-  stamp "wgmma_t: compile check rc=$rc"; cp "$W/wgmma_t-compile.log" "$OUT/"
-  stamp "wgmma_t: GPU tests"
-  timeout -k 10 "${PYTEST_S:-200}" python3 -m pytest tests/qerl_kernels/test_kernels_wgmma_t.py -v -rfE \
-    -p no:cacheprovider > "$W/wgmma_t-pytest.log" 2>&1
-  rc=$?
-  stamp "wgmma_t: GPU tests rc=$rc"; tail -25 "$W/wgmma_t-pytest.log"; cp "$W/wgmma_t-pytest.log" "$OUT/"
-  if faulted $rc "$W/wgmma_t-pytest.log"; then
-    stamp "wgmma_t: hang, crash or CUDA fault in the tests: benchmark and sweep not run"; cp "$W/bench.log" "$OUT/"
-    exit 1
-  fi
+  compile_check wgmma_t wgmma_t "${COMPILE_S:-70}"
+  gpu_tests wgmma_t "${PYTEST_S:-200}" 25 tests/qerl_kernels/test_kernels_wgmma_t.py -v
   stamp "wgmma_t: benchmark"
   SKIP="mxfp4 nf4 nvfp4_gluon nvfp4_gemv mxfp4_gemv nvfp4_mma mxfp4_mma nvfp4_wgmma nvfp4_tc nvfp4_fused"
   SKIP="$SKIP nvfp4_deq_cublas nvfp4_bwd_tc"
@@ -207,14 +204,7 @@ if [ "${1:-}" = rollout ]; then
 fi
 if [ "${1:-}" = mma ]; then
   MS=${MS_MMA:-1 8}
-  stamp "mma: GPU tests"
-  timeout "${PYTEST_S:-90}" python3 -m pytest tests/qerl_kernels/test_fp4_mma.py -q -rfE -p no:cacheprovider \
-    > "$W/mma-pytest.log" 2>&1
-  rc=$?
-  stamp "mma: GPU tests rc=$rc"; tail -8 "$W/mma-pytest.log"; cp "$W/mma-pytest.log" "$OUT/"
-  if faulted $rc "$W/mma-pytest.log"; then
-    stamp "mma: hang, crash or CUDA fault in the tests: benchmark and sweep not run"; exit 1
-  fi
+  gpu_tests mma "${PYTEST_S:-90}" 8 tests/qerl_kernels/test_fp4_mma.py -q
   stamp "mma: benchmark"
   SKIP="nvfp4_gluon nvfp4_wgmma nf4 bf16_bwd nvfp4_bwd"
   bench "${BENCH_S:-150}" "${BUDGET:-110}" --models 7B --m $MS --gemv-checks-only --skip $SKIP \
