@@ -55,7 +55,8 @@ from __future__ import annotations
 
 import torch
 
-from qerl_kernels.fp4_gluon import BK, HAVE_GLUON, check_operands, stream_k_split
+from qerl_kernels.fp4_gluon import (BK, HAVE_GLUON, check_operands, smem_layout, stream_k_split,
+                                    weight_descriptors)
 from qerl_kernels.fp4_launch import _workspace  # the stream-K workspace the other kernels use too
 from qerl_kernels.layout import CHUNK, PreparedFP4
 
@@ -368,13 +369,9 @@ def launch_args(x: torch.Tensor, w: PreparedFP4, bias: torch.Tensor | None, y: t
     ws, cnt = _workspace(x.device, 2 * plan["grid"] * bn * mp, plan["tiles"])  # 2 partial tiles per CTA
     # TMA tiles: per k-step [bn, 32] int32 words (128-byte rows, 128-byte swizzle) and [bn, 8] int16 scales (16-byte
     # rows, TMA's minimum); per chunk the x tile [MP, 128] (rows past M and columns past K are filled with zeros)
-    gdt = gl.bfloat16 if x.dtype == torch.bfloat16 else gl.float16
-    w_desc = TensorDescriptor.from_tensor(w.words, [bn, BK // 8],
-                                          gl.NVMMASharedLayout.get_default_for([bn, BK // 8], gl.int32))
-    s_desc = TensorDescriptor.from_tensor(w.scales, [bn, BK // 32],
-                                          gl.NVMMASharedLayout.get_default_for([bn, BK // 32], gl.int16))
-    x_desc = TensorDescriptor.from_tensor(x, [mp, CHUNK], gl.NVMMASharedLayout.get_default_for([mp, CHUNK], gdt))
     bf16 = x.dtype == torch.bfloat16
+    w_desc, s_desc = weight_descriptors(w, bn)
+    x_desc = TensorDescriptor.from_tensor(x, [mp, CHUNK], smem_layout(mp, CHUNK, "bfloat16" if bf16 else "float16"))
     os_row = w.out_scales[int(bf16)]
     args = (w_desc, s_desc, x_desc, os_row, bias if bias is not None else os_row, y, ws, cnt,
             m, w.n, plan["TOTAL"], plan["PER"], plan["K_STEPS"], plan["M_BLOCKS"], y.stride(0))

@@ -44,7 +44,8 @@ import functools
 
 import torch
 
-from qerl_kernels.fp4_gluon import BK, HAVE_GLUON, check_operands, stream_k_split
+from qerl_kernels.fp4_gluon import (BK, HAVE_GLUON, check_operands, smem_layout, stream_k_split,
+                                    weight_descriptors)
 from qerl_kernels.fp4_launch import _num_sms, _workspace
 from qerl_kernels.fp4_wgmma import _max_regs, _tma_rows, check_tma_rows
 from qerl_kernels.layout import PreparedFP4
@@ -290,9 +291,8 @@ def launch_args(g: torch.Tensor, w: PreparedFP4, o: torch.Tensor, sms: int, *, b
     ws_part = 2 * plan["grid"] * (TILE_K // np_) * mp
     ws, cnt = _workspace(g.device, np_ * ws_part, np_ * plan["tiles"])
     bf16 = g.dtype == torch.bfloat16
-    w_desc = TensorDescriptor.from_tensor(w.words, [bnr, TILE_K // 8], _smem_layout(bnr, TILE_K // 8, "int32"))
-    s_desc = TensorDescriptor.from_tensor(w.scales, [bnr, TILE_K // 32], _smem_layout(bnr, TILE_K // 32, "int16"))
-    g_desc = TensorDescriptor.from_tensor(g, [mp, bnr], _smem_layout(mp, bnr, "bfloat16" if bf16 else "float16"))
+    w_desc, s_desc = weight_descriptors(w, bnr)   # TILE_K == BK: a step's tile is the forward's k-step tile
+    g_desc = TensorDescriptor.from_tensor(g, [mp, bnr], smem_layout(mp, bnr, "bfloat16" if bf16 else "float16"))
     # the weight's one factor (a single weight's rows all carry the same), applied to every output column
     args = (w_desc, s_desc, g_desc, w.out_scales[int(bf16)], o, ws, cnt, m, w.k, plan["TOTAL"], plan["PER"],
             plan["N_STEPS"], plan["M_BLOCKS"], o.stride(0), ws_part if split else 0, plan["tiles"])
@@ -330,13 +330,6 @@ def fp4_gemm_t_wgmma(g: torch.Tensor, w: PreparedFP4, **knobs) -> torch.Tensor:
     grid, args, meta = launch_args(g, w, o, _num_sms(index), **knobs)
     _fp4_gemm_t_wgmma[(grid,)](*args, **meta)
     return o
-
-
-@functools.lru_cache(maxsize=None)
-def _smem_layout(rows: int, cols: int, dtype: str):
-    """The TMA tile's shared-memory layout (NVMMASharedLayout.get_default_for), built once per shape and dtype: ~9 us
-    of Python a call, three a launch, on the eager backward's host path (call 99)."""
-    return gl.NVMMASharedLayout.get_default_for([rows, cols], getattr(gl, dtype))
 
 
 @functools.lru_cache(maxsize=None)
