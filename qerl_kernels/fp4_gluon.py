@@ -48,7 +48,8 @@ import functools
 import torch
 
 from qerl_kernels.fp4_decoder import HAVE_TRITON
-from qerl_kernels.fp4_launch import _workspace  # the stream-K workspace the Triton kernels use too
+from qerl_kernels.fp4_launch import _num_sms, _workspace  # the stream-K workspace the Triton kernels use too
+from qerl_kernels.gluon_launch import launch
 from qerl_kernels.layout import PreparedFP4
 
 HAVE_GLUON = False
@@ -346,9 +347,16 @@ def weight_descriptors(w: PreparedFP4, rows: int) -> tuple:
     """The TMA descriptors of one k-step of `rows` weight rows, as the three Gluon kernels' weight producer
     (`_fp4_load`) reads them: words [rows, BK / 8] int32 (128-byte rows) and scales [rows, BK / 32] int16 (16-byte
     rows, TMA's minimum); both row strides (K_pad / 2 and K_pad / 16 bytes) are multiples of 16 bytes since K_pad is
-    a multiple of BK."""
-    return (TensorDescriptor.from_tensor(w.words, [rows, BK // 8], smem_layout(rows, BK // 8, "int32")),
+    a multiple of BK. Built once per weight, tile height and storage (kept on the weight: two descriptors were ~30
+    us of an eager launch's host time on the H100 machine, call 102), so they live as long as the weight does."""
+    key = (rows, w.words.data_ptr(), w.scales.data_ptr())
+    cache = w.__dict__.setdefault("_tma_descriptors", {})
+    descs = cache.get(key)
+    if descs is None:
+        descs = cache[key] = (
+            TensorDescriptor.from_tensor(w.words, [rows, BK // 8], smem_layout(rows, BK // 8, "int32")),
             TensorDescriptor.from_tensor(w.scales, [rows, BK // 32], smem_layout(rows, BK // 32, "int16")))
+    return descs
 
 
 def check_operands(kernel: str, x: torch.Tensor, w, bias: torch.Tensor | None = None, *, name: str = "x",
@@ -390,7 +398,7 @@ def fp4_gemm_gluon(x: torch.Tensor, w: PreparedFP4, bias: torch.Tensor | None = 
     x = x.contiguous()
     bias = bias.contiguous() if bias is not None else None
     y = torch.empty(x.shape[0], w.n, device=x.device, dtype=x.dtype)
-    sms = torch.cuda.get_device_properties(x.device).multi_processor_count
-    grid, args, meta = launch_args(x, w, bias, y, sms, **knobs)
-    _fp4_gemm_ws[(grid,)](*args, **meta)
+    index = x.device.index if x.device.index is not None else torch.cuda.current_device()
+    grid, args, meta = launch_args(x, w, bias, y, _num_sms(index), **knobs)
+    launch(_fp4_gemm_ws, grid, args, meta)
     return y

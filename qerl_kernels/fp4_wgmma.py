@@ -53,11 +53,14 @@ method `nvfp4_wgmma`. Offline build check (no GPU): `python -m qerl_kernels.gluo
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from qerl_kernels.fp4_gluon import (BK, HAVE_GLUON, check_operands, smem_layout, stream_k_split,
                                     weight_descriptors)
-from qerl_kernels.fp4_launch import _workspace  # the stream-K workspace the other kernels use too
+from qerl_kernels.fp4_launch import _num_sms, _workspace  # the stream-K workspace the other kernels use too
+from qerl_kernels.gluon_launch import launch
 from qerl_kernels.layout import CHUNK, PreparedFP4
 
 if HAVE_GLUON:
@@ -297,6 +300,7 @@ def smem_bytes(bn: int, mp: int, wstages: int, xstages: int) -> int:
     return wstages * bn * (BK // 2 + BK // 16) + xstages * mp * 128 * 2 + 16 * (wstages + xstages)
 
 
+@functools.lru_cache(maxsize=None)
 def default_stages(bn: int, mp: int) -> tuple[int, int]:
     """(WSTAGES, XSTAGES) when the caller names none: the weight ring as deep as fits beside enough x stages (the
     x tile is [MP, 128] bf16: 64 KiB at MP = 256), so at M <= 64 (memory-bound) ~6 k-steps of weights are in
@@ -308,11 +312,13 @@ def default_stages(bn: int, mp: int) -> tuple[int, int]:
     return wstages, xstages
 
 
+@functools.lru_cache(maxsize=4096)
 def wgmma_plan(n_pad: int, k_pad: int, m: int, sms: int, bn: int = 128, max_mp: int = 128) -> dict:
     """Stream-K split of one launch (pure arithmetic, testable on CPU): MP = M padded to a power of two in
     16..max_mp, M_BLOCKS = ceil(M / MP), tiles = N_pad / bn * M_BLOCKS, iterations = tiles * K_STEPS cut into one
     contiguous range of PER (>= K_STEPS / MAX_PARTS) per CTA, grid <= sms (one CTA per SM). Returns {MP, M_BLOCKS,
-    tiles, K_STEPS, TOTAL, PER, grid}.
+    tiles, K_STEPS, TOTAL, PER, grid}. Cached (an eager launch's host time):
+    the dict is shared, read it only.
 
     Raises:
         ValueError: K_pad not a multiple of BK, N_pad not a multiple of bn, or M outside 1..MAX_M.
@@ -423,7 +429,8 @@ def fp4_gemm_wgmma(x: torch.Tensor, w: PreparedFP4, bias: torch.Tensor | None = 
         raise RuntimeError("fp4_gemm_wgmma: triton.experimental.gluon (Hopper TMA / mbarrier / wgmma) is not "
                            "available")
     check_operands("fp4_gemm_wgmma", x, w, bias)
-    cap = torch.cuda.get_device_capability(x.device)
+    index = x.device.index if x.device.index is not None else torch.cuda.current_device()
+    cap = _capability(index)
     if cap[0] != 9:
         raise RuntimeError(f"fp4_gemm_wgmma: wgmma needs a Hopper GPU (sm_90), got sm_{cap[0]}{cap[1]} "
                            f"({torch.cuda.get_device_name(x.device)})")
@@ -432,7 +439,13 @@ def fp4_gemm_wgmma(x: torch.Tensor, w: PreparedFP4, bias: torch.Tensor | None = 
         return y
     x = _tma_rows(x)
     bias = bias.contiguous() if bias is not None else None
-    sms = torch.cuda.get_device_properties(x.device).multi_processor_count
-    grid, args, meta = launch_args(x, w, bias, y, sms, **knobs)
-    _fp4_gemm_wgmma[(grid,)](*args, **meta)
+    grid, args, meta = launch_args(x, w, bias, y, _num_sms(index), **knobs)
+    launch(_fp4_gemm_wgmma, grid, args, meta)
     return y
+
+
+@functools.lru_cache(maxsize=None)
+def _capability(index: int) -> tuple[int, int]:
+    """The device's compute capability, asked once (the Gluon launches run eagerly in training and in the dispatch's
+    timing, where their host time counts)."""
+    return torch.cuda.get_device_capability(index)

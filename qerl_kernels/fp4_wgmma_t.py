@@ -47,7 +47,8 @@ import torch
 from qerl_kernels.fp4_gluon import (BK, HAVE_GLUON, check_operands, smem_layout, stream_k_split,
                                     weight_descriptors)
 from qerl_kernels.fp4_launch import _num_sms, _workspace
-from qerl_kernels.fp4_wgmma import _max_regs, _tma_rows, check_tma_rows
+from qerl_kernels.fp4_wgmma import _capability, _max_regs, _tma_rows, check_tma_rows
+from qerl_kernels.gluon_launch import launch
 from qerl_kernels.layout import PreparedFP4
 
 if HAVE_GLUON:
@@ -208,6 +209,7 @@ def smem_bytes(bnr: int, mp: int, wstages: int, gstages: int) -> int:
             + 16 * (wstages + gstages))
 
 
+@functools.lru_cache(maxsize=None)
 def default_stages(bnr: int, mp: int) -> tuple[int, int]:
     """(WSTAGES, GSTAGES) when the caller names none: as deep as fits, up to 8 weight and 4 g stages, giving up
     weight stages first down to 3, then the fourth g stage, then the third weight stage (BNR = 128: the two decode
@@ -236,11 +238,13 @@ def default_knobs(m: int) -> dict:
     return dict(bnr=128, max_mp=64, split=True) if m <= 128 else dict(bnr=64, max_mp=128, split=True)
 
 
+@functools.lru_cache(maxsize=4096)
 def wgmma_t_plan(n_pad: int, k_pad: int, m: int, sms: int, bnr: int = 64, max_mp: int = 128) -> dict:
     """Stream-K split of one backward launch (pure arithmetic, testable on CPU): MP = M padded to a power of two in
     16..max_mp, M_BLOCKS = ceil(M / MP), tiles = K_pad / 256 * M_BLOCKS, N_STEPS = N_pad / bnr reduction steps a
     tile, TOTAL = tiles * N_STEPS iterations cut into one contiguous range of PER (>= N_STEPS / MAX_PARTS) per CTA,
-    grid <= sms. Returns {MP, M_BLOCKS, tiles, N_STEPS, TOTAL, PER, grid}.
+    grid <= sms. Returns {MP, M_BLOCKS, tiles, N_STEPS, TOTAL, PER, grid}. Cached (an eager launch's host time):
+    the dict is shared, read it only.
 
     Raises:
         ValueError: K_pad not a multiple of 256, N_pad not a multiple of bnr, or M outside 1..MAX_M.
@@ -328,15 +332,8 @@ def fp4_gemm_t_wgmma(g: torch.Tensor, w: PreparedFP4, **knobs) -> torch.Tensor:
         return o
     g = _tma_rows(g)
     grid, args, meta = launch_args(g, w, o, _num_sms(index), **knobs)
-    _fp4_gemm_t_wgmma[(grid,)](*args, **meta)
+    launch(_fp4_gemm_t_wgmma, grid, args, meta)
     return o
-
-
-@functools.lru_cache(maxsize=None)
-def _capability(index: int) -> tuple[int, int]:
-    """The device's compute capability, asked once (the backward runs eagerly: its host time counts in training and
-    in the dispatch's eager timing)."""
-    return torch.cuda.get_device_capability(index)
 
 
 def check_grad_operands(g: torch.Tensor, w) -> None:
