@@ -363,8 +363,9 @@ def test_dispatch_timing_graph_then_eager_then_inf(monkeypatch):
             raise RuntimeError("operation not permitted when stream is capturing")
         return 1.0
 
-    def eager(fn, warmup, rep):
+    def eager(fn, warmup, rep, return_mode="mean"):
         calls.append("eager")
+        assert return_mode == "median", "an eager time is the median of its calls (the host's outliers left out)"
         if fn() == "broken":
             raise RuntimeError("compile error")
         return 2.0
