@@ -178,3 +178,23 @@ def test_gpu_cached_binary_is_the_jits(which):
             assert compiled is kernel.warmup(*args, grid=(grid,), **meta), (name, m, dtype)
             kernel[(grid,)](*args, **meta)               # the JIT's launch of the same arguments
             assert torch.equal(first, second) and torch.equal(second, out), (name, m, dtype)
+
+
+@pytest.mark.gpu
+@needs_hopper
+@pytest.mark.parametrize("which", ["wgmma", "wgmma_t"])
+def test_gpu_cached_launch_in_a_cuda_graph(which):
+    """The rollout engine captures the forward kernel in CUDA graphs (decode steps at M 65-512): the cached launch
+    records on the capturing stream, and a replay reads the graph's input buffer as it is at replay time."""
+    _, _, op, _, _, backward = next(c for c in _launches() if c[0] == which)
+    w = _weight(3584, 18944)
+    x = torch.randn(128, w.n if backward else w.k, device="cuda", dtype=torch.bfloat16)
+    op(x, w)   # the key's first launch (through the JIT) outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = op(x, w)
+    x2 = torch.randn_like(x)
+    x.copy_(x2)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, op(x2, w)), which
