@@ -349,7 +349,9 @@ def weight_descriptors(w: PreparedFP4, rows: int) -> tuple:
     rows, TMA's minimum); both row strides (K_pad / 2 and K_pad / 16 bytes) are multiples of 16 bytes since K_pad is
     a multiple of BK. Built once per weight, tile height and storage (kept on the weight: two descriptors were ~30
     us of an eager launch's host time on the H100 machine, call 102), so they live as long as the weight does."""
-    key = (rows, w.words.data_ptr(), w.scales.data_ptr())
+    words, scales = w.words, w.scales   # the key: what a descriptor encodes (a view at the same address differs)
+    key = (rows, words.data_ptr(), tuple(words.shape), words.stride(0), scales.data_ptr(), tuple(scales.shape),
+           scales.stride(0))
     cache = w.__dict__.setdefault("_tma_descriptors", {})
     descs = cache.get(key)
     if descs is None:

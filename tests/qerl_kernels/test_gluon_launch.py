@@ -133,6 +133,8 @@ def test_weight_descriptors_built_once_a_weight():
     assert d64[0].base is w.words and d64[1].base is w.scales and list(d64[0].block_shape) == [64, 32]
     w2, _, _ = qerl_kernels.random_prepared("nvfp4", 256, 512, seed=1)
     assert weight_descriptors(w2, 64)[0].base is w2.words
+    w.words = w.words[:128]   # a view at the same address, other rows: its own descriptor
+    assert list(weight_descriptors(w, 64)[0].shape) == [128, w.words.shape[1]]
 
 
 @functools.lru_cache(maxsize=1)
