@@ -48,7 +48,7 @@ import functools
 import torch
 
 from qerl_kernels.fp4_decoder import HAVE_TRITON
-from qerl_kernels.fp4_launch import _num_sms, _workspace  # the stream-K workspace the Triton kernels use too
+from qerl_kernels.fp4_launch import _device_index, _num_sms, _workspace  # the Triton kernels' stream-K workspace too
 from qerl_kernels.gluon_launch import launch
 from qerl_kernels.layout import PreparedFP4
 
@@ -400,7 +400,7 @@ def fp4_gemm_gluon(x: torch.Tensor, w: PreparedFP4, bias: torch.Tensor | None = 
     x = x.contiguous()
     bias = bias.contiguous() if bias is not None else None
     y = torch.empty(x.shape[0], w.n, device=x.device, dtype=x.dtype)
-    index = x.device.index if x.device.index is not None else torch.cuda.current_device()
+    index = _device_index(x)
     grid, args, meta = launch_args(x, w, bias, y, _num_sms(index), **knobs)
     launch(_fp4_gemm_ws, grid, args, meta)
     return y

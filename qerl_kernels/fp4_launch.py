@@ -64,6 +64,11 @@ def _num_sms(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
 
 
+def _device_index(t: torch.Tensor) -> int:
+    """The CUDA device index of `t` (the current device for a tensor on "cuda" without an index)."""
+    return t.device.index if t.device.index is not None else torch.cuda.current_device()
+
+
 _WORKSPACE: dict = {}
 
 

@@ -59,7 +59,7 @@ import torch
 
 from qerl_kernels.fp4_gluon import (BK, HAVE_GLUON, check_operands, smem_layout, stream_k_split,
                                     weight_descriptors)
-from qerl_kernels.fp4_launch import _num_sms, _workspace  # the stream-K workspace the other kernels use too
+from qerl_kernels.fp4_launch import _device_index, _num_sms, _workspace  # the other kernels' stream-K workspace too
 from qerl_kernels.gluon_launch import launch
 from qerl_kernels.layout import CHUNK, PreparedFP4
 
@@ -317,8 +317,7 @@ def wgmma_plan(n_pad: int, k_pad: int, m: int, sms: int, bn: int = 128, max_mp: 
     """Stream-K split of one launch (pure arithmetic, testable on CPU): MP = M padded to a power of two in
     16..max_mp, M_BLOCKS = ceil(M / MP), tiles = N_pad / bn * M_BLOCKS, iterations = tiles * K_STEPS cut into one
     contiguous range of PER (>= K_STEPS / MAX_PARTS) per CTA, grid <= sms (one CTA per SM). Returns {MP, M_BLOCKS,
-    tiles, K_STEPS, TOTAL, PER, grid}. Cached (an eager launch's host time):
-    the dict is shared, read it only.
+    tiles, K_STEPS, TOTAL, PER, grid}. Cached (an eager launch's host time): the dict is shared, read it only.
 
     Raises:
         ValueError: K_pad not a multiple of BK, N_pad not a multiple of bn, or M outside 1..MAX_M.
@@ -429,7 +428,7 @@ def fp4_gemm_wgmma(x: torch.Tensor, w: PreparedFP4, bias: torch.Tensor | None = 
         raise RuntimeError("fp4_gemm_wgmma: triton.experimental.gluon (Hopper TMA / mbarrier / wgmma) is not "
                            "available")
     check_operands("fp4_gemm_wgmma", x, w, bias)
-    index = x.device.index if x.device.index is not None else torch.cuda.current_device()
+    index = _device_index(x)
     cap = _capability(index)
     if cap[0] != 9:
         raise RuntimeError(f"fp4_gemm_wgmma: wgmma needs a Hopper GPU (sm_90), got sm_{cap[0]}{cap[1]} "

@@ -46,7 +46,7 @@ import torch
 
 from qerl_kernels.fp4_gluon import (BK, HAVE_GLUON, check_operands, smem_layout, stream_k_split,
                                     weight_descriptors)
-from qerl_kernels.fp4_launch import _num_sms, _workspace
+from qerl_kernels.fp4_launch import _device_index, _num_sms, _workspace
 from qerl_kernels.fp4_wgmma import _capability, _max_regs, _tma_rows, check_tma_rows
 from qerl_kernels.gluon_launch import launch
 from qerl_kernels.layout import PreparedFP4
@@ -322,7 +322,7 @@ def fp4_gemm_t_wgmma(g: torch.Tensor, w: PreparedFP4, **knobs) -> torch.Tensor:
         raise RuntimeError("fp4_gemm_t_wgmma: triton.experimental.gluon (Hopper TMA / mbarrier / wgmma) is not "
                            "available")
     check_grad_operands(g, w)
-    index = g.device.index if g.device.index is not None else torch.cuda.current_device()
+    index = _device_index(g)
     cap = _capability(index)
     if cap[0] != 9:
         raise RuntimeError(f"fp4_gemm_t_wgmma: wgmma needs a Hopper GPU (sm_90), got sm_{cap[0]}{cap[1]} "
