@@ -21,6 +21,11 @@ from __future__ import annotations
 
 import torch
 
+try:   # the JIT's settings, read at every launch (imported once here, not on the launch path)
+    from triton import knobs
+except ImportError:  # pragma: no cover - no Triton: nothing here is ever launched
+    knobs = None
+
 __all__ = ["launch", "spec_key", "cached_launches"]
 
 _COMPILED: dict = {}
@@ -52,7 +57,6 @@ def _spec(a):
 def spec_key(kernel, args: tuple, meta: dict, device: int) -> tuple:
     """The cache key of one launch on `device` (see the module): the kernel, its meta parameters, each argument's
     facts, the device and the JIT's debug / instrumentation settings."""
-    from triton import knobs
     return (kernel, tuple(meta.items()), tuple(_spec(a) for a in args), device, knobs.runtime.debug,
             knobs.compilation.instrumentation_mode)
 
@@ -84,7 +88,6 @@ def launch(kernel, grid: int, args: tuple, meta: dict) -> None:
 def _hooked() -> bool:
     """Whether a launch hook is set: a non-empty HookChain (Triton 3.5+: the knobs are chains, empty by default) or
     a function (older Triton: None by default)."""
-    from triton import knobs
     return any(getattr(h, "calls", h) for h in (knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook))
 
 
